@@ -1,0 +1,44 @@
+# nmt: `make demo` runs the whole job on Multi30k; `make test` runs the test suite.
+# Both create .venv and install the package on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+MIRROR ?= $(wildcard ../shared/corpora/multi30k)
+CORPUS := corpora/multi30k
+WORK   ?= work/demo
+DEMO_TIME ?= 10m
+SRC ?= en
+TGT ?= de
+export NMT_CORPUS_MIRROR ?= $(abspath $(MIRROR))
+
+.PHONY: venv test demo lint bench fetch clean
+
+$(STAMP): setup.cfg pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+lint: $(STAMP)
+	$(BIN)/ruff check nmt scripts tests
+	$(BIN)/ruff format --check nmt scripts tests
+
+fetch: $(STAMP)
+	$(BIN)/python scripts/fetch_corpus.py multi30k --dest $(CORPUS) $(if $(MIRROR),--mirror $(MIRROR))
+
+demo: fetch
+	bash scripts/demo.sh
+
+bench: fetch
+	$(BIN)/python scripts/bench_preprocess.py
+	$(BIN)/python scripts/bench_model.py
+	$(BIN)/python scripts/bench_train.py
+	$(BIN)/python scripts/bench_translate.py
+
+clean:
+	rm -rf work build dist *.egg-info .pytest_cache

@@ -1,0 +1,7 @@
+"""User-facing errors: the CLI prints them as one line and exits with code 2, no traceback."""
+
+
+class NmtError(Exception):
+    """Bad input or a refused operation; the message is shown to the user as is."""
+
+    exit_code = 2

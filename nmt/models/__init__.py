@@ -1,0 +1,1 @@
+"""Model registry: `build(config, vocab)` picks the architecture by `model.type`."""

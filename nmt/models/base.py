@@ -1,0 +1,60 @@
+"""The one decoding contract every architecture implements, so search, training and
+visualization never ask which model they have.
+
+    enc   = model.encode(src, src_lengths)              # src: (B, S) long, src_lengths: (B,) long
+    state = model.init_state(enc)                       # per-sentence decoder state
+    log_probs, state, attn = model.decode_step(prev, enc, state, need_attn=False)
+                                                        # prev: (B,) long -> log_probs: (B, V) float32
+                                                        # attn: (B, layers, heads, S) or None
+    enc   = model.reorder_encoder_out(enc, order)       # order: (B',) long; selects / repeats rows
+    state = model.reorder_state(state, order)
+    logits = model(src, src_lengths, tgt_in)            # teacher forcing: (B, T, V)
+
+Target sequences are `[bos] y1 .. yn` in, `y1 .. yn [eos]` out. Sources carry no bos, and end with eos.
+Token ids are fixed for every model: pad 0, unk 1, bos 2, eos 3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """Vocabulary facts a model needs: sizes, whether source and target share one vocabulary."""
+
+    src_size: int
+    tgt_size: int
+    joint: bool = True
+    pad_id: int = PAD_ID
+    unk_id: int = UNK_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+
+
+class Decoder(Protocol):
+    """What search code relies on; both Seq2Seq and Transformer satisfy it."""
+
+    vocab: VocabInfo
+    max_positions: int
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> Any: ...
+
+    def init_state(self, encoder_out: Any) -> Any: ...
+
+    def decode_step(
+        self, prev_tokens: torch.Tensor, encoder_out: Any, state: Any, need_attn: bool = False
+    ) -> tuple[torch.Tensor, Any, torch.Tensor | None]: ...
+
+    def reorder_encoder_out(self, encoder_out: Any, order: torch.Tensor) -> Any: ...
+
+    def reorder_state(self, state: Any, order: torch.Tensor) -> Any: ...
+
+    def forward(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> torch.Tensor: ...
