@@ -1,0 +1,162 @@
+"""SentencePiece subword vocabularies with the project's fixed special ids (pad 0, unk 1, bos 2, eos 3)."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+from nmt.errors import NmtError
+from nmt.models.base import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+SPECIAL_PIECES = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
+SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+_SKIP_ON_DECODE = frozenset({PAD_ID, BOS_ID, EOS_ID})
+
+
+def _too_small_message(err: str, vocab_size: int) -> str | None:
+    """Turn SentencePiece's 'smaller than required_chars' assertion into a sentence a user can act on."""
+    m = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", err)
+    if not m:
+        return None
+    need = int(m.group(2))
+    return (
+        f"vocabulary size {vocab_size} is too small: the training text has {need - 4} distinct "
+        f"characters plus 4 special pieces; use --vocab-size {need} or more"
+    )
+
+
+def train_spm(
+    text: str | Path | Sequence[str | Path] | Iterable[str],
+    model_prefix: str | Path,
+    vocab_size: int,
+    model_type: str = "unigram",
+    character_coverage: float = 1.0,
+    input_sentence_size: int = 500_000,
+    threads: int | None = None,
+    seed_sentencepiece_size: int = 1_000_000,
+) -> Path:
+    """Train a SentencePiece model with fixed special ids, sampling at most `input_sentence_size`
+    sentences so memory stays flat on large corpora; returns the `.model` path.
+
+    `text` is a file, a list of files (trained jointly), or an iterable of sentences (small data).
+    A vocabulary larger than the text supports shrinks instead of failing (hard_vocab_limit=False),
+    so tiny corpora work with any requested size.
+    """
+    if model_type not in ("unigram", "bpe"):
+        raise NmtError(f"unknown SentencePiece model type {model_type!r} (choose unigram or bpe)")
+    if vocab_size < 8:
+        raise NmtError(f"vocabulary size must be at least 8, got {vocab_size}")
+    model_prefix = Path(model_prefix)
+    model_prefix.parent.mkdir(parents=True, exist_ok=True)
+    kwargs: dict = dict(
+        model_prefix=str(model_prefix),
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        input_sentence_size=input_sentence_size,
+        shuffle_input_sentence=True,
+        seed_sentencepiece_size=seed_sentencepiece_size,
+        hard_vocab_limit=False,
+        byte_fallback=False,
+        normalization_rule_name="nmt_nfkc",
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        pad_piece=SPECIAL_PIECES["pad"],
+        unk_piece=SPECIAL_PIECES["unk"],
+        bos_piece=SPECIAL_PIECES["bos"],
+        eos_piece=SPECIAL_PIECES["eos"],
+        num_threads=threads or os.cpu_count() or 1,
+        minloglevel=2,
+    )
+    tmp_input: str | None = None
+    if isinstance(text, (str, Path)):
+        kwargs["input"] = str(text)
+    elif isinstance(text, Sequence) and all(isinstance(t, (str, Path)) for t in text) and text and (
+        all(Path(t).is_file() for t in text)
+    ):
+        kwargs["input"] = ",".join(str(t) for t in text)
+    else:
+        fd, tmp_input = tempfile.mkstemp(prefix=".spm-input.", suffix=".txt", dir=model_prefix.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for line in text:
+                f.write(line.replace("\n", " ") + "\n")
+        kwargs["input"] = tmp_input
+    try:
+        spm.SentencePieceTrainer.train(**kwargs)
+    except RuntimeError as e:
+        msg = _too_small_message(str(e), vocab_size)
+        raise NmtError(msg or f"SentencePiece training failed: {str(e).splitlines()[0]}") from None
+    finally:
+        if tmp_input:
+            os.unlink(tmp_input)
+    return model_prefix.with_name(model_prefix.name + ".model")
+
+
+class Tokenizer:
+    """A loaded SentencePiece model: text <-> ids without bos/eos (callers add those)."""
+
+    def __init__(self, processor: spm.SentencePieceProcessor, path: Path | None = None) -> None:
+        self.sp = processor
+        self.path = path
+        if self.sp.pad_id() != PAD_ID or self.sp.bos_id() != BOS_ID or self.sp.eos_id() != EOS_ID:
+            raise NmtError(
+                f"{path}: SentencePiece model has special ids pad={self.sp.pad_id()} "
+                f"bos={self.sp.bos_id()} eos={self.sp.eos_id()}, expected pad={PAD_ID} "
+                f"bos={BOS_ID} eos={EOS_ID}"
+            )
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tokenizer:
+        """Load a `.model` file; a missing or corrupt file is a user error, not a crash."""
+        path = Path(path)
+        if not path.is_file():
+            raise NmtError(f"{path}: SentencePiece model not found")
+        sp = spm.SentencePieceProcessor()
+        try:
+            sp.load(str(path))
+        except (OSError, RuntimeError) as e:
+            raise NmtError(f"{path}: not a SentencePiece model ({e})") from None
+        return cls(sp, path)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, special pieces included."""
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        """Subword ids of one sentence, no bos/eos."""
+        return self.sp.encode(text, out_type=int)
+
+    def encode_batch(self, texts: list[str], threads: int | None = None) -> list[list[int]]:
+        """Subword ids of many sentences, encoded on several threads by SentencePiece itself."""
+        return self.sp.encode(texts, out_type=int, num_threads=threads or -1)
+
+    def pieces(self, text: str) -> list[str]:
+        """Subword pieces of one sentence (for inspection and attention plots)."""
+        return self.sp.encode(text, out_type=str)
+
+    def id_to_piece(self, i: int) -> str:
+        """The piece string of one id."""
+        return self.sp.id_to_piece(int(i))
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Detokenized text; pad, bos and eos are dropped so raw model output can be passed in."""
+        return self.sp.decode([int(i) for i in ids if int(i) not in _SKIP_ON_DECODE])
+
+    def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+        """Detokenize many sentences."""
+        return [self.decode(ids) for ids in batch]
+
+    def normalize(self, text: str) -> str:
+        """The text as the model sees it (nmt_nfkc, whitespace collapsed): what decode(encode(x)) returns."""
+        return self.decode(self.encode(text))
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({self.path}, vocab_size={self.vocab_size})"
