@@ -1,0 +1,212 @@
+"""Attention: additive (Bahdanau), Luong dot / general for the RNN model, multi-head for the
+Transformer. Every variant gives padded source positions exactly zero weight."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Softmax in float32 where masked-out (False) positions get exactly zero weight."""
+    scores = scores.float()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+class RNNAttention(nn.Module):
+    """Shared shape of the RNN attentions: keys are prepared once per sentence, then each
+    decoder step scores one query against them.
+
+        proj = attn.project_keys(keys)                     # keys (B, S, K) -> proj (B, S, *)
+        context, weights = attn(query, proj, values, mask)  # query (B, Q), values (B, S, K)
+                                                            # -> context (B, K), weights (B, S)
+    """
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """Per-sentence key preparation, hoisted out of the decoder loop."""
+        raise NotImplementedError
+
+    def score(self, query: torch.Tensor, proj_keys: torch.Tensor) -> torch.Tensor:
+        """Unnormalised scores (B, S) of one query per row."""
+        raise NotImplementedError
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        proj_keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Context vector and attention weights; `mask` (B, S) is True on real tokens."""
+        weights = masked_softmax(self.score(query, proj_keys), mask)  # (B, S) float32
+        context = torch.bmm(weights.to(values.dtype).unsqueeze(1), values).squeeze(1)  # (B, K)
+        return context, weights
+
+
+class AdditiveAttention(RNNAttention):
+    """Bahdanau et al. (2015): score(q, k) = v^T tanh(W_q q + W_k k)."""
+
+    def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.query_proj = nn.Linear(query_dim, hidden_dim, bias=False)
+        self.key_proj = nn.Linear(key_dim, hidden_dim, bias=True)
+        self.v = nn.Linear(hidden_dim, 1, bias=False)
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """W_k k for every source position, once per sentence."""
+        return self.key_proj(keys)  # (B, S, A)
+
+    def score(self, query: torch.Tensor, proj_keys: torch.Tensor) -> torch.Tensor:
+        """v^T tanh(W_q q + W_k k)."""
+        q = self.query_proj(query).unsqueeze(1)  # (B, 1, A)
+        return self.v(torch.tanh(q + proj_keys)).squeeze(-1)  # (B, S)
+
+
+class DotAttention(RNNAttention):
+    """Luong et al. (2015) dot: score(q, k) = q^T k; query and key sizes must match."""
+
+    def __init__(self, query_dim: int, key_dim: int) -> None:
+        super().__init__()
+        if query_dim != key_dim:
+            raise ValueError(f"dot attention needs equal sizes, got {query_dim} and {key_dim}")
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """Dot attention scores the raw keys."""
+        return keys  # (B, S, K)
+
+    def score(self, query: torch.Tensor, proj_keys: torch.Tensor) -> torch.Tensor:
+        """q^T k."""
+        return torch.bmm(proj_keys, query.unsqueeze(-1)).squeeze(-1)  # (B, S)
+
+
+class GeneralAttention(DotAttention):
+    """Luong et al. (2015) general: score(q, k) = q^T W k, with W k computed once per sentence."""
+
+    def __init__(self, query_dim: int, key_dim: int) -> None:
+        nn.Module.__init__(self)
+        self.key_proj = nn.Linear(key_dim, query_dim, bias=False)
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """W k for every source position."""
+        return self.key_proj(keys)  # (B, S, Q)
+
+
+def make_rnn_attention(kind: str, query_dim: int, key_dim: int) -> RNNAttention:
+    """The attention named by `model.attention`."""
+    if kind == "bahdanau":
+        return AdditiveAttention(query_dim, key_dim, query_dim)
+    if kind == "dot":
+        return DotAttention(query_dim, key_dim)
+    if kind == "general":
+        return GeneralAttention(query_dim, key_dim)
+    raise ValueError(f"unknown attention {kind!r} (choices: bahdanau, dot, general)")
+
+
+def dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scaled dot-product attention over heads; fused SDPA unless the weights are wanted.
+
+    q (B, H, T, D), k / v (B, H, S, D), mask broadcastable to (B, H, T, S), True = may attend.
+    `causal` aligns the query and key ends as in training (T == S); not for single steps.
+    """
+    if not need_weights:
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal
+        )
+        return out, None  # (B, H, T, D)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T, S)
+    if causal:
+        t, s = scores.shape[-2:]
+        future = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)  # (T, S)
+        mask = future if mask is None else mask & future
+    weights = masked_softmax(scores, mask)  # (B, H, T, S) float32
+    out = torch.matmul(F.dropout(weights, dropout_p).to(v.dtype), v)  # (B, H, T, D)
+    return out, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with fused projections: one (d, 3d) matmul for self-attention,
+    and for encoder-decoder attention a (d, 2d) key/value projection done once per sentence."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, cross: bool = False):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
+        self.heads, self.head_dim, self.dropout, self.cross = (
+            heads,
+            d_model // heads,
+            dropout,
+            cross,
+        )
+        if cross:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier on each of the q, k, v, out blocks separately (as if they were unfused)."""
+        fused = [self.q_proj, self.kv_proj] if self.cross else [self.qkv_proj]
+        with torch.no_grad():
+            for lin in [*fused, self.out_proj]:
+                for block in lin.weight.split(lin.in_features, dim=0):
+                    nn.init.xavier_uniform_(block)
+                nn.init.zeros_(lin.bias)
+
+    def _split(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
+        """(B, T, n*d) -> n tensors (B, H, T, Dh)."""
+        b, t, _ = x.shape
+        return x.view(b, t, n, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def _merge(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, Dh) -> (B, T, d) through the output projection."""
+        b, _, t, _ = x.shape
+        return self.out_proj(x.transpose(1, 2).reshape(b, t, -1))
+
+    def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder-decoder keys and values (B, H, S, Dh), computed once per sentence."""
+        k, v = self._split(self.kv_proj(memory), 2)
+        return k, v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from x (B, T, d): over itself, or over precomputed cross keys/values `kv`."""
+        if self.cross:
+            (q,) = self._split(self.q_proj(x), 1)
+            k, v = kv
+        else:
+            q, k, v = self._split(self.qkv_proj(x), 3)
+        p = self.dropout if self.training else 0.0
+        out, weights = dot_product_attention(q, k, v, mask, causal, p, need_weights)
+        return self._merge(out), weights
+
+    def step(
+        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """One incremental self-attention step: x (B, 1, d); the cache grows by one position."""
+        q, k, v = self._split(self.qkv_proj(x), 3)  # (B, H, 1, Dh)
+        if cache is not None:
+            k = torch.cat([cache[0], k], dim=2)  # (B, H, t+1, Dh)
+            v = torch.cat([cache[1], v], dim=2)
+        out, _ = dot_product_attention(q, k, v)
+        return self._merge(out), (k, v)

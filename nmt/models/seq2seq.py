@@ -1,0 +1,181 @@
+"""RNN encoder-decoder with attention (Bahdanau et al. 2015) behind the contract of base.py.
+
+Encoder: bidirectional GRU/LSTM over packed sequences; its states are the attention memory.
+Decoder step t: attend from the previous top hidden state s_{t-1} (keys projected once per
+sentence), feed [e(y_{t-1}); c_t] to the RNN, read out tanh(W [s_t; c_t; e(y_{t-1})]) and project
+to the vocabulary. The context is recomputed from the previous state at every step, so the
+incremental state is the recurrent state alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from nmt.config import ModelConfig
+from nmt.errors import NmtError
+from nmt.models.attention import make_rnn_attention
+from nmt.models.base import VocabInfo
+
+
+@dataclass
+class RNNEncoderOut:
+    """Encoder states and what the decoder derives from them once per sentence."""
+
+    memory: torch.Tensor  # (B, S, M) attention values
+    proj_keys: torch.Tensor  # (B, S, A) attention keys, already projected
+    mask: torch.Tensor  # (B, S) bool, True on real tokens
+    lengths: torch.Tensor  # (B,)
+    final: tuple[torch.Tensor, ...]  # last-layer final states [fwd; bwd], (B, 2H) each (h[, c])
+
+
+@dataclass
+class RNNState:
+    """Decoder recurrent state: h (and c for LSTM), (layers, B, H) each."""
+
+    hidden: tuple[torch.Tensor, ...]
+
+
+class Seq2Seq(nn.Module):
+    """Bidirectional RNN encoder, attentional RNN decoder with input feeding of the context."""
+
+    def __init__(self, cfg: ModelConfig, vocab: VocabInfo) -> None:
+        super().__init__()
+        self.cfg, self.vocab, self.max_positions = cfg, vocab, cfg.max_positions
+        e, h = cfg.embed_dim, cfg.hidden_size
+        self.lstm = cfg.rnn_type == "lstm"
+        rnn = nn.LSTM if self.lstm else nn.GRU
+        self.tgt_embed = nn.Embedding(vocab.tgt_size, e, padding_idx=vocab.pad_id)
+        share_src = cfg.tie_embeddings and vocab.joint
+        if share_src and vocab.src_size != vocab.tgt_size:
+            raise NmtError(
+                f"a joint vocabulary needs equal sizes, got {vocab.src_size} and {vocab.tgt_size}"
+            )
+        self.src_embed = (
+            self.tgt_embed if share_src else nn.Embedding(vocab.src_size, e, vocab.pad_id)
+        )
+        self.encoder = rnn(
+            e,
+            h,
+            cfg.encoder_layers,
+            batch_first=True,
+            bidirectional=True,
+            dropout=cfg.dropout if cfg.encoder_layers > 1 else 0.0,
+        )
+        # Dot attention needs keys of the decoder's size: map the 2H encoder states to H once.
+        self.memory_proj = nn.Linear(2 * h, h, bias=False) if cfg.attention == "dot" else None
+        mem = h if self.memory_proj is not None else 2 * h
+        self.attention = make_rnn_attention(cfg.attention, h, mem)
+        self.bridge = nn.ModuleList(
+            nn.Linear(2 * h, cfg.decoder_layers * h) for _ in range(2 if self.lstm else 1)
+        )
+        self.decoder = rnn(
+            e + mem,
+            h,
+            cfg.decoder_layers,
+            batch_first=True,
+            dropout=cfg.dropout if cfg.decoder_layers > 1 else 0.0,
+        )
+        self.readout = nn.Linear(h + mem + e, e)
+        self.output = nn.Linear(e, vocab.tgt_size, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.tgt_embed.weight
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> RNNEncoderOut:
+        """Bidirectional encoding of the real tokens only (packed), keys projected once."""
+        s = src.size(1)
+        x = self.drop(self.src_embed(src))  # (B, S, E)
+        packed = pack_padded_sequence(x, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, final = self.encoder(packed)
+        memory, _ = pad_packed_sequence(out, batch_first=True, total_length=s)  # (B, S, 2H)
+        memory = self.drop(memory)
+        if self.memory_proj is not None:
+            memory = self.memory_proj(memory)  # (B, S, H)
+        finals = final if self.lstm else (final,)
+        last = tuple(torch.cat([f[-2], f[-1]], dim=-1) for f in finals)  # (B, 2H) each
+        mask = torch.arange(s, device=src.device) < src_lengths.unsqueeze(1)  # (B, S)
+        proj_keys = self.attention.project_keys(memory)
+        return RNNEncoderOut(memory, proj_keys, mask, src_lengths, last)
+
+    def init_state(self, encoder_out: RNNEncoderOut) -> RNNState:
+        """Bridge: tanh(W [h_fwd; h_bwd]) of the last encoder layer, for every decoder layer."""
+        layers, h = self.cfg.decoder_layers, self.cfg.hidden_size
+        hidden = []
+        for bridge, final in zip(self.bridge, encoder_out.final, strict=True):
+            b = final.size(0)
+            init = torch.tanh(bridge(final)).view(b, layers, h).transpose(0, 1)  # (L, B, H)
+            hidden.append(init.contiguous())
+        return RNNState(tuple(hidden))
+
+    def _step(
+        self, emb: torch.Tensor, enc: RNNEncoderOut, state: RNNState
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, RNNState]:
+        """One decoder step from emb (B, E): top hidden (B, H), context (B, M), weights (B, S)."""
+        query = state.hidden[0][-1]  # (B, H) previous top-layer state
+        context, weights = self.attention(query, enc.proj_keys, enc.memory, enc.mask)
+        rnn_in = torch.cat([emb, context.to(emb.dtype)], dim=-1).unsqueeze(1)  # (B, 1, E+M)
+        hx = state.hidden if self.lstm else state.hidden[0]
+        out, hx = self.decoder(rnn_in, hx)
+        hidden = tuple(hx) if self.lstm else (hx,)
+        return out[:, 0], context, weights, RNNState(hidden)
+
+    def _logits(self, h: torch.Tensor, context: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        """Readout tanh(W [s; c; e]) then the output projection: (..., V)."""
+        r = torch.tanh(self.readout(torch.cat([self.drop(h), context.to(h.dtype), emb], dim=-1)))
+        return self.output(self.drop(r))
+
+    def decode_step(
+        self,
+        prev_tokens: torch.Tensor,
+        encoder_out: RNNEncoderOut,
+        state: RNNState,
+        need_attn: bool = False,
+    ) -> tuple[torch.Tensor, RNNState, torch.Tensor | None]:
+        """Log-probs (B, V) float32 of the next token; attention as (B, 1, 1, S)."""
+        emb = self.drop(self.tgt_embed(prev_tokens))  # (B, E)
+        h, context, weights, state = self._step(emb, encoder_out, state)
+        log_probs = F.log_softmax(self._logits(h, context, emb).float(), dim=-1)  # (B, V)
+        attn = weights[:, None, None] if need_attn else None  # (B, 1, 1, S)
+        return log_probs, state, attn
+
+    def reorder_encoder_out(self, encoder_out: RNNEncoderOut, order: torch.Tensor) -> RNNEncoderOut:
+        """Select / repeat sentences (beam expansion, dropping finished ones)."""
+        return RNNEncoderOut(
+            memory=encoder_out.memory.index_select(0, order),
+            proj_keys=encoder_out.proj_keys.index_select(0, order),
+            mask=encoder_out.mask.index_select(0, order),
+            lengths=encoder_out.lengths.index_select(0, order),
+            final=tuple(f.index_select(0, order) for f in encoder_out.final),
+        )
+
+    def reorder_state(self, state: RNNState, order: torch.Tensor) -> RNNState:
+        """Reorder the recurrent state to follow the surviving hypotheses."""
+        return RNNState(tuple(h.index_select(1, order) for h in state.hidden))
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        return_attn: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing: logits (B, T, V); with `return_attn` also the weights (B, 1, 1, T, S).
+        The recurrence runs step by step; readout and projection run once over all steps."""
+        enc = self.encode(src, src_lengths)
+        state = self.init_state(enc)
+        emb = self.drop(self.tgt_embed(tgt_in))  # (B, T, E)
+        hs, contexts, weights = [], [], []
+        for t in range(tgt_in.size(1)):
+            h, context, w, state = self._step(emb[:, t], enc, state)
+            hs.append(h)
+            contexts.append(context)
+            weights.append(w)
+        logits = self._logits(torch.stack(hs, 1), torch.stack(contexts, 1), emb)  # (B, T, V)
+        if return_attn:
+            return logits, torch.stack(weights, 1)[:, None, None]  # (B, 1, 1, T, S)
+        return logits

@@ -1,0 +1,274 @@
+"""The Transformer (Vaswani et al. 2017) behind the incremental-decoding contract of base.py.
+
+Incremental state: per decoder layer a self-attention key/value cache that grows one position a
+step; the encoder-decoder keys/values are computed once per sentence in `encode`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nmt.config import ModelConfig
+from nmt.errors import NmtError
+from nmt.models.attention import MultiHeadAttention
+from nmt.models.base import VocabInfo
+
+KV = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class TransformerEncoderOut:
+    """Encoder output plus everything the decoder derives from it once per sentence."""
+
+    memory: torch.Tensor  # (B, S, d)
+    mask: torch.Tensor | None  # (B, 1, 1, S) bool, True on real tokens; None when nothing is padded
+    lengths: torch.Tensor  # (B,)
+    cross_kv: list[KV]  # per decoder layer: k, v (B, H, S, Dh)
+
+
+@dataclass
+class TransformerState:
+    """Per decoder layer self-attention caches (B, H, t, Dh) and the number of steps taken."""
+
+    cache: list[KV]
+    step: int = 0
+
+
+def sinusoids(length: int, dim: int) -> torch.Tensor:
+    """The paper's fixed positional encodings (length, dim): sin on even, cos on odd channels."""
+    pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # (L, 1)
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: dim // 2])
+    return table
+
+
+class FeedForward(nn.Module):
+    """Position-wise two-layer network."""
+
+    def __init__(self, d_model: int, ff_dim: int, activation: str, dropout: float) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d_model, ff_dim), nn.Linear(ff_dim, d_model)
+        self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
+        self.drop = nn.Dropout(dropout)
+        for lin in (self.fc1, self.fc2):
+            nn.init.xavier_uniform_(lin.weight)
+            nn.init.zeros_(lin.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.drop(self.act(self.fc1(x))))
+
+
+class _Sublayers(nn.Module):
+    """Residual wiring shared by both layer types: pre-norm (x + f(LN(x))) or post (LN(x + f(x)))."""
+
+    def __init__(self, cfg: ModelConfig, n: int) -> None:
+        super().__init__()
+        self.pre = cfg.norm == "pre"
+        self.norms = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(n))
+        self.drop = nn.Dropout(cfg.dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.activation, cfg.dropout)
+
+    def _in(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        return self.norms[i](x) if self.pre else x
+
+    def _out(self, x: torch.Tensor, h: torch.Tensor, i: int) -> torch.Tensor:
+        x = x + self.drop(h)
+        return x if self.pre else self.norms[i](x)
+
+    def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        i = len(self.norms) - 1
+        return self._out(x, self.ff(self._in(x, i)), i)
+
+
+class EncoderLayer(_Sublayers):
+    """Self-attention + feed-forward."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg, 2)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        h, _ = self.self_attn(self._in(x, 0), mask=mask)
+        return self._feed_forward(self._out(x, h, 0))
+
+
+class DecoderLayer(_Sublayers):
+    """Causal self-attention + encoder-decoder attention + feed-forward."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg, 3)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(
+            cfg.d_model, cfg.heads, cfg.attention_dropout, cross=True
+        )
+
+    def forward(
+        self, x: torch.Tensor, kv: KV, mask: torch.Tensor | None, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Teacher-forced pass over all target positions (B, T, d)."""
+        h, _ = self.self_attn(self._in(x, 0), causal=True)
+        x = self._out(x, h, 0)
+        h, weights = self.cross_attn(self._in(x, 1), kv=kv, mask=mask, need_weights=need_weights)
+        return self._feed_forward(self._out(x, h, 1)), weights
+
+    def step(
+        self,
+        x: torch.Tensor,
+        cache: KV | None,
+        kv: KV,
+        mask: torch.Tensor | None,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, KV, torch.Tensor | None]:
+        """One position (B, 1, d) against the layer's cache; returns the grown cache."""
+        h, cache = self.self_attn.step(self._in(x, 0), cache)
+        x = self._out(x, h, 0)
+        h, weights = self.cross_attn(self._in(x, 1), kv=kv, mask=mask, need_weights=need_weights)
+        return self._feed_forward(self._out(x, h, 1)), cache, weights
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer; pre-norm by default, post-norm (the paper's) as an option."""
+
+    def __init__(self, cfg: ModelConfig, vocab: VocabInfo) -> None:
+        super().__init__()
+        if cfg.d_model % cfg.heads:
+            raise NmtError(
+                f"model.d_model {cfg.d_model} is not divisible by model.heads {cfg.heads}"
+            )
+        self.cfg, self.vocab, self.max_positions = cfg, vocab, cfg.max_positions
+        d = cfg.d_model
+        self.scale = math.sqrt(d)
+        self.tgt_embed = nn.Embedding(vocab.tgt_size, d, padding_idx=vocab.pad_id)
+        share_src = cfg.tie_embeddings and vocab.joint
+        if share_src and vocab.src_size != vocab.tgt_size:
+            raise NmtError(
+                f"a joint vocabulary needs equal sizes, got {vocab.src_size} and {vocab.tgt_size}"
+            )
+        self.src_embed = (
+            self.tgt_embed if share_src else nn.Embedding(vocab.src_size, d, vocab.pad_id)
+        )
+        self.output = nn.Linear(d, vocab.tgt_size, bias=False)
+        if cfg.positions == "learned":
+            self.positions: nn.Embedding | None = nn.Embedding(cfg.max_positions, d)
+        else:
+            self.positions = None
+            self.register_buffer("sinusoids", sinusoids(cfg.max_positions, d), persistent=False)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        pre = cfg.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self._init_embeddings()
+        if cfg.tie_embeddings:
+            self.output.weight = self.tgt_embed.weight
+
+    def _init_embeddings(self) -> None:
+        """N(0, d^-1/2) so that scaled embeddings have unit variance; padding rows stay zero."""
+        shared = self.src_embed is self.tgt_embed
+        for emb in [self.tgt_embed] if shared else [self.src_embed, self.tgt_embed]:
+            nn.init.normal_(emb.weight, 0.0, self.cfg.d_model**-0.5)
+            with torch.no_grad():
+                emb.weight[self.vocab.pad_id].zero_()
+        if not self.cfg.tie_embeddings:
+            nn.init.normal_(self.output.weight, 0.0, self.cfg.d_model**-0.5)
+        if self.positions is not None:
+            nn.init.normal_(self.positions.weight, 0.0, self.cfg.d_model**-0.5)
+
+    def _embed(self, emb: nn.Embedding, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Scaled token embeddings plus positions start..start+T-1: (B, T) -> (B, T, d)."""
+        t = tokens.size(1)
+        if start + t > self.max_positions:
+            raise NmtError(
+                f"sequence of {start + t} tokens exceeds model.max_positions {self.max_positions}"
+            )
+        x = emb(tokens) * self.scale  # (B, T, d)
+        if self.positions is not None:
+            x = x + self.positions.weight[start : start + t]
+        else:
+            x = x + self.sinusoids[start : start + t].to(x.dtype)
+        return self.drop(x)
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> TransformerEncoderOut:
+        """Run the encoder and precompute each decoder layer's cross-attention keys/values."""
+        s = src.size(1)
+        mask = None
+        if bool((src_lengths < s).any()):
+            mask = (torch.arange(s, device=src.device) < src_lengths.unsqueeze(1))[:, None, None]
+        x = self._embed(self.src_embed, src)  # (B, S, d)
+        for layer in self.encoder_layers:
+            x = layer(x, mask)
+        memory = self.encoder_norm(x)  # (B, S, d)
+        cross_kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
+        return TransformerEncoderOut(memory, mask, src_lengths, cross_kv)
+
+    def init_state(self, encoder_out: TransformerEncoderOut) -> TransformerState:
+        """Empty caches: nothing decoded yet."""
+        return TransformerState(cache=[], step=0)
+
+    def decode_step(
+        self,
+        prev_tokens: torch.Tensor,
+        encoder_out: TransformerEncoderOut,
+        state: TransformerState,
+        need_attn: bool = False,
+    ) -> tuple[torch.Tensor, TransformerState, torch.Tensor | None]:
+        """Log-probs (B, V) float32 of the next token given the previous one (B,)."""
+        x = self._embed(self.tgt_embed, prev_tokens.unsqueeze(1), start=state.step)  # (B, 1, d)
+        caches, attns = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            cache = state.cache[i] if state.cache else None
+            x, cache, w = layer.step(x, cache, encoder_out.cross_kv[i], encoder_out.mask, need_attn)
+            caches.append(cache)
+            attns.append(w)
+        logits = self.output(self.decoder_norm(x[:, 0]))  # (B, V)
+        log_probs = F.log_softmax(logits.float(), dim=-1)
+        attn = torch.stack(attns, 1)[:, :, :, 0] if need_attn else None  # (B, L, H, S)
+        return log_probs, TransformerState(caches, state.step + 1), attn
+
+    def reorder_encoder_out(
+        self, encoder_out: TransformerEncoderOut, order: torch.Tensor
+    ) -> TransformerEncoderOut:
+        """Select / repeat sentences (beam expansion, dropping finished ones)."""
+        mask = encoder_out.mask
+        return TransformerEncoderOut(
+            memory=encoder_out.memory.index_select(0, order),
+            mask=None if mask is None else mask.index_select(0, order),
+            lengths=encoder_out.lengths.index_select(0, order),
+            cross_kv=[
+                (k.index_select(0, order), v.index_select(0, order))
+                for k, v in encoder_out.cross_kv
+            ],
+        )
+
+    def reorder_state(self, state: TransformerState, order: torch.Tensor) -> TransformerState:
+        """Reorder the self-attention caches to follow the surviving hypotheses."""
+        cache = [(k.index_select(0, order), v.index_select(0, order)) for k, v in state.cache]
+        return TransformerState(cache, state.step)
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        return_attn: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing: logits (B, T, V); with `return_attn` also the encoder-decoder
+        attention of every layer and head, (B, L, H, T, S)."""
+        enc = self.encode(src, src_lengths)
+        x = self._embed(self.tgt_embed, tgt_in)  # (B, T, d)
+        attns = []
+        for layer, kv in zip(self.decoder_layers, enc.cross_kv, strict=True):
+            x, w = layer(x, kv, enc.mask, need_weights=return_attn)
+            attns.append(w)
+        logits = self.output(self.decoder_norm(x))  # (B, T, V)
+        if return_attn:
+            return logits, torch.stack(attns, 1)  # (B, L, H, T, S)
+        return logits
