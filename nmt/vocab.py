@@ -11,7 +11,10 @@ from pathlib import Path
 import sentencepiece as spm
 
 from nmt.errors import NmtError
-from nmt.models.base import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+# The same values as nmt.models.base (a test checks they agree). They are repeated here because
+# importing nmt.models loads torch, which would cost every preprocessing worker seconds and ~300 MB.
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 SPECIAL_PIECES = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
 SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
@@ -78,12 +81,17 @@ def train_spm(
     tmp_input: str | None = None
     if isinstance(text, (str, Path)):
         kwargs["input"] = str(text)
-    elif isinstance(text, Sequence) and all(isinstance(t, (str, Path)) for t in text) and text and (
-        all(Path(t).is_file() for t in text)
+    elif (
+        isinstance(text, Sequence)
+        and all(isinstance(t, (str, Path)) for t in text)
+        and text
+        and (all(Path(t).is_file() for t in text))
     ):
         kwargs["input"] = ",".join(str(t) for t in text)
     else:
-        fd, tmp_input = tempfile.mkstemp(prefix=".spm-input.", suffix=".txt", dir=model_prefix.parent)
+        fd, tmp_input = tempfile.mkstemp(
+            prefix=".spm-input.", suffix=".txt", dir=model_prefix.parent
+        )
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             for line in text:
                 f.write(line.replace("\n", " ") + "\n")
