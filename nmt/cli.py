@@ -183,3 +183,195 @@ def preprocess_cmd(
 # ---- train / average (nmt.trainer, nmt.checkpoint) -------------------------------------------
 # ---- translate / attention (nmt.translate, nmt.viz) ------------------------------------------
 # ---- score / evaluate (nmt.scoring) ----------------------------------------------------------
+
+def _score_options(
+    tokenize: str | None, lowercase: bool, chrf_word_order: int | None, ter_case_sensitive: bool
+) -> Any:
+    """Map the shared metric flags to nmt.scoring.Options."""
+    from nmt.scoring import Options
+
+    return Options(tokenize, lowercase, chrf_word_order, ter_case_sensitive)
+
+
+def _print_scores(rows: list[tuple[str, list[Any]]], as_json: bool, width: int) -> None:
+    """JSON list, a rich table on a terminal, else sacrebleu's own text lines (signature always)."""
+    import json
+
+    from nmt import scoring
+
+    if as_json:
+        objs = [{"system": name, **r.to_dict(width)} for name, results in rows for r in results]
+        print(json.dumps(objs, indent=1, ensure_ascii=False))
+    elif sys.stdout.isatty():
+        from rich.console import Console
+
+        console = Console()
+        console.print(scoring.rich_table(rows, width))
+        for line in scoring.signature_lines(r for _, results in rows for r in results):
+            console.print(line, soft_wrap=True, highlight=False)
+    elif len(rows) == 1:
+        print("\n".join(scoring.format_lines(rows[0][1], width)))
+    else:
+        for name, results in rows:
+            for r in results:
+                print(f"{name}\t{r.line(width)}")
+
+
+@app.command("score")
+@user_errors
+def score_cmd(
+    hyps: list[str] = typer.Argument(
+        None, help="Hypothesis files, one per system (plain or .gz); '-' or none reads stdin."
+    ),
+    refs: list[str] = typer.Option(..., "--ref", "-r", help="Reference file; repeat for more."),
+    metric: list[str] = typer.Option(
+        ["bleu"], "--metric", "-m", help="bleu, chrf, chrf++ or ter; repeat or comma-separate."
+    ),
+    tokenize: str = typer.Option(
+        None, "--tokenize", help="BLEU tokenizer: 13a (default), intl, zh, char, none."
+    ),
+    lowercase: bool = typer.Option(False, "--lowercase", help="Case-insensitive BLEU and chrF."),
+    chrf_word_order: int = typer.Option(
+        None, "--chrf-word-order", help="chrF word n-gram order (2 = chrF++)."
+    ),
+    ter_case_sensitive: bool = typer.Option(
+        False, "--ter-case-sensitive", help="Case-sensitive TER (Tercom's default is not)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="A JSON list of score objects."),
+    sentence: bool = typer.Option(False, "--sentence", help="Per-line scores as JSONL."),
+    paired_bs: bool = typer.Option(False, "--paired-bs", help="Paired bootstrap resampling."),
+    paired_ar: bool = typer.Option(False, "--paired-ar", help="Paired approximate randomization."),
+    paired_n: int = typer.Option(
+        0, "--paired-n", help="Resamples (bs, default 1000) or trials (ar, default 10000)."
+    ),
+    width: int = typer.Option(1, "--width", "-w", help="Decimals printed, as sacrebleu's -w."),
+) -> None:
+    """Score hypotheses against references with sacrebleu's BLEU, chrF(++) and TER."""
+    from nmt import scoring
+
+    if paired_bs and paired_ar:
+        raise NmtError("--paired-bs and --paired-ar are mutually exclusive")
+    paired = "bs" if paired_bs else "ar" if paired_ar else None
+    if sentence and paired:
+        raise NmtError("--sentence cannot be combined with a paired test")
+    if width < 0:
+        raise NmtError(f"--width must be >= 0, got {width}")
+    metrics = scoring.parse_metrics(metric)
+    opts = _score_options(tokenize, lowercase, chrf_word_order, ter_case_sensitive)
+    scoring.make_metric("bleu", opts)  # validates --tokenize before any file is read
+    names = list(hyps or ["-"])
+    if names.count("-") > 1:
+        raise NmtError("stdin ('-') can be given only once")
+    ref_lines = [scoring.read_text(p) for p in refs]
+    systems = []
+    for name in names:
+        lines = scoring.read_stream(sys.stdin.buffer) if name == "-" else scoring.read_text(name)
+        label = "<stdin>" if name == "-" else name
+        scoring.check_lengths(lines, ref_lines, hyp_name=label, ref_names=refs)
+        systems.append((label, lines))
+    if sentence:
+        _print_sentence_scores(systems, ref_lines, metrics, opts, width)
+    elif paired:
+        _print_paired(systems, ref_lines, metrics, opts, paired, paired_n, as_json, width)
+    else:
+        results = scoring.score_systems([s for _, s in systems], ref_lines, metrics, opts)
+        rows = [(name, r) for (name, _), r in zip(systems, results, strict=True)]
+        _print_scores(rows, as_json, width)
+
+
+def _print_sentence_scores(
+    systems: list[tuple[str, list[str]]],
+    refs: list[list[str]],
+    metrics: list[str],
+    opts: Any,
+    width: int,
+) -> None:
+    """JSONL on stdout, one object per line ({"line", metric: score}); signatures on stderr."""
+    import json
+
+    from nmt import scoring
+
+    if len(systems) != 1:
+        raise NmtError("--sentence scores one system at a time")
+    per_line = scoring.sentence_scores(systems[0][1], refs, metrics, opts)
+    for r in per_line[0] if per_line else []:
+        sys.stderr.write(f"signature: {r.name}|{r.signature}\n")
+    for i, results in enumerate(per_line, start=1):
+        obj = {"line": i, **{r.name: scoring.round_score(r.score, width) for r in results}}
+        sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+
+
+def _print_paired(
+    systems: list[tuple[str, list[str]]],
+    refs: list[list[str]],
+    metrics: list[str],
+    opts: Any,
+    test: str,
+    n: int,
+    as_json: bool,
+    width: int,
+) -> None:
+    """Run sacrebleu's paired test (first system = baseline) and print it."""
+    import json
+
+    from nmt import scoring
+
+    table = scoring.paired_test(systems, refs, metrics, test, n, opts)
+    if as_json:
+        n_used = n if n > 0 else scoring.DEFAULT_SAMPLES[test]
+        objs = [
+            {**r.to_dict(width), "test": test, "n_samples": n_used} for row in table for r in row
+        ]
+        print(json.dumps(objs, indent=1, ensure_ascii=False))
+    elif sys.stdout.isatty():
+        from rich.console import Console
+
+        console = Console()
+        console.print(scoring.rich_paired_table(table, test, n, width))
+        for line in scoring.signature_lines(table[0]):
+            console.print(line, soft_wrap=True, highlight=False)
+    else:
+        print("\n".join(scoring.format_paired_lines(table, width)))
+
+
+@app.command("evaluate")
+@user_errors
+def evaluate_cmd(
+    model_dir: str = typer.Option(..., "--model", "-m", help="Model directory (nmt train)."),
+    src: str = typer.Option(..., "--src", help="Source file to translate."),
+    refs: list[str] = typer.Option(..., "--ref", "-r", help="Reference file; repeat for more."),
+    output: str = typer.Option(None, "--output", "-o", help="Also write the hypotheses here."),
+    metric: list[str] = typer.Option(
+        ["bleu"], "--metric", help="bleu, chrf, chrf++ or ter; repeat or comma-separate."
+    ),
+    beam_size: int = typer.Option(5, "--beam-size", help="Beam width."),
+    greedy: bool = typer.Option(False, "--greedy", help="Greedy search instead of beam."),
+    length_penalty: float = typer.Option(1.0, "--length-penalty", help="GNMT length penalty."),
+    batch_tokens: int = typer.Option(4096, "--batch-tokens", help="Source tokens per batch."),
+    checkpoint: str = typer.Option("best", "--checkpoint", help="best, last, averaged or PATH."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or mps."),
+    tokenize: str = typer.Option(None, "--tokenize", help="BLEU tokenizer (default 13a)."),
+    lowercase: bool = typer.Option(False, "--lowercase", help="Case-insensitive BLEU and chrF."),
+    chrf_word_order: int = typer.Option(None, "--chrf-word-order", help="2 = chrF++."),
+    as_json: bool = typer.Option(False, "--json", help="A JSON list of score objects."),
+    width: int = typer.Option(1, "--width", "-w", help="Decimals printed."),
+) -> None:
+    """Translate a test set and score it in one call (inputs checked before the model loads)."""
+    from nmt import scoring
+
+    opts = _score_options(tokenize, lowercase, chrf_word_order, False)
+    results = scoring.evaluate(
+        model_dir,
+        src,
+        refs,
+        hyp_out=output,
+        metrics=metric,
+        options=opts,
+        device=device,
+        checkpoint=checkpoint,
+        beam_size=beam_size,
+        greedy=greedy,
+        length_penalty=length_penalty,
+        batch_tokens=batch_tokens,
+    )
+    _print_scores([(output or src, results)], as_json, width)

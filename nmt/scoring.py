@@ -1,0 +1,455 @@
+"""BLEU, chrF(++) and TER through sacrebleu's own classes, so every number (and signature) is
+exactly what the `sacrebleu` command prints for the same options; plus paired significance tests.
+
+References follow sacrebleu's layout: `refs[k][i]` is the k-th reference of line i, i.e. a list of
+reference *streams*, each as long as the hypotheses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sacrebleu.metrics import BLEU, CHRF, TER
+from sacrebleu.metrics.base import Metric, Score
+
+from nmt.errors import NmtError
+from nmt.textio import atomic_write, decode_line, read_lines
+
+# name -> (sacrebleu class, fixed constructor arguments); "chrf++" is chrF with word bigrams.
+METRICS: dict[str, tuple[type[Metric], dict[str, Any]]] = {
+    "bleu": (BLEU, {}),
+    "chrf": (CHRF, {}),
+    "chrf++": (CHRF, {"word_order": 2}),
+    "ter": (TER, {}),
+}
+TOKENIZERS = ("13a", "intl", "zh", "char", "none")
+PAIRED_TESTS = ("bs", "ar")
+# sacrebleu's defaults: 1000 bootstrap resamples, 10000 approximate-randomization trials.
+DEFAULT_SAMPLES = {"bs": 1000, "ar": 10000}
+AR_CONFIDENCE_SAMPLES = 1000
+
+
+@dataclass
+class Options:
+    """Metric options; None/defaults reproduce the `sacrebleu` command's defaults."""
+
+    tokenize: str | None = None  # BLEU tokenizer (None = sacrebleu's default, 13a)
+    lowercase: bool = False  # case-insensitive BLEU and chrF
+    chrf_word_order: int | None = None  # 2 = chrF++ (overrides `chrf`)
+    ter_case_sensitive: bool = False  # TER is case-insensitive by default, as in Tercom
+    smooth_method: str = "exp"  # BLEU smoothing
+
+
+@dataclass
+class Result:
+    """One metric's score on one system, with the sacrebleu signature and the verbose fields."""
+
+    name: str
+    score: float
+    signature: str
+    verbose: dict[str, Any] = field(default_factory=dict)
+    raw: Score | None = field(default=None, repr=False, compare=False)
+
+    def line(self, width: int = 1) -> str:
+        """The exact line `sacrebleu -f text` prints for this score."""
+        if self.raw is None:
+            return f"{self.name}|{self.signature} = {self.score:.{width}f}"
+        return self.raw.format(width, False, self.signature)
+
+    def to_dict(self, width: int = 1) -> dict[str, Any]:
+        """sacrebleu's JSON object (score rounded to `width`) plus the verbose fields."""
+        if self.raw is not None:
+            d = json.loads(self.raw.format(width, False, self.signature, is_json=True))
+        else:
+            d = {"name": self.name, "score": round_score(self.score, width)}
+            d["signature"] = self.signature
+        d.update(self.verbose)
+        return d
+
+
+@dataclass
+class PairedResult:
+    """One system's score in a paired test: mean and 95% CI from resampling, p-value vs baseline."""
+
+    system: str
+    name: str
+    score: float
+    mean: float | None
+    ci: float | None
+    p_value: float | None  # None for the baseline itself
+    signature: str
+    baseline: bool = False
+
+    def text(self, width: int = 1) -> str:
+        """sacrebleu's paired-test cell: `95.7 (95.7 ± 1.3) (p = 0.0310)*`."""
+        s = f"{self.score:.{width}f}"
+        if self.mean is not None and self.ci is not None:
+            s += f" ({self.mean:.{width}f} ± {self.ci:.{width}f})"
+        if self.p_value is not None:
+            s += f" (p = {self.p_value:.4f})" + ("*" if self.p_value <= 0.05 else "")
+        return s
+
+    def to_dict(self, width: int = 1) -> dict[str, Any]:
+        """JSON object: the score rounded like sacrebleu, the test's raw statistics unrounded."""
+        return {
+            "system": self.system,
+            "baseline": self.baseline,
+            "name": self.name,
+            "score": round_score(self.score, width),
+            "mean": self.mean,
+            "ci": self.ci,
+            "p_value": self.p_value,
+            "signature": self.signature,
+        }
+
+
+def round_score(x: float, width: int) -> float:
+    """Round the way sacrebleu's JSON does (via its printed string), so JSON equals the text."""
+    return float(f"{x:.{width}f}")
+
+
+def parse_metrics(names: Iterable[str]) -> list[str]:
+    """Normalise `-m` values (repeated or comma-separated, any case); reject unknown names."""
+    out: list[str] = []
+    for item in names:
+        for name in item.split(","):
+            key = name.strip().lower()
+            if not key:
+                continue
+            if key not in METRICS:
+                valid = ", ".join(METRICS)
+                raise NmtError(f"unknown metric {name.strip()!r} (choose from {valid})")
+            if key not in out:
+                out.append(key)
+    return out or ["bleu"]
+
+
+def make_metric(
+    name: str, opts: Options, refs: Sequence[Sequence[str]] | None = None, sentence: bool = False
+) -> Metric:
+    """Build a sacrebleu metric object with the CLI's options mapped to its arguments."""
+    if name not in METRICS:
+        raise NmtError(f"unknown metric {name!r} (choose from {', '.join(METRICS)})")
+    cls, fixed = METRICS[name]
+    if cls is BLEU:
+        if opts.tokenize is not None and opts.tokenize not in TOKENIZERS:
+            raise NmtError(
+                f"unknown tokenizer {opts.tokenize!r} (choose from {', '.join(TOKENIZERS)})"
+            )
+        # Sentence BLEU needs effective order, as `sacrebleu --sentence-level` enables it.
+        kwargs = dict(
+            tokenize=opts.tokenize,
+            lowercase=opts.lowercase,
+            smooth_method=opts.smooth_method,
+            effective_order=sentence,
+        )
+    elif cls is CHRF:
+        kwargs = dict(lowercase=opts.lowercase)
+        if opts.chrf_word_order is not None and name == "chrf":
+            kwargs["word_order"] = opts.chrf_word_order
+    else:
+        kwargs = dict(case_sensitive=opts.ter_case_sensitive)
+    kwargs.update(fixed)
+    return cls(references=refs, **kwargs)
+
+
+def check_lengths(
+    hyps: Sequence[str],
+    refs: Sequence[Sequence[str]],
+    hyp_name: str = "hypotheses",
+    ref_names: Sequence[str] | None = None,
+) -> None:
+    """Refuse empty or misaligned inputs with a message naming both sides and both counts."""
+    if not refs:
+        raise NmtError("no reference given")
+    if len(hyps) == 0:
+        raise NmtError(f"{hyp_name}: empty hypothesis file")
+    names = list(ref_names or [f"reference {k + 1}" for k in range(len(refs))])
+    for name, stream in zip(names, refs, strict=True):
+        if len(stream) != len(hyps):
+            raise NmtError(
+                f"line counts differ: {hyp_name} has {len(hyps)} lines, "
+                f"{name} has {len(stream)} lines"
+            )
+
+
+def _verbose(s: Score) -> dict[str, Any]:
+    """The metric-specific numbers behind a score (for JSON and tables)."""
+    if hasattr(s, "bp"):  # BLEUScore
+        return {
+            "precisions": [float(p) for p in s.precisions],
+            "bp": float(s.bp),
+            "ratio": float(s.ratio),
+            "hyp_len": int(s.sys_len),
+            "ref_len": int(s.ref_len),
+            "counts": [int(c) for c in s.counts],
+            "totals": [int(t) for t in s.totals],
+        }
+    if hasattr(s, "char_order"):  # CHRFScore
+        return {"char_order": s.char_order, "word_order": s.word_order, "beta": s.beta}
+    if hasattr(s, "num_edits"):  # TERScore
+        return {"num_edits": int(s.num_edits), "ref_length": float(s.ref_length)}
+    return {}
+
+
+def _result(s: Score, metric: Metric) -> Result:
+    """Wrap a sacrebleu Score with its signature."""
+    sig = metric.get_signature().format()
+    return Result(s.name, float(s.score), sig, _verbose(s), raw=s)
+
+
+def _normalise(lines: Sequence[str]) -> list[str]:
+    """Strip trailing whitespace as the `sacrebleu` command does, so scores match it exactly."""
+    return [x.rstrip() for x in lines]
+
+
+def score(
+    hyps: Sequence[str],
+    refs: Sequence[Sequence[str]],
+    metrics: Sequence[str] = ("bleu",),
+    tokenize: str | None = None,
+    lowercase: bool = False,
+    chrf_word_order: int | None = None,
+    ter_case_sensitive: bool = False,
+    options: Options | None = None,
+) -> list[Result]:
+    """Corpus-level scores for one system, one Result per metric, in the order asked."""
+    opts = options or Options(tokenize, lowercase, chrf_word_order, ter_case_sensitive)
+    check_lengths(hyps, refs)
+    hyps, refs = _normalise(hyps), [_normalise(r) for r in refs]
+    out = []
+    for name in parse_metrics(metrics):
+        metric = make_metric(name, opts)
+        out.append(_result(metric.corpus_score(hyps, refs), metric))
+    return out
+
+
+def score_systems(
+    systems: Sequence[Sequence[str]],
+    refs: Sequence[Sequence[str]],
+    metrics: Sequence[str] = ("bleu",),
+    options: Options | None = None,
+) -> list[list[Result]]:
+    """Score several systems on the same references (reference n-grams extracted once)."""
+    opts = options or Options()
+    refs = [_normalise(r) for r in refs]
+    objs = [make_metric(name, opts, refs=refs) for name in parse_metrics(metrics)]
+    out = []
+    for hyps in systems:
+        check_lengths(hyps, refs)
+        out.append([_result(m.corpus_score(_normalise(hyps), None), m) for m in objs])
+    return out
+
+
+def sentence_scores(
+    hyps: Sequence[str],
+    refs: Sequence[Sequence[str]],
+    metrics: Sequence[str] = ("bleu",),
+    options: Options | None = None,
+) -> list[list[Result]]:
+    """Per-line scores for error analysis (sentence BLEU uses effective order, like sacrebleu)."""
+    opts = options or Options()
+    check_lengths(hyps, refs)
+    hyps, refs = _normalise(hyps), [_normalise(r) for r in refs]
+    objs = [make_metric(name, opts, sentence=True) for name in parse_metrics(metrics)]
+    out = []
+    for i, hyp in enumerate(hyps):
+        line_refs = [stream[i] for stream in refs]
+        out.append([_result(m.sentence_score(hyp, line_refs), m) for m in objs])
+    return out
+
+
+def paired_test(
+    systems: Sequence[tuple[str, Sequence[str]]],
+    refs: Sequence[Sequence[str]],
+    metrics: Sequence[str] = ("bleu",),
+    test: str = "bs",
+    n_samples: int = 0,
+    options: Options | None = None,
+) -> list[list[PairedResult]]:
+    """Paired bootstrap resampling or approximate randomization with sacrebleu's PairedTest.
+
+    The first system is the baseline. Scores and p-values are those of `sacrebleu --paired-bs`
+    / `--paired-ar` (same seed: SACREBLEU_SEED, default 12345); for `ar` the mean and 95% CI
+    come from sacrebleu's bootstrap estimate (`n_ar_confidence`), which its command leaves off.
+    Returns one list per system (baseline first), one PairedResult per metric.
+    """
+    from sacrebleu.significance import PairedTest
+
+    if test not in PAIRED_TESTS:
+        raise NmtError(f"unknown paired test {test!r} (choose from bs, ar)")
+    if len(systems) < 2:
+        raise NmtError("a paired test needs at least two systems (the first is the baseline)")
+    opts = options or Options()
+    refs = [_normalise(r) for r in refs]
+    named = []
+    for name, hyps in systems:
+        check_lengths(hyps, refs, hyp_name=name)
+        named.append((name, _normalise(hyps)))
+    objs = {name: make_metric(name, opts, refs=refs) for name in parse_metrics(metrics)}
+    n = n_samples if n_samples > 0 else DEFAULT_SAMPLES[test]
+    ar_ci = AR_CONFIDENCE_SAMPLES if test == "ar" else -1
+    ps = PairedTest(named, objs, None, test_type=test, n_samples=n, n_ar_confidence=ar_ci)
+    sigs, table = ps()
+    out: list[list[PairedResult]] = [[] for _ in named]
+    for metric_name, cells in table.items():
+        if metric_name == "System":
+            continue
+        sig = sigs[metric_name].format()
+        for i, r in enumerate(cells):
+            out[i].append(
+                PairedResult(
+                    system=named[i][0],
+                    name=metric_name,
+                    score=float(r.score),
+                    mean=None if r.mean is None else float(r.mean),
+                    ci=None if r.ci is None else float(r.ci),
+                    p_value=None if r.p_value is None else float(r.p_value),
+                    signature=sig,
+                    baseline=i == 0,
+                )
+            )
+    return out
+
+
+# ---- reading inputs ---------------------------------------------------------------------------
+
+
+def read_text(path: str | Path) -> list[str]:
+    """All lines of a hypothesis/reference file; missing files and bad UTF-8 become NmtError."""
+    p = Path(path)
+    if p.is_dir():
+        raise NmtError(f"{p}: is a directory, not a text file")
+    try:
+        return list(read_lines(p))
+    except OSError as e:
+        raise NmtError(f"{p}: cannot read ({e.strerror or e})") from None
+
+
+def read_stream(stream: Any, name: str = "<stdin>") -> list[str]:
+    """All lines of a binary stream (stdin), strict UTF-8 with errors naming the line."""
+    return [
+        decode_line(raw, name, lineno).rstrip("\r\n") for lineno, raw in enumerate(stream, start=1)
+    ]
+
+
+# ---- output -------------------------------------------------------------------------------------
+
+
+def align_lines(lines: list[str]) -> list[str]:
+    """Right-align the text before ' = ' across lines, exactly as `sacrebleu -f text` does."""
+    if len(lines) < 2:
+        return lines
+    cuts = [line.index("=") - 1 for line in lines]
+    w = max(cuts)
+    return [f"{line[:c]:>{w}}{line[c:]}" for c, line in zip(cuts, lines, strict=True)]
+
+
+def format_lines(results: list[Result], width: int = 1) -> list[str]:
+    """Plain output for one system: sacrebleu's text lines, aligned on '='."""
+    return align_lines([r.line(width) for r in results])
+
+
+def format_paired_lines(table: list[list[PairedResult]], width: int = 1) -> list[str]:
+    """Plain output of a paired test: one tab-separated line per system and metric, signatures."""
+    lines = []
+    for row in table:
+        for r in row:
+            label = f"Baseline: {r.system}" if r.baseline else r.system
+            lines.append(f"{label}\t{r.name} = {r.text(width)}")
+    for r in table[0]:
+        lines.append(f"signature\t{r.name}|{r.signature}")
+    return lines
+
+
+def rich_table(rows: list[tuple[str, list[Result]]], width: int = 1) -> Any:
+    """A rich Table for a terminal: one row per system and metric (signatures printed after)."""
+    from rich.table import Table
+
+    multi = len(rows) > 1
+    table = Table()
+    if multi:
+        table.add_column("System", overflow="fold")
+    table.add_column("Metric", no_wrap=True)
+    table.add_column("Score", justify="right", no_wrap=True)
+    table.add_column("Details")
+    for system, results in rows:
+        for r in results:
+            details = r.raw._verbose if r.raw is not None else ""
+            cells = [r.name, f"{r.score:.{width}f}", details]
+            table.add_row(*([system] if multi else []), *cells)
+    return table
+
+
+def signature_lines(results: Iterable[Any]) -> list[str]:
+    """`NAME|signature` once per metric, in order: what makes a score reproducible."""
+    seen: dict[str, str] = {}
+    for r in results:
+        seen.setdefault(r.name, f"{r.name}|{r.signature}")
+    return list(seen.values())
+
+
+def rich_paired_table(
+    table: list[list[PairedResult]], test: str, n_samples: int = 0, width: int = 1
+) -> Any:
+    """A rich Table for a paired test: one row per system and metric, narrow enough for 80 cols."""
+    from rich.table import Table
+
+    n = n_samples if n_samples > 0 else DEFAULT_SAMPLES[test]
+    kind = "bootstrap resampling" if test == "bs" else "approximate randomization"
+    t = Table(title=f"Paired {kind} test, {n} samples (* = p <= 0.05 against the baseline)")
+    t.add_column("System", overflow="fold")
+    t.add_column("Metric")
+    t.add_column("Score", justify="right")
+    t.add_column("μ ± 95% CI", justify="right")
+    t.add_column("p-value", justify="right")
+    for row in table:
+        for r in row:
+            label = f"Baseline: {r.system}" if r.baseline else r.system
+            ci = "" if r.mean is None or r.ci is None else f"{r.mean:.{width}f} ± {r.ci:.{width}f}"
+            p = "" if r.p_value is None else f"{r.p_value:.4f}" + ("*" if r.p_value <= 0.05 else "")
+            t.add_row(label, r.name, f"{r.score:.{width}f}", ci, p)
+    return t
+
+
+# ---- translate and score ----------------------------------------------------------------------
+
+
+def evaluate(
+    model_dir: str | Path,
+    src: str | Path,
+    ref_paths: Sequence[str | Path],
+    hyp_out: str | Path | None = None,
+    metrics: Sequence[str] = ("bleu",),
+    options: Options | None = None,
+    device: str = "auto",
+    checkpoint: str = "best",
+    **translate_kwargs: Any,
+) -> list[Result]:
+    """Translate `src` with the model and score it; every input is checked before the model loads."""
+    metric_names = parse_metrics(metrics)
+    opts = options or Options()
+    if opts.tokenize is not None and opts.tokenize not in TOKENIZERS:
+        raise NmtError(f"unknown tokenizer {opts.tokenize!r} (choose from {', '.join(TOKENIZERS)})")
+    if not Path(model_dir).is_dir():
+        raise NmtError(f"{model_dir}: model directory not found")
+    src_lines = read_text(src)
+    if not src_lines:
+        raise NmtError(f"{src}: empty source file")
+    refs = [read_text(p) for p in ref_paths]
+    check_lengths(src_lines, refs, hyp_name=str(src), ref_names=[str(p) for p in ref_paths])
+
+    from nmt.translate import Translator  # torch is imported only when a model is really used
+
+    translator = Translator.from_dir(model_dir, device=device, checkpoint=checkpoint)
+    hyps = [h.text for h in translator.translate(src_lines, **translate_kwargs)]
+    if len(hyps) != len(src_lines):  # the translator's contract; never score a shifted file
+        raise NmtError(f"translator returned {len(hyps)} lines for {len(src_lines)} inputs")
+    if hyp_out is not None:
+        with atomic_write(hyp_out) as f:
+            f.writelines(h + "\n" for h in hyps)
+    return score(hyps, refs, metric_names, options=opts)
