@@ -18,3 +18,35 @@ def repo_root():
     from pathlib import Path
 
     return Path(__file__).resolve().parent.parent
+
+
+def _corpus_mirror(root):
+    """The local Multi30k mirror: NMT_CORPUS_MIRROR, else ../shared/corpora/multi30k beside the repo."""
+    from pathlib import Path
+
+    env = os.environ.get("NMT_CORPUS_MIRROR")
+    for candidate in ([Path(env)] if env else []) + [root.parent / "shared/corpora/multi30k"]:
+        if (candidate / "train.en.gz").is_file():
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="session")
+def multi30k_mirror(repo_root):
+    """Folder of the gzipped Multi30k mirror; skips when this machine has none (no network in tests)."""
+    mirror = _corpus_mirror(repo_root)
+    if mirror is None:
+        pytest.skip(
+            "no Multi30k mirror (set NMT_CORPUS_MIRROR or provide ../shared/corpora/multi30k)"
+        )
+    return mirror
+
+
+@pytest.fixture(scope="session")
+def multi30k(multi30k_mirror, tmp_path_factory):
+    """Path of a fetched, verified, decompressed Multi30k (train/val/test_2016_flickr/... .en/.de/...)."""
+    from nmt.corpus import fetch
+
+    return fetch(
+        "multi30k", tmp_path_factory.mktemp("multi30k"), mirror=multi30k_mirror, quiet=True
+    )
