@@ -28,8 +28,8 @@ def _too_small_message(err: str, vocab_size: int) -> str | None:
         return None
     need = int(m.group(2))
     return (
-        f"vocabulary size {vocab_size} is too small: the training text has {need - 4} distinct "
-        f"characters plus 4 special pieces; use --vocab-size {need} or more"
+        f"vocabulary size {vocab_size} is too small: the training text needs {need} pieces "
+        f"(its characters, the word boundary and 4 special pieces); use --vocab-size {need} or more"
     )
 
 
