@@ -64,10 +64,11 @@ def _rich_progress(stack: Any) -> Any:
         TimeElapsedColumn(),
         console=Console(stderr=True),
     )
-    stack.enter_context(bars)
     tasks: dict[str, Any] = {}
 
     def report(step: str, done: int, total: int | None) -> None:
+        if not tasks:  # started on first use, so an early error prints nothing but itself
+            stack.enter_context(bars)
         if step not in tasks:
             tasks[step] = bars.add_task(step, total=total)
         bars.update(tasks[step], completed=done, total=total)
