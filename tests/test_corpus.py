@@ -1,0 +1,108 @@
+"""The corpus fetcher: verified copies from a mirror, idempotence, and clear failures on a corrupt
+mirror or an unreachable address."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from nmt import corpus
+from nmt.errors import NmtError
+
+FILES = {
+    f"{split}.{lang}"
+    for split in ("train", "val", "test_2016_flickr", "test_2017_flickr")
+    for lang in ("en", "de", "fr", "cs")
+} - {"test_2017_flickr.cs"}
+
+
+def test_manifest_matches_committed_checksums_and_files(repo_root):
+    m = corpus.load_manifest("multi30k")
+    assert {f.removesuffix(".gz") for f in m["files"]} == FILES
+    assert all(len(h) == 64 for h in m["files"].values())
+    assert m["url"].format(file="train.en.gz") == (
+        "https://github.com/multi30k/dataset/raw/master/data/task1/raw/train.en.gz"
+    )
+    with pytest.raises(NmtError, match=r"unknown corpus 'wmt99' \(known: .*multi30k"):
+        corpus.load_manifest("wmt99")
+
+
+def test_fetch_from_mirror_is_verified_and_idempotent(multi30k_mirror, tmp_path):
+    dest = corpus.fetch("multi30k", tmp_path / "m", mirror=multi30k_mirror, quiet=True)
+    assert {p.name for p in dest.iterdir() if not p.name.startswith(".")} == FILES
+    train_en = (dest / "train.en").read_bytes()
+    assert train_en == gzip.decompress((multi30k_mirror / "train.en.gz").read_bytes())
+    assert train_en.count(b"\n") == 29000
+    assert (dest / "val.de").read_bytes().count(b"\n") == 1014
+    stamp = json.loads((dest / corpus.STAMP).read_text())
+    assert stamp["train.en.gz"]["sha256"] == hashlib.sha256(train_en).hexdigest()
+
+    mtimes = {p.name: p.stat().st_mtime_ns for p in dest.iterdir()}
+    corpus.fetch("multi30k", dest, mirror=multi30k_mirror, quiet=True)
+    assert {p.name: p.stat().st_mtime_ns for p in dest.iterdir()} == mtimes
+
+    (dest / "val.en").write_text("tampered\n")  # a damaged file is fetched again, others skipped
+    corpus.fetch("multi30k", dest, mirror=multi30k_mirror, quiet=True)
+    assert (dest / "val.en").read_bytes().count(b"\n") == 1014
+    assert (dest / "train.de").stat().st_mtime_ns == mtimes["train.de"]
+
+
+def test_env_mirror_is_used(multi30k_mirror, tmp_path, monkeypatch):
+    monkeypatch.setenv("NMT_CORPUS_MIRROR", str(multi30k_mirror))
+    dest = corpus.fetch("multi30k", tmp_path / "m", quiet=True)
+    assert (dest / "test_2017_flickr.fr").is_file()
+
+
+def test_checksum_mismatch_names_file_and_both_sums(multi30k_mirror, tmp_path):
+    bad = tmp_path / "mirror"
+    shutil.copytree(multi30k_mirror, bad)
+    (bad / "val.de.gz").chmod(0o644)
+    payload = gzip.compress(b"not the real corpus\n")
+    (bad / "val.de.gz").write_bytes(payload)
+    expected = corpus.load_manifest("multi30k")["files"]["val.de.gz"]
+    actual = hashlib.sha256(payload).hexdigest()
+    with pytest.raises(NmtError) as e:
+        corpus.fetch("multi30k", tmp_path / "m", mirror=bad, quiet=True)
+    assert str(e.value) == (
+        f"{bad / 'val.de.gz'}: checksum mismatch for val.de.gz "
+        f"(expected sha256 {expected}, got {actual})"
+    )
+    assert not (tmp_path / "m" / "val.de").exists()
+    assert not [p for p in (tmp_path / "m").iterdir() if p.name.startswith(".val")]
+
+    proc = subprocess.run(
+        [sys.executable, "scripts/fetch_corpus.py", "multi30k", "--dest", str(tmp_path / "m2")]
+        + ["--mirror", str(bad), "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=corpus.CORPORA_DIR.parent,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: {e.value}\n"
+
+
+def test_mirror_missing_file(multi30k_mirror, tmp_path):
+    partial = tmp_path / "mirror"
+    partial.mkdir()
+    shutil.copy(multi30k_mirror / "train.en.gz", partial)
+    with pytest.raises(NmtError, match=f"^mirror {partial} has no train.de.gz$"):
+        corpus.fetch("multi30k", tmp_path / "m", mirror=partial, quiet=True)
+    with pytest.raises(NmtError, match="no such folder"):
+        corpus.fetch("multi30k", tmp_path / "m", mirror=tmp_path / "nope", quiet=True)
+
+
+def test_unreachable_source_names_url(tmp_path, monkeypatch):
+    monkeypatch.delenv("NMT_CORPUS_MIRROR", raising=False)
+    manifest = corpus.load_manifest("multi30k")
+    manifest["url"] = "http://127.0.0.1:9/data/{file}"  # discard port: connection refused at once
+    monkeypatch.setattr(corpus, "load_manifest", lambda name: manifest)
+    with pytest.raises(
+        NmtError, match=r"^cannot download http://127\.0\.0\.1:9/data/train\.en\.gz: "
+    ):
+        corpus.fetch("multi30k", tmp_path / "m", quiet=True)
