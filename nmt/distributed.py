@@ -1,0 +1,97 @@
+"""DistributedDataParallel plumbing: read torchrun's environment, agree on decisions, launch torchrun.
+
+Processes are started by torchrun (or `nmt train --nproc N`, which runs torchrun); this module
+never spawns workers itself. nccl on GPUs, gloo on CPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as torch_dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits among the training processes."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """Only the main process writes files and prints."""
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        """Whether there is more than one process to talk to."""
+        return self.world_size > 1
+
+
+def from_env() -> DistInfo:
+    """Read torchrun's variables; a plain `nmt train` is a world of one."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistInfo()
+    return DistInfo(
+        rank=int(os.environ.get("RANK", "0")),
+        world_size=world,
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(world))),
+    )
+
+
+def init(info: DistInfo, device: torch.device) -> None:
+    """Join the process group (nccl for CUDA, gloo otherwise)."""
+    if not info.enabled or torch_dist.is_initialized():
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch_dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size)
+
+
+def cleanup(info: DistInfo) -> None:
+    """Leave the process group so the launcher can exit cleanly."""
+    if info.enabled and torch_dist.is_initialized():
+        torch_dist.destroy_process_group()
+
+
+def barrier(info: DistInfo) -> None:
+    """Wait for every process (no-op alone)."""
+    if info.enabled:
+        torch_dist.barrier()
+
+
+def agree_max(value: int, info: DistInfo, device: torch.device) -> int:
+    """The largest of every process's `value`: one process wanting to stop stops them all."""
+    if not info.enabled:
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def launch(nproc: int, args: list[str]) -> int:
+    """Run `nmt <args>` under torchrun with `nproc` local processes; return its exit code."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "nmt",
+        *args,
+    ]
+    try:
+        return subprocess.call(cmd)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,228 @@
+"""The training loop end to end on a generated copy task: learning, exact resume, refusals,
+signals, non-finite losses, DDP with two CPU processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from nmt.checkpoint import load_state
+from nmt.config import load_config
+from nmt.errors import NmtError
+from nmt.trainer import train
+
+WORDS = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike "
+    "november oscar papa quebec romeo sierra tango"
+).split()
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _write_copy_corpus(root: Path, n_train: int, n_valid: int, seed: int = 0) -> None:
+    """Source and target are the same random word sequences (3-8 words)."""
+    rng = random.Random(seed)
+    for split, n in (("train", n_train), ("valid", n_valid)):
+        lines = [" ".join(rng.choices(WORDS, k=rng.randint(3, 8))) for _ in range(n)]
+        for lang in ("en", "de"):
+            (root / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def copy_data(tmp_path_factory) -> Path:
+    """A preprocessed copy-task DATA_DIR (joint SentencePiece, a few dozen pieces)."""
+    from nmt.data import preprocess
+
+    root = tmp_path_factory.mktemp("copy")
+    _write_copy_corpus(root, 3000, 100)
+    out = root / "data"
+    preprocess(
+        "en", "de", root / "train", out, valid=root / "valid", vocab_size=64, threads=1, quiet=True
+    )
+    return out
+
+
+def _tiny(*overrides: str):
+    base = [
+        "training.valid_every=0",
+        "training.log_every=5",
+        "training.warmup=10",
+        "training.max_tokens=600",
+    ]
+    return load_config(preset="transformer-tiny", overrides=[*base, *overrides])
+
+
+def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(model_dir / "checkpoints" / "last.safetensors"))
+
+
+def test_resume_equals_uninterrupted_run_bitwise(copy_data, tmp_path):
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    s_full = train(_tiny("training.max_steps=30"), copy_data, full, "cpu", quiet=True, threads=1)
+    s1 = train(_tiny("training.max_steps=15"), copy_data, cut, "cpu", quiet=True, threads=1)
+    assert s1["steps"] == 15
+    s2 = train(
+        _tiny("training.max_steps=30"), copy_data, cut, "cpu", resume=True, quiet=True, threads=1
+    )
+    assert s2["steps"] == s_full["steps"] == 30
+    a, b = _weights(full), _weights(cut)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    st_a = load_state(full / "checkpoints" / "last.state.pt")
+    st_b = load_state(cut / "checkpoints" / "last.state.pt")
+    assert st_a["train_state"] == {**st_b["train_state"], "elapsed": st_a["train_state"]["elapsed"]}
+    for pa, pb in zip(
+        st_a["optimizer"]["state"].values(), st_b["optimizer"]["state"].values(), strict=True
+    ):
+        assert torch.equal(pa["exp_avg_sq"], pb["exp_avg_sq"])
+    # The resumed run wrote one train event per logged step, none duplicated.
+    rows = [json.loads(x) for x in (cut / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in rows if r["event"] == "train"]
+    assert steps == [5, 10, 15, 20, 25, 30]
+
+
+def test_model_dir_is_self_contained_and_reused_dirs_are_refused(copy_data, tmp_path):
+    out = tmp_path / "m"
+    train(_tiny("training.max_steps=2"), copy_data, out, "cpu", quiet=True, threads=1)
+    for name in ("config.yaml", "vocab.json", "spm.model", "metrics.jsonl"):
+        assert (out / name).exists(), name
+    for name in ("last.safetensors", "last.state.pt", "best.safetensors"):
+        assert (out / "checkpoints" / name).exists(), name
+    with pytest.raises(NmtError, match="already has checkpoints; use --resume"):
+        train(_tiny("training.max_steps=2"), copy_data, out, "cpu", quiet=True, threads=1)
+    with pytest.raises(NmtError, match="nothing to resume"):
+        train(_tiny(), copy_data, tmp_path / "new", "cpu", resume=True, quiet=True, threads=1)
+    s = train(_tiny("training.max_steps=1"), copy_data, out, "cpu", force=True, quiet=True)
+    assert s["steps"] == 1
+    # The translation side can rebuild the model from the directory alone.
+    from nmt.modeldir import load_model
+
+    model, cfg, vocab, meta = load_model(out, "last")
+    assert cfg.model.d_model == 64 and meta["src_lang"] == "en"
+
+
+def test_second_process_is_refused_by_the_lock(copy_data, tmp_path):
+    out = tmp_path / "m"
+    out.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / ".lock").write_text(f"{os.uname().nodename} {sleeper.pid}\n")
+        with pytest.raises(NmtError, match="another process is training into this directory"):
+            train(_tiny("training.max_steps=1"), copy_data, out, "cpu", quiet=True, threads=1)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # A stale lock (its process is gone) is taken over.
+    s = train(_tiny("training.max_steps=1"), copy_data, out, "cpu", quiet=True, threads=1)
+    assert s["steps"] == 1 and not (out / ".lock").exists()
+
+
+def test_nonfinite_losses_skip_updates_then_abort(copy_data, tmp_path, monkeypatch):
+    import nmt.trainer as trainer_mod
+
+    real = trainer_mod.label_smoothed_nll
+    calls = {"n": 0}
+
+    def flaky(logits, target, eps, pad_id=0):
+        loss, nll, n = real(logits, target, eps, pad_id)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] in (2, 3) else loss), nll, n
+
+    monkeypatch.setattr(trainer_mod, "label_smoothed_nll", flaky)
+    out = tmp_path / "a"
+    s = train(_tiny("training.max_steps=4"), copy_data, out, "cpu", quiet=True, threads=1)
+    assert s["steps"] == 4
+    after = _weights(out)
+    assert all(torch.isfinite(v).all() for v in after.values() if v.is_floating_point())
+    # Steps 2 and 3 were skipped: Adam took 2 updates, not 4.
+    adam = load_state(out / "checkpoints" / "last.state.pt")["optimizer"]["state"]
+    assert {float(v["step"]) for v in adam.values()} == {2.0}
+
+    monkeypatch.setattr(
+        trainer_mod, "label_smoothed_nll", lambda lg, t, e, p=0: (lg.sum() * float("inf"), 0, 1)
+    )
+    with pytest.raises(NmtError, match="training diverged: 10 non-finite losses in a row"):
+        train(_tiny("training.max_steps=50"), copy_data, tmp_path / "b", "cpu", quiet=True)
+
+
+def _cli(*args: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "nmt", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def test_sigint_saves_last_and_resume_continues(copy_data, tmp_path):
+    out = tmp_path / "m"
+    args = ["train", "--preset", "transformer-tiny", "--data", str(copy_data), "-o", str(out)]
+    args += ["--set", "training.log_every=1", "--set", "training.max_tokens=600", "--device", "cpu"]
+    proc = _cli(*args, "--max-steps", "100000")
+    deadline = time.monotonic() + 60
+    metrics = out / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        if metrics.exists() and '"event": "train"' in metrics.read_text():
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    st = load_state(out / "checkpoints" / "last.state.pt")
+    step = st["train_state"]["step"]
+    assert 1 <= step < 100000
+    assert not (out / ".lock").exists()
+    proc = _cli(*args, "--max-steps", str(step + 2), "--resume", "--quiet")
+    out_text, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert err == "" and out_text == ""
+    assert load_state(out / "checkpoints" / "last.state.pt")["train_state"]["step"] == step + 2
+
+
+def test_ddp_two_cpu_processes_write_one_model_dir(copy_data, tmp_path):
+    out = tmp_path / "m"
+    proc = _cli(
+        "train", "--preset", "transformer-tiny", "--data", str(copy_data), "-o", str(out),
+        "--set", "training.max_tokens=600", "--set", "training.log_every=2",
+        "--max-steps", "4", "--device", "cpu", "--nproc", "2",
+    )  # fmt: skip
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["event"] == "train"] == [2, 4]  # rank 0 only
+    assert len([r for r in rows if r["event"] == "valid"]) == 1
+    st = load_state(out / "checkpoints" / "last.state.pt")
+    assert st["world_size"] == 2 and st["train_state"]["step"] == 4
+    assert sorted(p.name for p in out.iterdir()) == [
+        "checkpoints", "config.yaml", "metrics.jsonl", "spm.model", "vocab.json"
+    ]  # fmt: skip
+
+
+def test_tiny_transformer_learns_to_copy(copy_data, tmp_path):
+    cfg = load_config(
+        preset="transformer-tiny",
+        overrides=[
+            "training.max_steps=400",
+            "training.valid_every=100",
+            "training.max_tokens=1500",
+            "training.lr=0.005",
+            "training.warmup=50",
+            "training.early_stop_metric=bleu",
+            "model.dropout=0.0",
+        ],
+    )
+    s = train(cfg, copy_data, tmp_path / "m", "cpu", quiet=True, threads=1)
+    assert s["best_score"] > 90, s
