@@ -182,6 +182,109 @@ def preprocess_cmd(
 
 
 # ---- train / average (nmt.trainer, nmt.checkpoint) -------------------------------------------
+def _train_config(
+    config: str | None,
+    preset: str | None,
+    overrides: list[str],
+    model_dir: str,
+    resume: bool,
+    flags: dict[str, Any],
+) -> Any:
+    """Resolve the run's config; `--resume` without CONFIG/--preset starts from MODEL_DIR's own."""
+    from pathlib import Path
+
+    import yaml
+
+    from nmt.config import (
+        config_from_dict,
+        load_config,
+        parse_duration,
+        parse_override,
+        set_value,
+    )
+
+    saved = Path(model_dir) / "config.yaml"
+    if resume and not config and not preset and saved.exists():
+        cfg = config_from_dict(yaml.safe_load(saved.read_text(encoding="utf-8")) or {}, str(saved))
+        for text in overrides:
+            key, value = parse_override(text)
+            set_value(cfg, key, value)
+    else:
+        cfg = load_config(config, preset, overrides)
+    for key, value in flags.items():
+        if value is not None:
+            set_value(cfg, f"training.{key}", value, f"--{key.replace('_', '-')}")
+    parse_duration(cfg.training.max_time)  # a bad --max-time fails before anything starts
+    return cfg
+
+
+@app.command("train")
+@user_errors
+def train_cmd(
+    config: str = typer.Argument(None, metavar="[CONFIG.yaml]", help="YAML config (optional)."),
+    data_dir: str = typer.Option(..., "--data", "-d", help="DATA_DIR from nmt preprocess."),
+    model_dir: str = typer.Option(..., "--output", "-o", help="MODEL_DIR to train into."),
+    preset: str = typer.Option(None, "--preset", "-p", help="Start from a shipped preset."),
+    overrides: list[str] = typer.Option(
+        None, "--set", help="Override a config key: section.key=value (repeatable)."
+    ),
+    max_steps: int = typer.Option(None, "--max-steps", help="Stop after N updates in total."),
+    max_epochs: int = typer.Option(None, "--max-epochs", help="Stop after N epochs."),
+    max_time: str = typer.Option(None, "--max-time", help="Wall-clock budget, e.g. 25m, 1h30m."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or mps."),
+    seed: int = typer.Option(None, "--seed", help="Random seed (training.seed)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from MODEL_DIR's last state."),
+    force: bool = typer.Option(False, "--force", help="Discard MODEL_DIR's checkpoints."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
+    nproc: int = typer.Option(
+        None, "--nproc", help="Run N DDP processes on this machine (launches torchrun)."
+    ),
+) -> None:
+    """Train a model on DATA_DIR into MODEL_DIR (config: preset < CONFIG.yaml < --set)."""
+    import os
+
+    overrides = overrides or []
+    if nproc is not None and nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        from nmt import distributed
+
+        args = ["train", *([config] if config else []), "--data", data_dir, "-o", model_dir]
+        args += ["--preset", preset] if preset else []
+        for text in overrides:
+            args += ["--set", text]
+        for opt, value in (
+            ("--max-steps", max_steps), ("--max-epochs", max_epochs),
+            ("--max-time", max_time), ("--seed", seed),
+        ):  # fmt: skip
+            args += [opt, str(value)] if value is not None else []
+        args += ["--device", device]
+        switches = (("--resume", resume), ("--force", force), ("--quiet", quiet))
+        args += [flag for flag, on in switches if on]
+        raise SystemExit(distributed.launch(nproc, args))
+    from nmt.trainer import train
+
+    flags = {"max_steps": max_steps, "max_epochs": max_epochs, "max_time": max_time, "seed": seed}
+    cfg = _train_config(config, preset, overrides, model_dir, resume, flags)
+    summary = train(cfg, data_dir, model_dir, device, resume=resume, force=force, quiet=quiet)
+    if summary["exit_code"]:
+        raise SystemExit(summary["exit_code"])
+
+
+@app.command("average")
+@user_errors
+def average_cmd(
+    model_dir: str = typer.Option(..., "--model", "-m", help="A trained MODEL_DIR."),
+    last: int = typer.Option(0, "--last", help="Average the N newest step checkpoints."),
+    best: int = typer.Option(0, "--best", help="Average the N best step checkpoints."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
+) -> None:
+    """Average checkpoints into MODEL_DIR/checkpoints/averaged.safetensors."""
+    from nmt.checkpoint import average
+
+    path, steps = average(model_dir, last=last, best=best)
+    if not quiet:
+        sys.stderr.write(f"averaged steps {', '.join(map(str, steps))} -> {path}\n")
+
+
 # ---- translate / attention (nmt.translate, nmt.viz) ------------------------------------------
 # ---- score / evaluate (nmt.scoring) ----------------------------------------------------------
 

@@ -72,6 +72,8 @@ class TrainingConfig:
     patience: int = 10
     early_stop_metric: str = choice("bleu", "loss")
     keep_best: int = 3
+    keep_last: int = 5
+    valid_max_sentences: int = 0
     max_steps: int = 0
     max_epochs: int = 0
     max_time: str = ""
