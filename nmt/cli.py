@@ -286,6 +286,190 @@ def average_cmd(
 
 
 # ---- translate / attention (nmt.translate, nmt.viz) ------------------------------------------
+
+
+def _translate_progress(stack: Any, total: int) -> Callable[[int], None]:
+    """A rich progress bar on stderr for file inputs; returns `advance(n)`."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bars = Progress(
+        TextColumn("translating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
+    stack.enter_context(bars)
+    task = bars.add_task("translating", total=total)
+    return lambda n: bars.advance(task, n)
+
+
+def _warn_to_stderr(name: str) -> Callable[[str], None]:
+    """Warnings as `warning: FILE: line N: ...` lines on stderr."""
+
+    def warn(message: str) -> None:
+        sys.stderr.write(f"warning: {name}: {message}\n")
+        sys.stderr.flush()
+
+    return warn
+
+
+@app.command("translate")
+@user_errors
+def translate_cmd(
+    inputs: list[str] = typer.Argument(
+        None, help="Input files, one sentence per line (plain or .gz); '-' or none: stdin."
+    ),
+    model_dir: str = typer.Option(..., "--model", "-m", help="MODEL_DIR written by nmt train."),
+    output: str = typer.Option(
+        None, "--output", "-o", help="Write translations here (atomically) instead of stdout."
+    ),
+    beam_size: int = typer.Option(
+        None, "--beam-size", "-b", help="Beam width [default: model config, 5]; 1 = greedy."
+    ),
+    greedy: bool = typer.Option(False, "--greedy", help="Greedy search (same as --beam-size 1)."),
+    length_penalty: float = typer.Option(
+        None, "--length-penalty", help="GNMT length penalty alpha [default: model config, 1.0]."
+    ),
+    nbest: int = typer.Option(
+        1,
+        "--nbest",
+        help="Hypotheses per input. Text format: N lines per input line, best first "
+        "(empty lines when fewer were found); jsonl: N entries in 'hypotheses'.",
+    ),
+    max_len_a: float = typer.Option(
+        None, "--max-len-a", help="Max output length a*|source|+b: a [default: model config, 1.2]."
+    ),
+    max_len_b: float = typer.Option(
+        None, "--max-len-b", help="Max output length a*|source|+b: b [default: model config, 10]."
+    ),
+    min_len: int = typer.Option(
+        None, "--min-len", help="Minimum output length in subwords [default: model config, 0]."
+    ),
+    batch_tokens: int = typer.Option(
+        None, "--batch-tokens", help="Padded source tokens per batch [default: model config]."
+    ),
+    fmt: str = typer.Option(
+        "text",
+        "--format",
+        "-f",
+        help="text: one line per input line; jsonl: one object per input line "
+        '{"source", "hypotheses": [{"translation", "score", "log_prob", "tokens"}]}.',
+    ),
+    with_attention: bool = typer.Option(
+        False,
+        "--with-attention",
+        help="jsonl only: add 'source_tokens' and per hypothesis 'attention' (target x source, "
+        "last layer, mean over heads; eos row and column included).",
+    ),
+    checkpoint: str = typer.Option(
+        "best", "--checkpoint", help="best, last, averaged, or a .safetensors path."
+    ),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or mps."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    buffer_size: int = typer.Option(
+        None,
+        "--buffer-size",
+        help="Lines read and sorted per chunk (bounds memory) [default: 10000; stdin from a "
+        "terminal: 1]. 1 translates each line as it arrives and flushes it.",
+    ),
+    errors: str = typer.Option(
+        "strict", "--errors", help="Invalid UTF-8: strict (error naming the line) or replace."
+    ),
+) -> None:
+    """Translate text, one sentence per line: exactly one output line per input line, in order
+    (N lines with --nbest N in text format). Empty lines give empty lines."""
+    import contextlib
+    import os
+
+    from nmt.textio import atomic_write
+
+    if fmt not in ("text", "jsonl"):
+        raise NmtError(f"--format must be text or jsonl, got {fmt!r}")
+    if errors not in ("strict", "replace"):
+        raise NmtError(f"--errors must be strict or replace, got {errors!r}")
+    if with_attention and fmt != "jsonl":
+        raise NmtError("--with-attention needs --format jsonl")
+    if nbest < 1:
+        raise NmtError(f"--nbest must be at least 1, got {nbest}")
+    if buffer_size is not None and buffer_size < 1:
+        raise NmtError(f"--buffer-size must be at least 1, got {buffer_size}")
+    paths = list(inputs or ["-"])
+    for path in paths:
+        if path != "-" and not os.path.isfile(path):
+            raise NmtError(f"{path}: file not found")
+    interactive = "-" in paths and (sys.stdin.isatty() or buffer_size == 1)
+    chunk = 1 if interactive else (buffer_size or 10_000)
+
+    from nmt.translate import Translator, count_lines, format_translation, read_input
+
+    translator = Translator.from_dir(model_dir, device=device, checkpoint=checkpoint)
+    search = dict(
+        beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, nbest=nbest,
+        max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens,
+        with_attention=with_attention,
+    )  # fmt: skip
+    translator.options(**search)  # bad options fail before any input is read
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(atomic_write(output)) if output else sys.stdout
+        progress = None
+        if not quiet and "-" not in paths:
+            progress = _translate_progress(stack, sum(count_lines(p) for p in paths))
+        for path in paths:
+            name = "<stdin>" if path == "-" else path
+            results = translator.translate_stream(
+                read_input(path, errors), buffer_size=chunk, on_warning=_warn_to_stderr(name),
+                progress=progress, **search,
+            )  # fmt: skip
+            for i, tr in enumerate(results, start=1):
+                out.write(format_translation(tr, fmt, nbest, with_attention))
+                if interactive or i % chunk == 0:
+                    out.flush()
+        out.flush()
+
+
+@app.command("attention")
+@user_errors
+def attention_cmd(
+    source: str = typer.Argument(..., help="The source sentence (raw text)."),
+    model_dir: str = typer.Option(..., "--model", "-m", help="MODEL_DIR written by nmt train."),
+    output: str = typer.Option(..., "--output", "-o", help="PNG file to write."),
+    layer: str = typer.Option(
+        "last", "--layer", help="Decoder layer (0-based), 'last', or 'all' (layer x head grid)."
+    ),
+    head: str = typer.Option(
+        "mean", "--head", help="Attention head (0-based), 'mean', or 'all' (one panel per head)."
+    ),
+    target: str = typer.Option(
+        None, "--target", help="Force-decode this translation instead of searching for one."
+    ),
+    beam_size: int = typer.Option(
+        None, "--beam-size", "-b", help="Beam width [default: model config]."
+    ),
+    checkpoint: str = typer.Option(
+        "best", "--checkpoint", help="best, last, averaged, or a .safetensors path."
+    ),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or mps."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing on success."),
+) -> None:
+    """Draw the source-target attention of one sentence as a PNG heatmap (subword pieces on both
+    axes): Seq2Seq's attention, or a Transformer layer's encoder-decoder attention per head."""
+    from nmt.translate import Translator
+    from nmt.viz import plot_attention
+
+    translator = Translator.from_dir(model_dir, device=device, checkpoint=checkpoint)
+    weights, src_pieces, tgt_pieces, translation = translator.attention(
+        source, target=target, beam_size=beam_size
+    )
+    path = plot_attention(
+        weights, src_pieces, tgt_pieces, output, layer=layer, head=head,
+        title=f"{source}\n{translation}",
+    )  # fmt: skip
+    if not quiet:
+        print(f"{translation}\nwrote {path}")
+
+
 # ---- score / evaluate (nmt.scoring) ----------------------------------------------------------
 
 def _score_options(

@@ -1,0 +1,365 @@
+"""`Translator`: raw text in, detokenized translations out, one result per input line, in order.
+
+Inputs are encoded with the model directory's SentencePiece model, sorted by length, cut into
+batches of at most `batch_tokens` (padded) source tokens, searched, and put back in input order.
+Empty lines give empty translations without running the model; a source longer than the model's
+positions is truncated with a warning naming its line, never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from nmt.config import Config
+from nmt.errors import NmtError
+from nmt.models.base import EOS_ID, PAD_ID
+from nmt.search import Hypothesis, beam_search, greedy_search
+from nmt.textio import decode_line, open_binary
+from nmt.vocab import Tokenizer
+
+EOS_PIECE = "</s>"
+MAX_BATCH_SENTENCES = 256  # more rows per step stop paying off on CPU and grow the caches
+
+
+@dataclass
+class TextHypothesis:
+    """One translation candidate: detokenized text, target pieces (no eos), scores."""
+
+    text: str
+    tokens: list[str]
+    score: float
+    log_prob: float
+    attention: np.ndarray | None = None  # (len(tokens) + 1, layers, heads, len(source_tokens))
+
+
+@dataclass
+class Translation:
+    """The result for one input line; `hypotheses` best first (empty input: one empty one)."""
+
+    source: str
+    hypotheses: list[TextHypothesis]
+    source_tokens: list[str] = field(default_factory=list)  # pieces the model saw, eos last
+
+    @property
+    def text(self) -> str:
+        """The best translation."""
+        return self.hypotheses[0].text if self.hypotheses else ""
+
+    def to_json(self, with_attention: bool = False) -> dict[str, Any]:
+        """The JSONL record; attention is the last layer's head mean, target x source rows."""
+        record: dict[str, Any] = {"source": self.source, "hypotheses": []}
+        if with_attention:
+            record["source_tokens"] = self.source_tokens
+        for h in self.hypotheses:
+            item: dict[str, Any] = {
+                "translation": h.text,
+                "score": round(h.score, 6),
+                "log_prob": round(h.log_prob, 6),
+                "tokens": h.tokens,
+            }
+            if with_attention:
+                att = None if h.attention is None else h.attention[:, -1].mean(1)  # (T, S)
+                item["attention"] = [] if att is None else np.round(att, 4).tolist()
+            record["hypotheses"].append(item)
+        return record
+
+
+def resolve_device(device: str = "auto") -> str:
+    """'auto' picks CUDA, then Apple MPS, then the CPU; an unavailable choice is a user error."""
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        return "mps" if mps is not None and mps.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise NmtError("--device cuda: no CUDA device is available")
+    if device == "mps" and not (torch.backends.mps.is_available()):
+        raise NmtError("--device mps: no MPS device is available")
+    if device not in ("cpu", "cuda", "mps") and not device.startswith("cuda:"):
+        raise NmtError(f"unknown device {device!r} (choose auto, cpu, cuda or mps)")
+    return device
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
+
+
+class Translator:
+    """A loaded model with its tokenizers and decoding defaults."""
+
+    def __init__(
+        self, model: Any, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, device: str
+    ) -> None:
+        self.model, self.cfg, self.src_tok, self.tgt_tok = model, cfg, src_tok, tgt_tok
+        self.device = device
+        self.max_source = int(getattr(model, "max_positions", 0) or 0) - 1  # eos included
+
+    @classmethod
+    def from_dir(
+        cls, model_dir: str | Path, device: str = "auto", checkpoint: str = "best"
+    ) -> Translator:
+        """Load MODEL_DIR (config, SentencePiece, weights) for translation."""
+        from nmt.modeldir import load_model
+
+        device = resolve_device(device)
+        model, cfg, _, meta = load_model(model_dir, checkpoint=checkpoint, device=device)
+        model_dir = Path(model_dir)
+        src_tok = Tokenizer.load(model_dir / meta["src_spm"])
+        tgt_tok = src_tok if meta["tgt_spm"] == meta["src_spm"] else None
+        tgt_tok = tgt_tok or Tokenizer.load(model_dir / meta["tgt_spm"])
+        return cls(model, cfg, src_tok, tgt_tok, device)
+
+    def options(self, **given: Any) -> dict[str, Any]:
+        """Search options: the given ones, else the model config's decoding section."""
+        d = self.cfg.decoding
+        defaults = {
+            "beam_size": d.beam_size,
+            "length_penalty": d.length_penalty,
+            "max_len_a": d.max_len_a,
+            "max_len_b": d.max_len_b,
+            "min_len": d.min_len,
+            "batch_tokens": d.batch_tokens,
+        }
+        out = {k: (given.get(k) if given.get(k) is not None else v) for k, v in defaults.items()}
+        if out["beam_size"] < 1:
+            raise NmtError(f"--beam-size must be at least 1, got {out['beam_size']}")
+        if out["batch_tokens"] < 1:
+            raise NmtError(f"--batch-tokens must be at least 1, got {out['batch_tokens']}")
+        if out["min_len"] < 0:
+            raise NmtError(f"--min-len must be at least 0, got {out['min_len']}")
+        return out
+
+    def translate(
+        self,
+        lines: Iterable[str],
+        beam_size: int | None = None,
+        greedy: bool = False,
+        length_penalty: float | None = None,
+        nbest: int = 1,
+        max_len_a: float | None = None,
+        max_len_b: float | None = None,
+        min_len: int | None = None,
+        batch_tokens: int | None = None,
+        with_attention: bool = False,
+        first_line: int = 1,
+        on_warning: Callable[[str], None] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Translation]:
+        """Translate raw lines; one Translation per line, in input order.
+
+        Unset options come from the model's `decoding` config. Beam size 1 (or `greedy`) runs
+        greedy search. `first_line` numbers the lines in warnings; `progress(n)` is called
+        after each batch with the number of lines it finished.
+        """
+        opts = self.options(
+            beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
+            max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens,
+        )  # fmt: skip
+        k = 1 if greedy else opts["beam_size"]
+        if not 1 <= nbest <= k:
+            raise NmtError(f"--nbest must be between 1 and the beam size ({k}), got {nbest}")
+        lines = list(lines)
+        warn = on_warning or _warn
+        results: list[Translation | None] = [None] * len(lines)
+        encoded = self._encode(lines, first_line, warn)
+        todo = []
+        for i, (line, ids) in enumerate(zip(lines, encoded, strict=True)):
+            if ids:
+                todo.append(i)
+            else:
+                results[i] = Translation(line, [TextHypothesis("", [], 0.0, 0.0)], [EOS_PIECE])
+        if progress and len(todo) < len(lines):
+            progress(len(lines) - len(todo))
+        todo.sort(key=lambda i: -len(encoded[i]))  # longest first: memory peaks show up at once
+        for batch in _batches(todo, [len(encoded[i]) + 1 for i in todo], opts["batch_tokens"]):
+            hyps = self._search(
+                [encoded[i] for i in batch], k, nbest, opts, with_attention
+            )  # per sentence, best first
+            for i, sent in zip(batch, hyps, strict=True):
+                results[i] = self._to_translation(lines[i], encoded[i], sent)
+            if progress:
+                progress(len(batch))
+        return results  # type: ignore[return-value]
+
+    def translate_stream(
+        self, lines: Iterable[str], buffer_size: int = 1000, first_line: int = 1, **kwargs: Any
+    ) -> Iterator[Translation]:
+        """Translate an iterable chunk by chunk (`buffer_size` lines), yielding in input order.
+
+        Memory stays bounded by the chunk; with buffer_size 1 each line is translated as soon
+        as it is read (interactive use).
+        """
+        if buffer_size < 1:
+            raise NmtError(f"--buffer-size must be at least 1, got {buffer_size}")
+        chunk: list[str] = []
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) >= buffer_size:
+                yield from self.translate(chunk, first_line=first_line, **kwargs)
+                first_line += len(chunk)
+                chunk = []
+        if chunk:
+            yield from self.translate(chunk, first_line=first_line, **kwargs)
+
+    def attention(
+        self, source: str, target: str | None = None, **search: Any
+    ) -> tuple[np.ndarray, list[str], list[str], str]:
+        """Source-target attention of one sentence: (layers, heads, T, S), source pieces, target
+        pieces (eos on both) and the translation. Searches, or force-decodes `target` if given."""
+        if not source.strip():
+            raise NmtError("the source sentence is empty")
+        if target is None:
+            (tr,) = self.translate([source], nbest=1, with_attention=True, **search)
+            hyp = tr.hypotheses[0]
+            weights = np.transpose(hyp.attention, (1, 2, 0, 3))  # (L, H, T, S)
+            return weights, tr.source_tokens, hyp.tokens + [EOS_PIECE], hyp.text
+        (ids,) = self._encode([source], 1, _warn)
+        tgt = self.tgt_tok.encode(target)[: max(self.max_source, 1)]
+        dev = self.device
+        src = torch.tensor([ids + [EOS_ID]], device=dev)  # (1, S)
+        tgt_in = torch.tensor([[self.model.vocab.bos_id] + tgt], device=dev)  # (1, T)
+        with torch.inference_mode():
+            _, attn = self.model(src, torch.tensor([src.size(1)], device=dev), tgt_in, True)
+        weights = attn[0].float().cpu().numpy()  # (L, H, T, S)
+        pieces = [self.tgt_tok.id_to_piece(i) for i in tgt] + [EOS_PIECE]
+        return weights, self._pieces(ids), pieces, self.tgt_tok.decode(tgt)
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _encode(
+        self, lines: list[str], first_line: int, warn: Callable[[str], None]
+    ) -> list[list[int]]:
+        """Subword ids per line (no eos); empty for blank lines; too long ones truncated."""
+        texts = [line if line.strip() else "" for line in lines]
+        encoded = self.src_tok.encode_batch(texts, threads=1) if texts else []
+        limit = self.max_source
+        if limit > 0:
+            for i, ids in enumerate(encoded):
+                if len(ids) > limit:
+                    warn(
+                        f"line {first_line + i}: source has {len(ids)} subword tokens, truncated "
+                        f"to {limit} (the model's max_positions is {limit + 1})"
+                    )
+                    encoded[i] = ids[:limit]
+        return encoded
+
+    def _search(
+        self, batch: list[list[int]], k: int, nbest: int, opts: dict, with_attention: bool
+    ) -> list[list[Hypothesis]]:
+        """Pad one batch and run greedy or beam search on it."""
+        lengths = [len(ids) + 1 for ids in batch]
+        src = torch.full((len(batch), max(lengths)), PAD_ID, dtype=torch.long)  # (B, S)
+        for r, ids in enumerate(batch):
+            src[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            src[r, len(ids)] = EOS_ID
+        src = src.to(self.device)
+        src_lengths = torch.tensor(lengths, device=self.device)  # (B,)
+        common = dict(
+            max_len_a=opts["max_len_a"], max_len_b=opts["max_len_b"], min_len=opts["min_len"],
+            need_attn=with_attention,
+        )  # fmt: skip
+        if k == 1:
+            hyps = greedy_search(
+                self.model, src, src_lengths, length_penalty_alpha=opts["length_penalty"], **common
+            )
+            return [[h] for h in hyps]
+        return beam_search(
+            self.model, src, src_lengths, beam_size=k, length_penalty=opts["length_penalty"],
+            nbest=nbest, **common,
+        )  # fmt: skip
+
+    def _pieces(self, ids: list[int]) -> list[str]:
+        return [self.src_tok.id_to_piece(i) for i in ids] + [EOS_PIECE]
+
+    def _to_translation(self, line: str, ids: list[int], hyps: list[Hypothesis]) -> Translation:
+        """Detokenize one sentence's hypotheses."""
+        out = []
+        for h in hyps:
+            att = None if h.attention is None else h.attention.float().cpu().numpy()
+            out.append(
+                TextHypothesis(
+                    text=self.tgt_tok.decode(h.tokens),
+                    tokens=[self.tgt_tok.id_to_piece(i) for i in h.tokens],
+                    score=h.score,
+                    log_prob=h.log_prob,
+                    attention=att,
+                )
+            )
+        return Translation(line, out, self._pieces(ids))
+
+
+def _batches(order: list[int], lengths: list[int], batch_tokens: int) -> Iterator[list[int]]:
+    """Consecutive runs of `order` whose padded size (rows x longest) fits in batch_tokens.
+
+    A sentence longer than batch_tokens still gets a batch of its own.
+    """
+    batch: list[int] = []
+    longest = 0
+    for i, n in zip(order, lengths, strict=True):
+        width = max(longest, n)
+        if batch and (width * (len(batch) + 1) > batch_tokens or len(batch) >= MAX_BATCH_SENTENCES):
+            yield batch
+            batch, width = [], n
+        batch.append(i)
+        longest = width
+    if batch:
+        yield batch
+
+
+# ---- line-oriented I/O for `nmt translate` ------------------------------------------------------
+
+# Characters str.splitlines() breaks on: a translation must never add an output line.
+_LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def one_line(text: str) -> str:
+    """The text with every line-break character turned into a space."""
+    return text.translate(_LINE_BREAKS)
+
+
+def read_input(path: str, errors: str = "strict") -> Iterator[str]:
+    """Lines of a file (plain or .gz) or of stdin ('-'), lazily; bad UTF-8 names the line."""
+    if path == "-":
+        stream = sys.stdin.buffer
+        name = "<stdin>"
+        lineno = 0
+        while True:
+            raw = stream.readline()  # returns as soon as one line is there (interactive use)
+            if not raw:
+                return
+            lineno += 1
+            yield decode_line(raw, name, lineno, errors).rstrip("\r\n")
+    with open_binary(path) as f:
+        for lineno, raw in enumerate(f, start=1):
+            yield decode_line(raw, path, lineno, errors).rstrip("\r\n")
+
+
+def count_lines(path: str) -> int:
+    """Number of lines (a last line without newline counts) for progress totals."""
+    n, last = 0, b"\n"
+    with open_binary(path) as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            n += block.count(b"\n")
+            last = block[-1:]
+    return n + (last != b"\n")
+
+
+def format_translation(
+    tr: Translation, fmt: str = "text", nbest: int = 1, with_attention: bool = False
+) -> str:
+    """Output for one input line: `nbest` text lines (best first, padded with empty lines when
+    the search found fewer), or one JSON object; always newline-terminated."""
+    if fmt == "jsonl":
+        return json.dumps(tr.to_json(with_attention), ensure_ascii=False) + "\n"
+    texts = [one_line(h.text) for h in tr.hypotheses[:nbest]]
+    texts += [""] * (nbest - len(texts))
+    return "".join(t + "\n" for t in texts)

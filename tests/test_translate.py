@@ -1,0 +1,331 @@
+"""Translator and `nmt translate` / `nmt attention`: one line out per line in, order kept, empty and
+over-long lines, JSONL schema, invalid UTF-8, streaming stdin, heatmap PNG."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from nmt.cli import app
+from nmt.config import Config, ModelConfig
+from nmt.models.base import EOS_ID, VocabInfo
+from nmt.translate import Translator, format_translation, one_line
+
+WORDS = "a man in a blue shirt is riding his bike down the street two dogs play in the snow".split()
+WORDS += "eine frau mit einem roten hut sitzt auf der bank zwei kinder spielen im park".split()
+
+
+def synthetic_lines(n: int, seed: int = 0) -> list[str]:
+    """Short sentences over a small lexicon (enough to train a tiny SentencePiece model)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        k = int(torch.randint(3, 12, (1,), generator=g))
+        idx = torch.randint(0, len(WORDS), (k,), generator=g).tolist()
+        out.append(" ".join(WORDS[i] for i in idx) + " .")
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A randomly initialised tiny Transformer model directory, as `nmt train` would write it."""
+    from nmt.modeldir import save_weights, write_meta
+    from nmt.models import build
+    from nmt.vocab import Tokenizer, train_spm
+
+    root = tmp_path_factory.mktemp("tiny")
+    spm = train_spm(synthetic_lines(300), root / "spm", vocab_size=200)
+    tok = Tokenizer.load(spm)
+    vocab = VocabInfo(tok.vocab_size, tok.vocab_size, joint=True)
+    cfg = Config()
+    cfg.model = ModelConfig(
+        type="transformer", d_model=32, heads=2, ff_dim=64, encoder_layers=1, decoder_layers=2,
+        max_positions=64, dropout=0.0,
+    )  # fmt: skip
+    cfg.decoding.beam_size = 3
+    cfg.decoding.max_len_b = 5
+    torch.manual_seed(0)
+    model = build(cfg.model, vocab)
+    model_dir = root / "model"
+    write_meta(model_dir, cfg, "en", "de", spm, spm, vocab)
+    save_weights(model, model_dir / "checkpoints" / "best.safetensors")
+    return model_dir
+
+
+class Echo:
+    """Implements the contract by copying its source (eos included): the translation of a line
+    is its own SentencePiece round trip, so any mix-up of lines shows in the output."""
+
+    def __init__(self, vocab_size: int, max_positions: int) -> None:
+        self.vocab = VocabInfo(vocab_size, vocab_size)
+        self.max_positions = max_positions
+
+    def encode(self, src, src_lengths):
+        return src
+
+    def init_state(self, src):
+        return torch.zeros(src.size(0), dtype=torch.long)  # (B,) position
+
+    def decode_step(self, prev, src, pos, need_attn=False):
+        nxt = src.gather(1, pos.clamp(max=src.size(1) - 1).unsqueeze(1)).squeeze(1)  # (B,)
+        logits = torch.full((src.size(0), self.vocab.tgt_size), -30.0)
+        logits.scatter_(1, nxt.unsqueeze(1), 0.0)
+        attn = None
+        if need_attn:
+            attn = torch.nn.functional.one_hot(pos.clamp(max=src.size(1) - 1), src.size(1))
+            attn = attn.float()[:, None, None]  # (B, 1, 1, S)
+        return torch.log_softmax(logits, -1), pos + 1, attn
+
+    def reorder_encoder_out(self, src, order):
+        return src.index_select(0, order)
+
+    def reorder_state(self, pos, order):
+        return pos.index_select(0, order)
+
+
+@pytest.fixture(scope="module")
+def echo(tiny_model_dir) -> Translator:
+    real = Translator.from_dir(tiny_model_dir, device="cpu")
+    model = Echo(real.src_tok.vocab_size, max_positions=21)
+    return Translator(model, real.cfg, real.src_tok, real.tgt_tok, "cpu")
+
+
+def expected_echo(tr: Translator, line: str) -> str:
+    return "" if not line.strip() else tr.tgt_tok.decode(tr.src_tok.encode(line)[:20])
+
+
+# ---- library --------------------------------------------------------------------------------
+
+line_st = st.one_of(
+    st.sampled_from(["", " ", "\t  ", "\u3000"]),  # empty / whitespace-only
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join),
+    st.lists(st.sampled_from(WORDS), min_size=30, max_size=60).map(" ".join),  # too long
+    st.text(alphabet="Привет мир こんにちは 世界 مرحبا", min_size=1, max_size=15),  # non-Latin
+    st.text(min_size=0, max_size=20).map(lambda s: s.replace("\n", " ").replace("\r", " ")),
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(lines=st.lists(line_st, min_size=0, max_size=12), beam=st.sampled_from([1, 2]))
+def test_one_result_per_line_in_order(echo, lines, beam):
+    warned = []
+    out = echo.translate(lines, beam_size=beam, batch_tokens=40, on_warning=warned.append)
+    assert len(out) == len(lines)
+    for line, tr in zip(lines, out, strict=True):
+        assert tr.source == line
+        assert tr.text == expected_echo(echo, line)
+    too_long = [i + 1 for i, x in enumerate(lines) if len(echo.src_tok.encode(x)) > 20]
+    assert [int(w.split(":")[0].split()[1]) for w in warned] == too_long
+
+
+def test_empty_lines_do_not_run_the_model(echo, monkeypatch):
+    calls = []
+    monkeypatch.setattr(echo.model, "encode", lambda *a: calls.append(1))
+    out = echo.translate(["", "   ", "\t"])
+    assert [t.text for t in out] == ["", "", ""] and not calls
+
+
+def test_truncation_warning_names_the_line(echo):
+    long = " ".join(WORDS)
+    with pytest.warns(
+        UserWarning, match=r"^line 12: source has \d+ subword tokens, truncated to 20"
+    ):
+        (tr,) = echo.translate([long], first_line=12)
+    assert tr.text == expected_echo(echo, long) and len(tr.source_tokens) == 21
+
+
+def test_stream_matches_batch_and_bounds_chunks(echo):
+    lines = synthetic_lines(23, seed=3) + [""] + synthetic_lines(5, seed=4)
+    seen = []
+
+    def counting():
+        for x in lines:
+            seen.append(x)
+            yield x
+
+    got = []
+    for tr in echo.translate_stream(counting(), 4, beam_size=2, on_warning=print):
+        got.append(tr.text)
+        assert len(seen) - len(got) < 4  # never more than one chunk read ahead
+    assert got == [t.text for t in echo.translate(lines, beam_size=2, on_warning=print)]
+
+
+def test_real_model_batched_equals_one_at_a_time(tiny_model_dir):
+    tr = Translator.from_dir(tiny_model_dir, device="cpu")
+    lines = synthetic_lines(7, seed=5)
+    batched = tr.translate(lines, nbest=2)
+    for line, b in zip(lines, batched, strict=True):
+        (one,) = tr.translate([line], nbest=2)
+        assert [h.tokens for h in one.hypotheses] == [h.tokens for h in b.hypotheses]
+        assert len(b.hypotheses) == 2 and b.hypotheses[0].score >= b.hypotheses[1].score
+    assert [t.text for t in tr.translate(lines, beam_size=1)] == [
+        t.text for t in tr.translate(lines, greedy=True)
+    ]
+
+
+def test_options_default_to_model_config_and_are_checked(tiny_model_dir):
+    tr = Translator.from_dir(tiny_model_dir, device="cpu")
+    assert tr.options()["beam_size"] == 3 and tr.options(beam_size=7)["beam_size"] == 7
+    with pytest.raises(Exception, match=r"--nbest must be between 1 and the beam size \(3\)"):
+        tr.translate(["a man"], nbest=4)
+
+
+def test_one_line_removes_every_line_break():
+    assert one_line("a\nb\rc\u2028d\x85e") == "a b c d e"
+    assert len(one_line("x\u2029y\x0b\x0c").splitlines()) == 1
+
+
+# ---- CLI ------------------------------------------------------------------------------------
+
+runner = CliRunner()
+
+
+def run_cli(*args: str, input: bytes | None = None):
+    return runner.invoke(app, list(args), input=input, catch_exceptions=False)
+
+
+def test_cli_files_text_nbest_and_output(tiny_model_dir, tmp_path):
+    src = tmp_path / "in.txt"
+    lines = ["a man in a blue shirt .", "", "   ", "zwei kinder spielen im park .", "日本語"]
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    r = run_cli("translate", "-m", str(tiny_model_dir), str(src), "-o", str(out), "--quiet")
+    assert r.exit_code == 0, r.output
+    got = out.read_text(encoding="utf-8").split("\n")
+    assert len(got) == len(lines) + 1 and got[-1] == "" and got[1] == got[2] == ""
+    r = run_cli("translate", "-m", str(tiny_model_dir), str(src), "--nbest", "2", "-q")
+    assert r.exit_code == 0 and len(r.stdout.split("\n")) == 2 * len(lines) + 1
+    r = run_cli("translate", "-m", str(tiny_model_dir), "--nbest", "4", "-q", input=b"a man\n")
+    assert r.exit_code == 2 and "error: --nbest must be between 1 and the beam size (3)" in r.output
+
+
+def test_cli_jsonl_schema(tiny_model_dir):
+    lines = "a man in a blue shirt .\n\ntwo dogs play in the snow .\n"
+    r = run_cli(
+        "translate", "-m", str(tiny_model_dir), "--format", "jsonl", "--nbest", "2",
+        "--with-attention", "-q", input=lines.encode(),
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    records = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [rec["source"] for rec in records] == lines.splitlines()
+    for rec in records:
+        assert set(rec) == {"source", "source_tokens", "hypotheses"}
+        scores = [h["score"] for h in rec["hypotheses"]]
+        assert scores == sorted(scores, reverse=True)
+        for h in rec["hypotheses"]:
+            assert set(h) == {"translation", "score", "log_prob", "tokens", "attention"}
+            assert isinstance(h["translation"], str) and all(
+                isinstance(t, str) for t in h["tokens"]
+            )
+            if rec["source"]:
+                assert len(h["attention"]) == len(h["tokens"]) + 1
+                assert all(len(row) == len(rec["source_tokens"]) for row in h["attention"])
+                assert all(abs(sum(row) - 1) < 1e-2 for row in h["attention"])
+    assert len(records[0]["hypotheses"]) == 2
+
+
+def test_cli_invalid_utf8_names_the_line(tiny_model_dir, tmp_path):
+    src = tmp_path / "bad.txt"
+    src.write_bytes(b"a man .\ntwo dogs .\nbad \xff byte\n")
+    out = tmp_path / "out.txt"
+    r = run_cli("translate", "-m", str(tiny_model_dir), str(src), "-o", str(out), "-q")
+    assert r.exit_code == 2
+    assert f"error: {src}:3: invalid UTF-8" in r.output and "Traceback" not in r.output
+    assert not out.exists() and list(tmp_path.iterdir()) == [src]  # nothing half-written
+    r = run_cli("translate", "-m", str(tiny_model_dir), str(src), "--errors", "replace", "-q")
+    assert r.exit_code == 0 and len(r.stdout.splitlines()) == 3
+
+
+def test_cli_bad_options(tiny_model_dir, tmp_path):
+    m = str(tiny_model_dir)
+    cases = {
+        ("--format", "xml"): "error: --format must be text or jsonl, got 'xml'",
+        ("--with-attention",): "error: --with-attention needs --format jsonl",
+        (str(tmp_path / "nope.txt"),): f"error: {tmp_path / 'nope.txt'}: file not found",
+        ("--checkpoint", "last"): "checkpoints/last.safetensors: checkpoint not found",
+    }
+    for args, message in cases.items():
+        r = run_cli("translate", "-m", m, *args, input=b"")
+        assert r.exit_code == 2 and message in r.output, (args, r.output)
+
+
+def test_cli_streams_stdin_line_by_line(tiny_model_dir):
+    """A subprocess gets each translation back before it sends the next line."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nmt", "translate", "-m", str(tiny_model_dir), "--buffer-size", "1"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    lines: queue.Queue[bytes] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+    try:
+        for sentence in [b"a man in a blue shirt .\n", b"\n", b"two dogs play .\n"]:
+            proc.stdin.write(sentence)
+            proc.stdin.flush()
+            got = lines.get(timeout=60)  # blocks until this line's translation arrives
+            assert got.endswith(b"\n") and (got == b"\n") == (sentence == b"\n")
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+        assert lines.empty() and proc.stderr.read() == b""  # no progress bar when streaming
+    finally:
+        proc.kill()
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_cli_attention_png(tiny_model_dir, tmp_path):
+    from nmt.viz import DPI, figure_size
+
+    out = tmp_path / "att.png"
+    sentence = "a man in a blue shirt is riding his bike ."
+    r = run_cli("attention", "-m", str(tiny_model_dir), sentence, "-o", str(out))
+    assert r.exit_code == 0, r.output
+    tr = Translator.from_dir(tiny_model_dir, device="cpu")
+    weights, src, tgt, text = tr.attention(sentence)
+    assert weights.shape == (2, 2, len(tgt), len(src)) and src[-1] == tgt[-1] == "</s>"
+    w, h = figure_size(src, tgt)
+    assert png_size(out) == pytest.approx((w * DPI, h * DPI), abs=2)
+    assert text in r.stdout
+    # force-decoding a given target, and the layer x head grid
+    grid = tmp_path / "grid.png"
+    target = "zwei kinder spielen im park ."
+    r = run_cli("attention", "-m", str(tiny_model_dir), sentence, "-o", str(grid),
+                "--layer", "all", "--target", target, "-q")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    weights, src, tgt, text = tr.attention(sentence, target=target)
+    assert text == target and weights.shape[2] == len(tgt)
+    w, h = figure_size(src, tgt, rows=2, cols=2)
+    assert png_size(grid) == pytest.approx((w * DPI, h * DPI), abs=2)
+    r = run_cli("attention", "-m", str(tiny_model_dir), sentence, "-o", str(grid), "--layer", "5")
+    assert r.exit_code == 2 and "layer 5 is out of range" in r.output
+
+
+def test_format_translation_pads_nbest(echo):
+    (tr,) = echo.translate(["a man"], beam_size=2, nbest=1)
+    assert format_translation(tr, "text", nbest=3).count("\n") == 3
+    assert json.loads(format_translation(tr, "jsonl"))["hypotheses"][0]["translation"] == "a man"
+
+
+def test_source_gets_eos(echo):
+    (tr,) = echo.translate(["a man"], with_attention=True, beam_size=2)
+    h = tr.hypotheses[0]
+    assert tr.source_tokens[-1] == "</s>" and EOS_ID == 3
+    assert h.attention.shape == (len(h.tokens) + 1, 1, 1, len(tr.source_tokens))
