@@ -130,6 +130,9 @@ def _suggest(key: str, candidates: list[str]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
 def _coerce(key: str, value: Any, hint: Any, meta: Any) -> Any:
     """Check `value` against the field's type (and choices); return it converted where lossless."""
     origin = typing.get_origin(hint)
@@ -149,6 +152,8 @@ def _coerce(key: str, value: Any, hint: Any, meta: Any) -> Any:
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str) and _FLOAT.match(value.strip()):
+            return float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
         raise NmtError(f"{key}: expected a number, got {value!r}")
     if hint is str:
         value = "" if value is None else value

@@ -1,0 +1,139 @@
+"""Checkpoints: weights_only trainer state with RNGs, atomic writes, N-best pruning, averaging."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+import nmt.checkpoint as ck
+from nmt.errors import NmtError
+
+
+class Tied(nn.Module):
+    """A model with a tied matrix, like the Transformer's embeddings/output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(6, 4)
+        self.out = nn.Linear(4, 6, bias=False)
+        self.out.weight = self.emb.weight
+        self.step = nn.Parameter(torch.zeros(2))
+
+
+def _model(value: float) -> Tied:
+    m = Tied()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.fill_(value)
+    return m
+
+
+def test_rng_state_round_trips_through_weights_only_load(tmp_path):
+    torch.manual_seed(1)
+    np.random.seed(2)
+    random.seed(3)
+    ck.save_state(tmp_path / "s.pt", {"rng": ck.rng_state(), "step": 7})
+    expect = (torch.rand(3), np.random.rand(3), [random.random() for _ in range(3)])
+    torch.manual_seed(99)
+    np.random.seed(99)
+    random.seed(99)
+    state = ck.load_state(tmp_path / "s.pt")  # weights_only=True inside
+    ck.set_rng_state(state["rng"])
+    assert state["step"] == 7
+    assert torch.equal(torch.rand(3), expect[0])
+    assert np.array_equal(np.random.rand(3), expect[1])
+    assert [random.random() for _ in range(3)] == expect[2]
+
+
+def test_crash_while_writing_leaves_previous_checkpoint_loadable(tmp_path, monkeypatch):
+    c = ck.Checkpoints(tmp_path)
+    c.save_last(_model(1.0), {"step": 1})
+
+    def torn_save(obj, f, *a, **kw):
+        f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ck.torch, "save", torn_save)
+    with pytest.raises(OSError, match="disk full"):
+        c.save_last(_model(2.0), {"step": 2})
+    monkeypatch.undo()
+
+    def torn_weights(tensors, filename, metadata=None):
+        open(filename, "wb").write(b"junk")
+        raise OSError("disk full")
+
+    monkeypatch.setattr("safetensors.torch.save_file", torn_weights)
+    with pytest.raises(OSError, match="disk full"):
+        c.save_step(_model(3.0), 5, "bleu", 1.0, is_best=True)
+    monkeypatch.undo()
+    assert ck.load_state(c.state_path)["step"] == 1
+    assert torch.all(load_file(str(c.dir / "last.safetensors"))["emb.weight"] == 1.0)
+    assert sorted(p.name for p in c.dir.iterdir()) == ["last.safetensors", "last.state.pt"]
+
+
+def test_damaged_state_is_a_one_line_error(tmp_path):
+    (tmp_path / "s.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(NmtError, match=r"s\.pt: cannot read trainer state"):
+        ck.load_state(tmp_path / "s.pt")
+
+
+def test_state_with_arbitrary_objects_is_refused(tmp_path):
+    torch.save({"evil": ck.Checkpoints}, tmp_path / "s.pt")
+    with pytest.raises(NmtError, match="cannot read trainer state"):
+        ck.load_state(tmp_path / "s.pt")
+
+
+def test_keeps_n_best_and_n_last_and_best(tmp_path):
+    c = ck.Checkpoints(tmp_path, keep_best=2, keep_last=1)
+    scores = {100: 10.0, 200: 30.0, 300: 20.0, 400: 5.0, 500: 25.0}
+    best = None
+    for step, bleu in scores.items():
+        is_best = best is None or bleu > best
+        best = bleu if is_best else best
+        c.save_step(_model(step), step, "bleu", bleu, is_best)
+    kept = sorted(int(p.stem.split("-")[1]) for p in c.dir.glob("step-*.safetensors"))
+    assert kept == [200, 500]  # two best (30, 25); 500 is also the newest
+    assert [e["step"] for e in c.read_index()] == [200, 500]
+    assert torch.all(load_file(str(c.dir / "best.safetensors"))["emb.weight"] == 200)
+
+
+def test_loss_metric_ranks_lower_first():
+    entries = [
+        {"step": 1, "metric": "loss", "score": 3.0},
+        {"step": 2, "metric": "loss", "score": 2.0},
+        {"step": 3, "metric": "loss", "score": 2.5},
+    ]
+    assert [e["step"] for e in ck.ranked(entries)] == [2, 3, 1]
+
+
+def test_average_last_and_best(tmp_path):
+    c = ck.Checkpoints(tmp_path, keep_best=5, keep_last=5)
+    for step, (value, bleu) in {1: (1.0, 9.0), 2: (2.0, 7.0), 3: (4.0, 5.0)}.items():
+        c.save_step(_model(value), step, "bleu", bleu, False)
+    path, steps = ck.average(tmp_path, last=2)
+    assert steps == [2, 3] and path.name == "averaged.safetensors"
+    avg = load_file(str(path))
+    assert torch.allclose(avg["emb.weight"], torch.full((6, 4), 3.0))
+    assert "out.weight" not in avg  # the tied matrix is stored once, as save_weights does
+    _, steps = ck.average(tmp_path, best=2)
+    assert steps == [1, 2]
+    # The averaged file loads into the model like any other checkpoint.
+    from nmt.modeldir import load_weights
+
+    m = _model(0.0)
+    load_weights(m, path)
+    assert torch.allclose(m.out.weight, torch.full((6, 4), 1.5))  # best: steps 1 and 2
+
+
+def test_average_needs_enough_checkpoints(tmp_path):
+    c = ck.Checkpoints(tmp_path)
+    c.save_step(_model(1.0), 10, "bleu", 1.0, True)
+    with pytest.raises(NmtError, match="asked to average 3 checkpoints but only 1 are kept"):
+        ck.average(tmp_path, last=3)
+    with pytest.raises(NmtError, match="choose one of --last N or --best N"):
+        ck.average(tmp_path, last=1, best=1)

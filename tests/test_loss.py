@@ -1,0 +1,77 @@
+"""Label-smoothed cross entropy against a hand computation, and learning-rate schedules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nmt.loss import label_smoothed_nll, lr_at
+
+
+def test_label_smoothed_loss_by_hand():
+    logits = torch.tensor([[[1.0, 2.0, 0.5, -1.0], [0.0, 0.0, 3.0, 1.0], [2.0, 1.0, 1.0, 1.0]]])
+    target = torch.tensor([[1, 2, 0]])  # the last position is padding
+    eps = 0.1
+    loss, nll, n = label_smoothed_nll(logits, target, eps, pad_id=0)
+    expected_loss = expected_nll = 0.0
+    for t, y in ((0, 1), (1, 2)):
+        row = logits[0, t].tolist()
+        log_z = math.log(sum(math.exp(v) for v in row))
+        logp = [v - log_z for v in row]
+        expected_nll += -logp[y]
+        # (1 - eps) on the reference, eps spread uniformly over the 4 classes
+        expected_loss += -sum(((1 - eps) * (i == y) + eps / 4) * lp for i, lp in enumerate(logp))
+    assert n == 2
+    assert float(nll) == pytest.approx(expected_nll, rel=1e-6)
+    assert float(loss) == pytest.approx(expected_loss, rel=1e-6)
+
+
+def test_matches_torch_cross_entropy_and_ignores_padding():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11)
+    target = torch.randint(1, 11, (3, 5))
+    target[0, 3:] = 0
+    target[2, 1:] = 0
+    loss, nll, n = label_smoothed_nll(logits, target, 0.2)
+    ref = F.cross_entropy(
+        logits.view(-1, 11), target.view(-1), ignore_index=0, label_smoothing=0.2, reduction="sum"
+    )
+    assert n == int((target != 0).sum())
+    assert float(loss) == pytest.approx(float(ref), rel=1e-5)
+    # Changing the logits at padded positions changes nothing.
+    logits2 = logits.clone()
+    logits2[target == 0] = 100.0
+    assert float(label_smoothed_nll(logits2, target, 0.2)[0]) == pytest.approx(float(loss))
+    assert float(label_smoothed_nll(logits, target, 0.0)[0]) == pytest.approx(float(nll))
+
+
+def test_loss_is_float32_under_bf16_logits():
+    logits = torch.randn(2, 3, 7).to(torch.bfloat16).requires_grad_()
+    loss, _, _ = label_smoothed_nll(logits, torch.tensor([[1, 2, 3], [4, 0, 0]]), 0.1)
+    assert loss.dtype == torch.float32
+    loss.backward()
+    assert logits.grad is not None and logits.grad.dtype == torch.bfloat16
+
+
+def test_inverse_sqrt_schedule_values():
+    assert lr_at("inverse_sqrt", 1, 1e-3, 100) == pytest.approx(1e-5)
+    assert lr_at("inverse_sqrt", 50, 1e-3, 100) == pytest.approx(5e-4)
+    assert lr_at("inverse_sqrt", 100, 1e-3, 100) == pytest.approx(1e-3)
+    assert lr_at("inverse_sqrt", 400, 1e-3, 100) == pytest.approx(5e-4)
+    assert lr_at("inverse_sqrt", 10000, 1e-3, 100) == pytest.approx(1e-4)
+
+
+def test_cosine_linear_constant_schedules():
+    # warmup 10, then decay with the share of the budget used
+    assert lr_at("cosine", 5, 1e-3, 10, 0.0, progress=0.05) == pytest.approx(5e-4)
+    assert lr_at("cosine", 50, 1e-3, 10, 1e-4, progress=0.5) == pytest.approx(5.5e-4)
+    assert lr_at("cosine", 100, 1e-3, 10, 1e-4, progress=1.0) == pytest.approx(1e-4)
+    assert lr_at("linear", 75, 1e-3, 10, 0.0, progress=0.75) == pytest.approx(2.5e-4)
+    assert lr_at("linear", 200, 1e-3, 10, 0.0, progress=2.0) == pytest.approx(0.0)
+    assert lr_at("constant", 5, 1e-3, 10) == pytest.approx(5e-4)
+    assert lr_at("constant", 5000, 1e-3, 10, progress=0.9) == pytest.approx(1e-3)
+    # Without a known budget, decaying schedules hold the peak after warmup.
+    assert lr_at("cosine", 500, 1e-3, 10, progress=None) == pytest.approx(1e-3)
