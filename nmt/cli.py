@@ -127,9 +127,11 @@ def preprocess_cmd(
     joint: bool = typer.Option(
         True, "--joint/--separate", help="One shared vocabulary, or one per language."
     ),
-    max_len: int = typer.Option(250, "--max-len", help="Drop train pairs longer (subwords)."),
+    max_len: int = typer.Option(
+        250, "--max-len", help="Drop train pairs with a side longer than this (subwords)."
+    ),
     max_ratio: float = typer.Option(
-        3.0, "--max-ratio", help="Drop train pairs whose length ratio is higher."
+        3.0, "--max-ratio", help="Drop train pairs whose longer/shorter side ratio is higher."
     ),
     dedupe: bool = typer.Option(False, "--dedupe", help="Drop duplicate train pairs."),
     threads: int = typer.Option(None, "--threads", help="Worker processes (default: all cores)."),
