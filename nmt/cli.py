@@ -474,6 +474,7 @@ def attention_cmd(
 
 # ---- score / evaluate (nmt.scoring) ----------------------------------------------------------
 
+
 def _score_options(
     tokenize: str | None, lowercase: bool, chrf_word_order: int | None, ter_case_sensitive: bool
 ) -> Any:
@@ -634,10 +635,14 @@ def evaluate_cmd(
     metric: list[str] = typer.Option(
         ["bleu"], "--metric", help="bleu, chrf, chrf++ or ter; repeat or comma-separate."
     ),
-    beam_size: int = typer.Option(5, "--beam-size", help="Beam width."),
+    beam_size: int = typer.Option(None, "--beam-size", help="Beam width [default: model config]."),
     greedy: bool = typer.Option(False, "--greedy", help="Greedy search instead of beam."),
-    length_penalty: float = typer.Option(1.0, "--length-penalty", help="GNMT length penalty."),
-    batch_tokens: int = typer.Option(4096, "--batch-tokens", help="Source tokens per batch."),
+    length_penalty: float = typer.Option(
+        None, "--length-penalty", help="GNMT length penalty [default: model config]."
+    ),
+    batch_tokens: int = typer.Option(
+        None, "--batch-tokens", help="Source tokens per batch [default: model config]."
+    ),
     checkpoint: str = typer.Option("best", "--checkpoint", help="best, last, averaged or PATH."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or mps."),
     tokenize: str = typer.Option(None, "--tokenize", help="BLEU tokenizer (default 13a)."),
@@ -645,23 +650,39 @@ def evaluate_cmd(
     chrf_word_order: int = typer.Option(None, "--chrf-word-order", help="2 = chrF++."),
     as_json: bool = typer.Option(False, "--json", help="A JSON list of score objects."),
     width: int = typer.Option(1, "--width", "-w", help="Decimals printed."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Translate a test set and score it in one call (inputs checked before the model loads)."""
+    import contextlib
+
     from nmt import scoring
 
     opts = _score_options(tokenize, lowercase, chrf_word_order, False)
-    results = scoring.evaluate(
-        model_dir,
-        src,
-        refs,
-        hyp_out=output,
-        metrics=metric,
-        options=opts,
-        device=device,
-        checkpoint=checkpoint,
-        beam_size=beam_size,
-        greedy=greedy,
-        length_penalty=length_penalty,
-        batch_tokens=batch_tokens,
-    )
+    with contextlib.ExitStack() as stack:
+        progress = None if quiet else _translation_progress(stack)
+        results = scoring.evaluate(
+            model_dir, src, refs, hyp_out=output, metrics=metric, options=opts,
+            device=device, checkpoint=checkpoint, progress=progress, beam_size=beam_size,
+            greedy=greedy, length_penalty=length_penalty, batch_tokens=batch_tokens,
+        )  # fmt: skip
     _print_scores([(output or src, results)], as_json, width)
+
+
+def _translation_progress(stack: Any) -> Any:
+    """A rich progress bar on stderr for the translation step; returns the (n, total) callback."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    bars = Progress(
+        "translating", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=Console(stderr=True), transient=True,
+    )  # fmt: skip
+    task: list[Any] = []
+
+    def advance(n: int, total: int) -> None:
+        if not task:  # started on the first batch: a bad input prints nothing but its error
+            stack.enter_context(bars)
+            task.append(bars.add_task("translating", total=total))
+        bars.advance(task[0], n)
+
+    return advance

@@ -8,7 +8,7 @@ reference *streams*, each as long as the hypotheses.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -428,9 +428,14 @@ def evaluate(
     options: Options | None = None,
     device: str = "auto",
     checkpoint: str = "best",
+    progress: Callable[[int, int], None] | None = None,
     **translate_kwargs: Any,
 ) -> list[Result]:
-    """Translate `src` with the model and score it; every input is checked before the model loads."""
+    """Translate `src` with the model and score it; every input is checked before the model loads.
+
+    `translate_kwargs` go to `Translator.translate` (None means the model config's value);
+    `progress(n_done_now, n_total)` is called as batches finish.
+    """
     metric_names = parse_metrics(metrics)
     opts = options or Options()
     if opts.tokenize is not None and opts.tokenize not in TOKENIZERS:
@@ -446,7 +451,10 @@ def evaluate(
     from nmt.translate import Translator  # torch is imported only when a model is really used
 
     translator = Translator.from_dir(model_dir, device=device, checkpoint=checkpoint)
-    hyps = [h.text for h in translator.translate(src_lines, **translate_kwargs)]
+    kwargs = {k: v for k, v in translate_kwargs.items() if v is not None}
+    if progress is not None:
+        kwargs["progress"] = lambda n: progress(n, len(src_lines))
+    hyps = [h.text for h in translator.translate(src_lines, **kwargs)]
     if len(hyps) != len(src_lines):  # the translator's contract; never score a shifted file
         raise NmtError(f"translator returned {len(hyps)} lines for {len(src_lines)} inputs")
     if hyp_out is not None:

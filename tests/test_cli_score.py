@@ -287,8 +287,10 @@ def fake_translator(monkeypatch):
             calls["from_dir"] = (str(model_dir), device, checkpoint)
             return cls()
 
-        def translate(self, lines, **kwargs):
+        def translate(self, lines, progress=None, **kwargs):
             calls["translate"] = kwargs
+            if progress is not None:
+                progress(len(lines))
             return [_Hyp(x) for x in lines]
 
     module = types.ModuleType("nmt.translate")
@@ -318,8 +320,11 @@ def test_evaluate_translates_writes_and_scores(files, tmp_path, fake_translator)
     }
     expected = nmt("score", files["hyp"], "-r", files["ref"], "-m", "bleu", "-m", "chrf")
     assert res.stdout == expected.stdout
-    as_json = nmt("evaluate", "-m", model, "--src", files["hyp"], "-r", files["ref"], "--json")
+    args = ["-m", model, "--src", files["hyp"], "-r", files["ref"], "--json", "--quiet"]
+    as_json = nmt("evaluate", *args)
     assert json.loads(as_json.stdout)[0]["name"] == "BLEU"
+    # Unset search options are left to the model's own decoding config.
+    assert fake_translator["translate"] == {"greedy": False}
 
 
 @pytest.mark.parametrize(
