@@ -537,7 +537,14 @@ def score_cmd(
     ),
     width: int = typer.Option(1, "--width", "-w", help="Decimals printed, as sacrebleu's -w."),
 ) -> None:
-    """Score hypotheses against references with sacrebleu's BLEU, chrF(++) and TER."""
+    """Score hypotheses against references with sacrebleu's BLEU, chrF(++) and TER.
+
+    Numbers and signatures are sacrebleu's: piped output is exactly `sacrebleu -f text`'s lines;
+    a terminal gets a table; --json a list of objects; --sentence one JSON object per line.
+    Several HYP files are several systems; with --paired-bs / --paired-ar the first is the
+    baseline. As in sacrebleu, --tokenize applies to BLEU, and TER ignores case unless
+    --ter-case-sensitive.
+    """
     from nmt import scoring
 
     if paired_bs and paired_ar:
