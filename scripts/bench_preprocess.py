@@ -4,7 +4,8 @@
 Builds a corpus of --pairs pairs by sampling Multi30k train lines (with replacement, seeded), runs
 `nmt preprocess` on it in a subprocess --repeat times, and prints one JSON line with the median wall
 time, pairs/s and peak RSS: of the largest single process (getrusage RUSAGE_CHILDREN ru_maxrss) and
-of the whole process tree (the preprocess command plus its encoding workers, sampled every 50 ms).
+of the whole process tree (the preprocess command plus its encoding workers, sampled every 50 ms),
+plus CPU seconds per run and the load average, since a busy machine depresses wall-clock figures.
 Target (issue 2): 1,000,000 pairs at >= 20,000 pairs/s with peak RSS < 1.5 GB on 2 cores.
 """
 
@@ -118,7 +119,7 @@ def main() -> None:
         for i in range(args.repeat):
             runs.append(run_once([*cmd, "-o", str(work / f"data{i}")]))
             shutil.rmtree(work / f"data{i}")
-        max_child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     secs = statistics.median(r[0] for r in runs)
@@ -128,12 +129,14 @@ def main() -> None:
         "runs": len(runs),
         "seconds_median": round(secs, 2),
         "pairs_per_s": round(args.pairs / secs),
-        "peak_rss_mb_largest_process": round(max_child_kb / 1024),
+        "cpu_seconds_per_run": round((usage.ru_utime + usage.ru_stime) / len(runs), 2),
+        "peak_rss_mb_largest_process": round(usage.ru_maxrss / 1024),
         "peak_rss_mb_process_tree": round(max(r[1] for r in runs) / 1024),
         "vocab_size": args.vocab_size,
         "spm_type": args.spm_type,
         "threads": args.threads or len(os.sched_getaffinity(0)),
         "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),  # > cpus means the figures are depressed
     }
     print(json.dumps(result))
 
