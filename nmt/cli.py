@@ -539,11 +539,11 @@ def score_cmd(
 ) -> None:
     """Score hypotheses against references with sacrebleu's BLEU, chrF(++) and TER.
 
-    Numbers and signatures are sacrebleu's: piped output is exactly `sacrebleu -f text`'s lines;
-    a terminal gets a table; --json a list of objects; --sentence one JSON object per line.
-    Several HYP files are several systems; with --paired-bs / --paired-ar the first is the
-    baseline. As in sacrebleu, --tokenize applies to BLEU, and TER ignores case unless
-    --ter-case-sensitive.
+    Piped output is exactly the lines of `sacrebleu -f text`; a terminal gets a table.
+
+    Several HYP files are several systems; --paired-bs / --paired-ar compare them to the first.
+
+    As in sacrebleu, --tokenize applies to BLEU and TER ignores case (--ter-case-sensitive).
     """
     from nmt import scoring
 
