@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import subprocess
 import sys
@@ -18,7 +19,15 @@ from typer.testing import CliRunner
 from nmt.cli import app
 
 SACREBLEU = Path(sys.executable).parent / "sacrebleu"
-VAL_DE = Path("/work/shared/corpora/multi30k/val.de.gz")
+
+
+def _val_de(repo_root: Path) -> Path:
+    """Multi30k val.de.gz from the local mirror (NMT_CORPUS_MIRROR or ../shared beside the repo)."""
+    env = os.environ.get("NMT_CORPUS_MIRROR")
+    mirror = Path(env) if env else repo_root.parent / "shared/corpora/multi30k"
+    return mirror / "val.de.gz"
+
+
 runner = CliRunner()
 
 
@@ -40,11 +49,12 @@ def _perturb(lines: list[str], seed: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory) -> dict[str, Path]:
+def files(tmp_path_factory, repo_root) -> dict[str, Path]:
     """Real Multi30k val references (200 lines), a second reference and two systems, on disk."""
     d = tmp_path_factory.mktemp("score")
-    if VAL_DE.exists():
-        with gzip.open(VAL_DE, "rt", encoding="utf-8") as f:
+    val_de = _val_de(repo_root)
+    if val_de.exists():
+        with gzip.open(val_de, "rt", encoding="utf-8") as f:
             ref = [next(f).rstrip("\n") for _ in range(200)]
     else:
         ref = [f"Ein Mann mit Hut {i} läuft über die Straße ." for i in range(200)]

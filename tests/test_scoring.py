@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import random
 from pathlib import Path
 
@@ -13,7 +14,12 @@ from sacrebleu.significance import PairedTest
 from nmt import scoring
 from nmt.errors import NmtError
 
-VAL_DE = Path("/work/shared/corpora/multi30k/val.de.gz")
+
+def _val_de(repo_root: Path) -> Path:
+    """Multi30k val.de.gz from the local mirror (NMT_CORPUS_MIRROR or ../shared beside the repo)."""
+    env = os.environ.get("NMT_CORPUS_MIRROR")
+    mirror = Path(env) if env else repo_root.parent / "shared/corpora/multi30k"
+    return mirror / "val.de.gz"
 
 
 def _perturb(lines: list[str], seed: int) -> list[str]:
@@ -41,10 +47,11 @@ def _perturb(lines: list[str], seed: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def data() -> dict[str, list[str]]:
+def data(repo_root) -> dict[str, list[str]]:
     """60 real German references (Multi30k val), a second reference, two perturbed systems."""
-    if VAL_DE.exists():
-        with gzip.open(VAL_DE, "rt", encoding="utf-8") as f:
+    val_de = _val_de(repo_root)
+    if val_de.exists():
+        with gzip.open(val_de, "rt", encoding="utf-8") as f:
             ref = [next(f).rstrip("\n") for _ in range(60)]
     else:  # the corpus is read-only shared data; keep the test meaningful without it
         ref = [f"Ein Mann mit Hut {i} läuft über die Straße ." for i in range(60)]
