@@ -465,6 +465,13 @@ def _stderr_progress() -> Progress:
     return report
 
 
+def available_cpus() -> int:
+    """CPUs this process may use (affinity-aware where the OS tells us)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _test_names(tests: Sequence[str | Path]) -> list[str]:
     """Split names from test prefixes' basenames; they must be distinct and not train/valid."""
     names = [Path(t).name for t in tests]
@@ -509,7 +516,7 @@ def preprocess(
         raise NmtError(f"source and target language are both {src_lang!r}")
     if max_len < 1 or max_ratio < 1.0:
         raise NmtError(f"--max-len must be >= 1 and --max-ratio >= 1 (got {max_len}, {max_ratio})")
-    threads = threads or len(os.sched_getaffinity(0))
+    threads = threads or available_cpus()
     report: Progress = (lambda *_: None) if quiet else (progress or _stderr_progress())
     split_inputs = {"train": tuple(resolve_input(train, lang) for lang in langs)}
     if valid is not None:
