@@ -22,7 +22,7 @@ import yaml
 from nmt.config import Config, config_from_dict
 from nmt.errors import NmtError
 from nmt.models.base import VocabInfo
-from nmt.textio import atomic_write
+from nmt.textio import atomic_write, publish
 
 CHECKPOINTS = "checkpoints"
 NAMED = ("best", "last", "averaged")
@@ -95,7 +95,7 @@ def save_weights(model: Any, path: str | Path) -> None:
     os.close(fd)
     try:
         save_model(_unwrap(model), tmp)
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -39,6 +39,19 @@ def read_lines(path: str | Path, errors: str = "strict") -> Iterator[str]:
             yield decode_line(raw, path, lineno, errors).rstrip("\r\n")
 
 
+def _file_mode() -> int:
+    """Permissions a plain open() would give a new file (0o666 less the umask)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def publish(tmp: str | Path, path: str | Path) -> None:
+    """Give a finished temporary file normal permissions and rename it over `path` atomically."""
+    os.chmod(tmp, _file_mode())
+    os.replace(tmp, path)
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Write to a temporary file beside `path` and rename it into place only on success."""
@@ -51,7 +64,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
