@@ -202,9 +202,10 @@ def beam_search(
         if t < min_len:
             lp[:, eos] = NEG_INF
         if eos_lp is not None:
-            forced = (max_len == t).repeat_interleave(k)  # (n*k,)
-            lp[forced] = NEG_INF
-            lp[:, eos] = torch.where(forced, eos_lp, lp[:, eos])
+            forced = (max_len == t).repeat_interleave(k).nonzero().squeeze(1)  # rows at max
+            if forced.numel():
+                lp.index_fill_(0, forced, NEG_INF)
+                lp[forced, eos] = eos_lp[forced]
         cand = (beam_scores.view(-1, 1) + lp).view(n, k * vsize)  # (n, k*V)
         top_s, top_i = cand.topk(2 * k, dim=1)  # (n, 2k)
         top_beam = torch.div(top_i, vsize, rounding_mode="floor")  # (n, 2k)

@@ -27,7 +27,7 @@ from nmt.textio import decode_line, open_binary
 from nmt.vocab import Tokenizer
 
 EOS_PIECE = "</s>"
-MAX_BATCH_SENTENCES = 256  # more rows per step stop paying off on CPU and grow the caches
+MAX_BATCH_ROWS = 640  # sentences x beam per batch: beyond this CPU steps stop getting cheaper
 
 
 @dataclass
@@ -180,7 +180,9 @@ class Translator:
         if progress and len(todo) < len(lines):
             progress(len(lines) - len(todo))
         todo.sort(key=lambda i: -len(encoded[i]))  # longest first: memory peaks show up at once
-        for batch in _batches(todo, [len(encoded[i]) + 1 for i in todo], opts["batch_tokens"]):
+        max_rows = max(1, MAX_BATCH_ROWS // k)
+        lengths = [len(encoded[i]) + 1 for i in todo]
+        for batch in _batches(todo, lengths, opts["batch_tokens"], max_rows):
             hyps = self._search(
                 [encoded[i] for i in batch], k, nbest, opts, with_attention
             )  # per sentence, best first
@@ -297,7 +299,9 @@ class Translator:
         return Translation(line, out, self._pieces(ids))
 
 
-def _batches(order: list[int], lengths: list[int], batch_tokens: int) -> Iterator[list[int]]:
+def _batches(
+    order: list[int], lengths: list[int], batch_tokens: int, max_sentences: int
+) -> Iterator[list[int]]:
     """Consecutive runs of `order` whose padded size (rows x longest) fits in batch_tokens.
 
     A sentence longer than batch_tokens still gets a batch of its own.
@@ -306,7 +310,7 @@ def _batches(order: list[int], lengths: list[int], batch_tokens: int) -> Iterato
     longest = 0
     for i, n in zip(order, lengths, strict=True):
         width = max(longest, n)
-        if batch and (width * (len(batch) + 1) > batch_tokens or len(batch) >= MAX_BATCH_SENTENCES):
+        if batch and (width * (len(batch) + 1) > batch_tokens or len(batch) >= max_sentences):
             yield batch
             batch, width = [], n
         batch.append(i)
