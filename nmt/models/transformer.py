@@ -50,19 +50,19 @@ def sinusoids(length: int, dim: int) -> torch.Tensor:
 
 
 class FeedForward(nn.Module):
-    """Position-wise two-layer network."""
+    """Position-wise two-layer network. No dropout on the inner activations (as fairseq's
+    default): on CPU, drawing a mask for the 4x wider hidden layer costs more than it helps."""
 
-    def __init__(self, d_model: int, ff_dim: int, activation: str, dropout: float) -> None:
+    def __init__(self, d_model: int, ff_dim: int, activation: str) -> None:
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(d_model, ff_dim), nn.Linear(ff_dim, d_model)
         self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
-        self.drop = nn.Dropout(dropout)
         for lin in (self.fc1, self.fc2):
             nn.init.xavier_uniform_(lin.weight)
             nn.init.zeros_(lin.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.drop(self.act(self.fc1(x))))
+        return self.fc2(self.act(self.fc1(x)))
 
 
 class _Sublayers(nn.Module):
@@ -73,7 +73,7 @@ class _Sublayers(nn.Module):
         self.pre = cfg.norm == "pre"
         self.norms = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(n))
         self.drop = nn.Dropout(cfg.dropout)
-        self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.activation, cfg.dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.activation)
 
     def _in(self, x: torch.Tensor, i: int) -> torch.Tensor:
         return self.norms[i](x) if self.pre else x

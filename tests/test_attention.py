@@ -1,0 +1,119 @@
+"""Attention: weights are a distribution over the real source positions, zero on padding;
+the fused and explicit multi-head paths agree; incremental self-attention equals causal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmt.models.attention import (
+    AdditiveAttention,
+    DotAttention,
+    GeneralAttention,
+    MultiHeadAttention,
+    dot_product_attention,
+    make_rnn_attention,
+)
+
+LENGTHS = torch.tensor([5, 3, 1, 4])
+
+
+def _mask(lengths: torch.Tensor, s: int) -> torch.Tensor:
+    return torch.arange(s) < lengths.unsqueeze(1)  # (B, S)
+
+
+@pytest.mark.parametrize("kind", ["bahdanau", "dot", "general"])
+def test_rnn_attention_is_a_distribution_over_real_positions(kind):
+    torch.manual_seed(0)
+    b, s, d = 4, 5, 8
+    attn = make_rnn_attention(kind, d, d)
+    keys, query = torch.randn(b, s, d), torch.randn(b, d)
+    mask = _mask(LENGTHS, s)
+    context, weights = attn(query, attn.project_keys(keys), keys, mask)
+    assert weights.shape == (b, s) and context.shape == (b, d)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(b))
+    assert (weights[~mask] == 0).all()
+    assert (weights[mask] > 0).all()
+    torch.testing.assert_close(context, torch.einsum("bs,bsd->bd", weights, keys))
+
+    # Whatever sits in the padded positions cannot change the result.
+    noisy = keys.clone()
+    noisy[~mask] = 1e3 * torch.randn(int((~mask).sum()), d)
+    context2, weights2 = attn(query, attn.project_keys(noisy), noisy, mask)
+    torch.testing.assert_close(weights2, weights)
+    torch.testing.assert_close(context2, context)
+
+
+def test_additive_score_formula():
+    torch.manual_seed(0)
+    attn = AdditiveAttention(query_dim=6, key_dim=10, hidden_dim=7)
+    q, k = torch.randn(2, 6), torch.randn(2, 3, 10)
+    wq, wk, bk, v = attn.query_proj.weight, attn.key_proj.weight, attn.key_proj.bias, attn.v.weight
+    expected = (torch.tanh((q @ wq.T)[:, None] + k @ wk.T + bk) @ v.T).squeeze(-1)
+    torch.testing.assert_close(attn.score(q, attn.project_keys(k)), expected)
+
+
+def test_dot_and_general_scores():
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 6), torch.randn(2, 3, 6)
+    dot = DotAttention(6, 6)
+    torch.testing.assert_close(dot.score(q, dot.project_keys(k)), torch.einsum("bd,bsd->bs", q, k))
+    gen = GeneralAttention(query_dim=6, key_dim=10)
+    k10 = torch.randn(2, 3, 10)
+    w = gen.key_proj.weight  # (6, 10)
+    expected = torch.einsum("bq,qk,bsk->bs", q, w, k10)
+    torch.testing.assert_close(gen.score(q, gen.project_keys(k10)), expected)
+    with pytest.raises(ValueError, match="equal sizes"):
+        DotAttention(6, 10)
+
+
+def test_multihead_weights_path_matches_fused_path_and_masks_padding():
+    torch.manual_seed(0)
+    b, h, t, s, d = 4, 2, 3, 5, 8
+    q, k, v = torch.randn(b, h, t, d), torch.randn(b, h, s, d), torch.randn(b, h, s, d)
+    mask = _mask(LENGTHS, s)[:, None, None]  # (B, 1, 1, S)
+    fused, none = dot_product_attention(q, k, v, mask)
+    explicit, weights = dot_product_attention(q, k, v, mask, need_weights=True)
+    assert none is None and weights.shape == (b, h, t, s)
+    torch.testing.assert_close(explicit, fused)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(b, h, t))
+    assert (weights.masked_select(~mask) == 0).all()
+    assert (weights.masked_select(mask.expand_as(weights)) > 0).all()
+
+
+def test_multihead_causal_weights_are_zero_on_the_future():
+    torch.manual_seed(0)
+    q = k = v = torch.randn(2, 2, 4, 8)
+    fused, _ = dot_product_attention(q, k, v, causal=True)
+    explicit, weights = dot_product_attention(q, k, v, causal=True, need_weights=True)
+    torch.testing.assert_close(explicit, fused)
+    future = torch.ones(4, 4, dtype=torch.bool).triu(1)
+    assert (weights[..., future] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 4))
+
+
+def test_incremental_self_attention_equals_causal_pass():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(3, 6, 16)
+    full, _ = mha(x, causal=True)
+    cache, steps = None, []
+    for i in range(6):
+        out, cache = mha.step(x[:, i : i + 1], cache)
+        steps.append(out)
+    assert cache[0].shape == (3, 4, 6, 4)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-6, rtol=1e-5)
+
+
+def test_cross_attention_weights_over_precomputed_keys():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, cross=True).eval()
+    memory, x = torch.randn(4, 5, 16), torch.randn(4, 2, 16)
+    mask = _mask(LENGTHS, 5)[:, None, None]
+    kv = mha.project_kv(memory)
+    out, weights = mha(x, kv=kv, mask=mask, need_weights=True)
+    fast, _ = mha(x, kv=kv, mask=mask)
+    torch.testing.assert_close(out, fast)
+    assert weights.shape == (4, 4, 2, 5)
+    assert (weights.masked_select(~mask) == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(4, 4, 2))
