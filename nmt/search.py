@@ -10,6 +10,7 @@ Conventions shared by both:
 - The maximum length of sentence i is n <= floor(a * |src_i| + b) tokens, where |src_i| is the
   source length without its eos, capped so every position fits `model.max_positions`; at that
   length eos is forced (with the log-probability the model gives it).
+- pad and bos are never produced.
 - eos is forbidden while fewer than `min_len` tokens have been produced (min_len is capped at
   the maximum length, so forced eos wins).
 - `attention` (when asked) is (n + 1, layers, heads, |src_i| + 1): one row per prediction, eos
@@ -88,6 +89,7 @@ def greedy_search(
     state = model.init_state(enc)
     max_len = max_lengths(model, src_lengths, max_len_a, max_len_b).to(device)  # (B,)
     first_max = int(max_len.min())  # first step at which some row must end
+    banned = torch.tensor([vocab.pad_id, vocab.bos_id], device=device)
     rows = torch.arange(bsz, device=device)  # original sentence of each active row
     prev = torch.full((bsz,), vocab.bos_id, dtype=torch.long, device=device)
     scores = torch.zeros(bsz, device=device)
@@ -98,6 +100,7 @@ def greedy_search(
     t = 0
     while True:
         lp, state, attn = model.decode_step(prev, enc, state, need_attn=need_attn)  # (n, V)
+        lp.index_fill_(1, banned, NEG_INF)  # pad and bos are never outputs
         eos_lp = _forced_eos_lp(lp, eos) if t >= first_max else None  # (n,)
         if t < min_len:
             lp[:, eos] = NEG_INF
@@ -180,6 +183,7 @@ def beam_search(
     state = model.init_state(enc)
     max_len = max_lengths(model, src_lengths, max_len_a, max_len_b).to(device)  # (B,)
     first_max = int(max_len.min())  # first step at which some sentence must end
+    banned = torch.tensor([vocab.pad_id, vocab.bos_id], device=device)
     # Largest length penalty any finished hypothesis can still get, per sentence.
     lp_far = gnmt_length_penalty(max_len + 1, alpha)  # (B,)
 
@@ -198,6 +202,7 @@ def beam_search(
         n = sents.numel()
         lp, state, attn = model.decode_step(prev, enc, state, need_attn=need_attn)  # (n*k, V)
         vsize = lp.size(1)
+        lp.index_fill_(1, banned, NEG_INF)  # pad and bos are never outputs
         eos_lp = _forced_eos_lp(lp, eos) if t >= first_max else None  # (n*k,)
         if t < min_len:
             lp[:, eos] = NEG_INF

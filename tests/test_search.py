@@ -357,3 +357,11 @@ def test_length_penalty_formula():
     assert gnmt_length_penalty(1, 1.0) == 1.0
     assert gnmt_length_penalty(7, 0.6) == pytest.approx(2**0.6)
     assert gnmt_length_penalty(9, 0.0) == 1.0
+
+
+def test_pad_and_bos_are_never_produced():
+    model = ToyDecoder(lambda sid, p: [0.4, 0.0, 0.4, 0.15, 0.05, 0.0, 0.0])
+    src, lens = toy_src([0])
+    assert greedy_search(model, src, lens).pop().tokens == []
+    (hyps,) = beam_search(model, src, lens, beam_size=2, nbest=2, length_penalty=0.0)
+    assert [h.tokens for h in hyps] == [[], [A]]
