@@ -5,8 +5,9 @@ test_2016_flickr (1,000 sentences), plus the wall time of the whole CLI command 
     .venv/bin/python scripts/bench_translate.py --quick                 # 200 sentences, one run
 
 Without -m, a randomly initialised transformer-small (joint SentencePiece 8k learned on Multi30k
-train) is built under --work; its outputs run to the maximum length, so sentences/s is pessimistic
-and only target tokens/s compares with a trained model. Each measurement runs in a fresh child
+train) is built under --work. It never predicts eos, so its outputs run to the maximum length; the
+benchmark then sets the maximum to the source length (--max-len-a 1 --max-len-b 0), about what a
+trained model writes. Prefer a trained model: beam search also stops earlier with one. Each measurement runs in a fresh child
 process (clean peak RSS). Reference, 2 cores (issue 5): CTranslate2 4.8 float32, batch 64: beam 5
 104 sentences/s, greedy 288; OpenNMT-py whole beam-5 command 15.6 s.
 """
@@ -82,6 +83,7 @@ def child(args: argparse.Namespace) -> None:
     lines = list(read_lines(args.input))[: args.sentences]
     tr = Translator.from_dir(args.model, device=args.device)
     kwargs = dict(MODES[args.child], batch_tokens=args.batch_tokens)
+    kwargs.update(max_len_a=args.max_len_a, max_len_b=args.max_len_b)
     tr.translate(lines[:16], **kwargs)  # warm-up (allocator, kernels)
     times = []
     for _ in range(args.repeats):
@@ -100,10 +102,18 @@ def run_child(mode: str, model: Path, inp: Path, args: argparse.Namespace) -> di
         sys.executable, __file__, "--child", mode, "-m", str(model), "--input", str(inp),
         "--threads", str(args.threads), "--repeats", str(args.repeats),
         "--sentences", str(args.sentences), "--batch-tokens", str(args.batch_tokens),
-        "--device", args.device,
+        "--device", args.device, *length_args(args),
     ]  # fmt: skip
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def length_args(args: argparse.Namespace) -> list[str]:
+    """--max-len-a/-b options when set (else the model config decides)."""
+    out = []
+    for opt, value in (("--max-len-a", args.max_len_a), ("--max-len-b", args.max_len_b)):
+        out += [opt, str(value)] if value is not None else []
+    return out
 
 
 def child_env(args: argparse.Namespace) -> dict:
@@ -114,7 +124,7 @@ def time_cli(model: Path, inp: Path, args: argparse.Namespace, extra: list[str])
     """Wall time of the whole `nmt translate` command, start-up included."""
     out = Path(args.work) / "cli.hyp"
     cmd = [sys.executable, "-m", "nmt", "translate", "-m", str(model), str(inp), "-o", str(out)]
-    cmd += ["--quiet", "--device", args.device, *extra]
+    cmd += ["--quiet", "--device", args.device, *length_args(args), *extra]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=child_env(args), cwd=ROOT)
     return time.perf_counter() - t0
@@ -131,6 +141,8 @@ def main() -> None:
     p.add_argument("--sentences", type=int, default=1000)
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--max-len-a", type=float, help="default: model config (random model: 1)")
+    p.add_argument("--max-len-b", type=float, help="default: model config (random model: 0)")
     p.add_argument("--quick", action="store_true", help="200 sentences, one run, no CLI timing")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--child", choices=list(MODES), help=argparse.SUPPRESS)
@@ -143,11 +155,15 @@ def main() -> None:
     Path(args.work).mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT))
     inp = test_file(args.src)
-    model = (
-        Path(args.model) if args.model else build_random_model(Path(args.work), args.src, args.tgt)
-    )
+    if args.model:
+        model = Path(args.model)
+    else:
+        model = build_random_model(Path(args.work), args.src, args.tgt)
+        args.max_len_a = 1.0 if args.max_len_a is None else args.max_len_a
+        args.max_len_b = 0.0 if args.max_len_b is None else args.max_len_b
 
     results = {"model": str(model), "threads": args.threads, "sentences": args.sentences}
+    results["max_len"] = length_args(args)
     for mode in MODES:
         r = run_child(mode, model, inp, args)
         sec = statistics.median(r["seconds"])
