@@ -328,11 +328,11 @@ def translate_cmd(
         None, "--output", "-o", help="Write translations here (atomically) instead of stdout."
     ),
     beam_size: int = typer.Option(
-        None, "--beam-size", "-b", help="Beam width [default: model config, 5]; 1 = greedy."
+        None, "--beam-size", "-b", help="Beam width (default: model config, 5); 1 = greedy."
     ),
     greedy: bool = typer.Option(False, "--greedy", help="Greedy search (same as --beam-size 1)."),
     length_penalty: float = typer.Option(
-        None, "--length-penalty", help="GNMT length penalty alpha [default: model config, 1.0]."
+        None, "--length-penalty", help="GNMT length penalty alpha (default: model config, 1.0)."
     ),
     nbest: int = typer.Option(
         1,
@@ -341,16 +341,16 @@ def translate_cmd(
         "(empty lines when fewer were found); jsonl: N entries in 'hypotheses'.",
     ),
     max_len_a: float = typer.Option(
-        None, "--max-len-a", help="Max output length a*|source|+b: a [default: model config, 1.2]."
+        None, "--max-len-a", help="Max output length a*|source|+b: a (default: model config, 1.2)."
     ),
     max_len_b: float = typer.Option(
-        None, "--max-len-b", help="Max output length a*|source|+b: b [default: model config, 10]."
+        None, "--max-len-b", help="Max output length a*|source|+b: b (default: model config, 10)."
     ),
     min_len: int = typer.Option(
-        None, "--min-len", help="Minimum output length in subwords [default: model config, 0]."
+        None, "--min-len", help="Minimum output length in subwords (default: model config, 0)."
     ),
     batch_tokens: int = typer.Option(
-        None, "--batch-tokens", help="Padded source tokens per batch [default: model config]."
+        None, "--batch-tokens", help="Padded source tokens per batch (default: model config)."
     ),
     fmt: str = typer.Option(
         "text",
@@ -373,8 +373,8 @@ def translate_cmd(
     buffer_size: int = typer.Option(
         None,
         "--buffer-size",
-        help="Lines read and sorted per chunk (bounds memory) [default: 10000; stdin from a "
-        "terminal: 1]. 1 translates each line as it arrives and flushes it.",
+        help="Lines read and sorted per chunk (bounds memory) (default: 10000; stdin from a "
+        "terminal: 1). 1 translates each line as it arrives and flushes it.",
     ),
     errors: str = typer.Option(
         "strict", "--errors", help="Invalid UTF-8: strict (error naming the line) or replace."
@@ -447,7 +447,7 @@ def attention_cmd(
         None, "--target", help="Force-decode this translation instead of searching for one."
     ),
     beam_size: int = typer.Option(
-        None, "--beam-size", "-b", help="Beam width [default: model config]."
+        None, "--beam-size", "-b", help="Beam width (default: model config)."
     ),
     checkpoint: str = typer.Option(
         "best", "--checkpoint", help="best, last, averaged, or a .safetensors path."
