@@ -22,6 +22,17 @@ import time
 PRESETS = ["seq2seq-bahdanau", "transformer-small", "transformer-base"]
 
 
+def cpu_has_native_bf16() -> bool:
+    """True where the CPU multiplies bf16 natively (avx512_bf16 / AMX); elsewhere PyTorch
+    emulates it and bf16 autocast runs 10-40x slower than float32, so the bench skips it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = set(f.read().split())
+    except OSError:
+        return False
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
 def make_batches(n_batches: int, max_tokens: int, vocab: int, seed: int) -> list:
     """Length-bucketed random batches: padded target tokens per batch <= max_tokens."""
     import torch
@@ -51,6 +62,23 @@ def make_batches(n_batches: int, max_tokens: int, vocab: int, seed: int) -> list
         tgt[:, 0] = 2
         out.append((src, s, tgt[:, :-1].contiguous(), tgt[:, 1:].contiguous()))
     return out
+
+
+def reference_gflops(device: str) -> float:
+    """Float32 GEMM speed right now: on a shared machine it shows how loaded the cores were."""
+    import torch
+
+    a, b = torch.randn(2048, 1024, device=device), torch.randn(1024, 1024, device=device)
+    times = []
+    for _ in range(4):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        a @ b
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return 2 * 2048 * 1024 * 1024 / statistics.median(times[1:]) / 1e9
 
 
 def run_one(preset: str, precision: str, device: str, warmup: int, iters: int, tokens: int) -> dict:
@@ -88,6 +116,7 @@ def run_one(preset: str, precision: str, device: str, warmup: int, iters: int, t
         peak_mb = torch.cuda.max_memory_allocated() / 2**20
     else:
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    gemm = reference_gflops(device)
     rates = [n / t for n, t in zip(ntoks, times, strict=True)]
     return {
         "preset": preset,
@@ -100,6 +129,7 @@ def run_one(preset: str, precision: str, device: str, warmup: int, iters: int, t
         "step_s": round(statistics.median(times), 4),
         "peak_mb": round(peak_mb, 1),
         "iters": iters,
+        "ref_gemm_gflops": round(gemm, 1),
     }
 
 
@@ -115,6 +145,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     ap.add_argument("--quick", action="store_true", help="1 warm-up, 3 timed iterations")
     ap.add_argument("--json", default="", help="also write the results here")
+    ap.add_argument("--force-bf16", action="store_true", help="run bf16 even without native bf16")
     ap.add_argument("--one", nargs=2, metavar=("PRESET", "PRECISION"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.quick:
@@ -130,6 +161,10 @@ def main() -> None:
     results = []
     for preset in args.presets.split(","):
         for precision in args.precisions.split(","):
+            native = args.device == "cuda" or cpu_has_native_bf16()
+            if precision == "bf16" and not native and not args.force_bf16:
+                print(f"{preset:<18} bf16  skipped: this CPU has no native bf16 (--force-bf16)")
+                continue
             cmd = [sys.executable, __file__, "--one", preset, precision, "--device", args.device]
             cmd += ["--tokens", str(args.tokens), "--warmup", str(args.warmup)]
             cmd += ["--iters", str(args.iters), "--threads", str(args.threads)]
@@ -143,7 +178,8 @@ def main() -> None:
             print(
                 f"{r['preset']:<18} {r['precision']:<5} params {r['params'] / 1e6:6.1f}M  "
                 f"{r['tokens_per_s']:8.0f} tok/s  step {r['step_s']:.3f}s  "
-                f"peak {r['peak_mb']:7.0f} MB  ({r['threads']} threads, {r['device']})",
+                f"peak {r['peak_mb']:7.0f} MB  ({r['threads']} threads, {r['device']}, "
+                f"fp32 GEMM now {r['ref_gemm_gflops']:.0f} GFLOP/s)",
                 flush=True,
             )
     base = {(r["preset"], r["precision"]): r["tokens_per_s"] for r in results}

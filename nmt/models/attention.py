@@ -180,7 +180,8 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder-decoder keys and values (B, H, S, Dh), computed once per sentence."""
         k, v = self._split(self.kv_proj(memory), 2)
-        return k, v
+        # Contiguous once here, or attention would copy them again at every decoder step.
+        return k.contiguous(), v.contiguous()
 
     def forward(
         self,
