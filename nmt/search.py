@@ -2,7 +2,8 @@
 
 Both searches are batched over sentences (beam search flattens batch x beam into rows), advance
 one token a step through `decode_step` and its cache (the prefix is never recomputed), and drop
-finished sentences from the active batch. They never ask which architecture they drive.
+finished sentences from the active batch (in groups: see RETIRE_EVERY). They never ask which
+architecture they drive.
 
 Conventions shared by both:
 - A hypothesis of n tokens costs n + 1 predictions (its tokens and eos); its length for the GNMT
@@ -25,6 +26,9 @@ from typing import Any
 import torch
 
 NEG_INF = float("-inf")
+# Dropping finished sentences copies the whole encoder output and cache, so it waits until 1/N
+# of the active sentences are finished (they ride along meanwhile; results are unchanged).
+RETIRE_EVERY = 5
 FORCED_FLOOR = -1000.0  # floor for a forced eos the model calls (near) impossible
 
 
@@ -96,6 +100,7 @@ def greedy_search(
     history = torch.empty(bsz, 0, dtype=torch.long, device=device)  # (n, t)
     attn_hist: torch.Tensor | None = None  # (n, t, L, H, S)
     results: list[Hypothesis | None] = [None] * bsz
+    alive = torch.ones(bsz, dtype=torch.bool, device=device)  # rows still searching
     src_len_list = src_lengths.tolist()
     t = 0
     while True:
@@ -115,7 +120,7 @@ def greedy_search(
             step = attn.unsqueeze(1).float()  # (n, 1, L, H, S)
             attn_hist = step if attn_hist is None else torch.cat([attn_hist, step], 1)
         t += 1
-        done = tok == eos
+        done = (tok == eos) & alive  # (n,)
         if not bool(done.any()):
             prev = tok
             continue
@@ -130,9 +135,15 @@ def greedy_search(
                 log_prob=final[r],
                 attention=_finish_attention(attn_hist, r, t, src_len_list[i]),
             )
-        if len(done_idx) == len(origin):
+        alive &= ~done
+        n_alive = int(alive.sum())
+        if n_alive == 0:
             break
-        keep = (~done).nonzero().squeeze(1)  # (n',)
+        if (len(origin) - n_alive) * RETIRE_EVERY < len(origin):
+            prev = tok  # finished rows ride along until enough of them are dropped at once
+            continue
+        keep = alive.nonzero().squeeze(1)  # (n',)
+        alive = alive[keep]
         enc = model.reorder_encoder_out(enc, keep)
         state = model.reorder_state(state, keep)
         rows, scores, history, max_len = rows[keep], scores[keep], history[keep], max_len[keep]
@@ -196,6 +207,7 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(bsz)]
     top_fin = torch.full((bsz, nbest), NEG_INF, device=device)  # best normalized, sorted
     cand_pos = torch.arange(2 * k, device=device)  # (2k,)
+    retired = torch.zeros(bsz, dtype=torch.bool, device=device)  # done, rows not yet dropped
     src_len = src_lengths.tolist()
     t = 0
     while True:
@@ -221,7 +233,7 @@ def beam_search(
             attn_hist = step if attn_hist is None else torch.cat([attn_hist, step], 1)
         t += 1
 
-        fin_mask = is_eos[:, :k]  # (n, k) eos among the top k: finished hypotheses
+        fin_mask = is_eos[:, :k] & ~retired.unsqueeze(1)  # (n, k) eos among the top k
         if bool(fin_mask.any()):
             lp_now = gnmt_length_penalty(t, alpha)
             norm = torch.where(fin_mask, top_s[:, :k] / lp_now, NEG_INF)  # (n, k)
@@ -240,11 +252,12 @@ def beam_search(
         # Exact stop: no live hypothesis can reach a score above the n-th best finished one.
         best_live = beam_scores[:, 0]  # (n,) ranks are sorted, dead beams are -inf
         bound = best_live / lp_far.clamp(min=gnmt_length_penalty(t + 1, alpha))  # (n,)
-        done = (top_fin[:, -1] >= bound) | (max_len < t)  # (n,)
-        if bool(done.any()):
+        done = retired | (top_fin[:, -1] >= bound) | (max_len < t)  # (n,)
+        n_done = int(done.sum())
+        if n_done == n:
+            break
+        if n_done * RETIRE_EVERY >= n:
             keep_s = (~done).nonzero().squeeze(1)  # (n',)
-            if keep_s.numel() == 0:
-                break
             keep_rows = (keep_s.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
             enc = model.reorder_encoder_out(enc, keep_rows)
             sents, max_len, lp_far, top_fin = (
@@ -256,8 +269,10 @@ def beam_search(
             beam_scores, sel_beam, sel_tok = beam_scores[keep_s], sel_beam[keep_s], sel_tok[keep_s]
             base = keep_s.unsqueeze(1) * k  # (n', 1) old row offset of each kept sentence
             first_max = int(max_len.min())
+            retired = done[keep_s]
         else:
             base = torch.arange(n, device=device).unsqueeze(1) * k  # (n, 1)
+            retired = done
         order = (base + sel_beam).view(-1)  # (n'*k,) old row of each new hypothesis
         state = model.reorder_state(state, order)
         history = torch.cat([history.index_select(0, order), sel_tok.view(-1, 1)], 1)
