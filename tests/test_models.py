@@ -262,3 +262,20 @@ def test_required_presets_exist_with_their_sizes():
         1,
     )
     assert (rnn.rnn_type, rnn.attention) == ("gru", "bahdanau")
+
+
+@pytest.mark.parametrize("name", ["transformer", "seq2seq", "seq2seq-lstm-2layer-dot"])
+def test_bf16_autocast_runs_and_stays_close_to_fp32(name):
+    model = make(name)
+    src, lengths = batch([6, 4, 2])
+    tgt = targets(3, 5)
+    with torch.no_grad():
+        ref = model(src, lengths, tgt)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(src, lengths, tgt)
+        logits.float().sum().backward()
+        enc = model.encode(src, lengths)
+        log_probs, _, _ = model.decode_step(tgt[:, 0], enc, model.init_state(enc))
+    assert log_probs.dtype == torch.float32
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(3))
+    torch.testing.assert_close(logits.float(), ref, atol=0.1, rtol=0.05)

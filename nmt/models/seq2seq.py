@@ -9,6 +9,7 @@ incremental state is the recurrent state alone.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +21,14 @@ from nmt.config import ModelConfig
 from nmt.errors import NmtError
 from nmt.models.attention import make_rnn_attention
 from nmt.models.base import VocabInfo
+
+
+def _fp32_rnn(x: torch.Tensor) -> contextlib.AbstractContextManager:
+    """Run recurrences in float32 on CPU: oneDNN has no bf16 LSTM on CPUs without native bf16,
+    and the recurrence is latency-bound there anyway. GPU autocast is left as it is."""
+    if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+        return torch.autocast("cpu", enabled=False)
+    return contextlib.nullcontext()
 
 
 @dataclass
@@ -90,8 +99,11 @@ class Seq2Seq(nn.Module):
         """Bidirectional encoding of the real tokens only (packed), keys projected once."""
         s = src.size(1)
         x = self.drop(self.src_embed(src))  # (B, S, E)
-        packed = pack_padded_sequence(x, src_lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, final = self.encoder(packed)
+        with _fp32_rnn(x):
+            packed = pack_padded_sequence(
+                x.float(), src_lengths.cpu(), batch_first=True, enforce_sorted=False
+            )
+            out, final = self.encoder(packed)
         memory, _ = pad_packed_sequence(out, batch_first=True, total_length=s)  # (B, S, 2H)
         memory = self.drop(memory)
         if self.memory_proj is not None:
@@ -109,7 +121,7 @@ class Seq2Seq(nn.Module):
         for bridge, final in zip(self.bridge, encoder_out.final, strict=True):
             b = final.size(0)
             init = torch.tanh(bridge(final)).view(b, layers, h).transpose(0, 1)  # (L, B, H)
-            hidden.append(init.contiguous())
+            hidden.append(init.float().contiguous())  # the recurrence runs in fp32
         return RNNState(tuple(hidden))
 
     def _step(
@@ -120,7 +132,8 @@ class Seq2Seq(nn.Module):
         context, weights = self.attention(query, enc.proj_keys, enc.memory, enc.mask)
         rnn_in = torch.cat([emb, context.to(emb.dtype)], dim=-1).unsqueeze(1)  # (B, 1, E+M)
         hx = state.hidden if self.lstm else state.hidden[0]
-        out, hx = self.decoder(rnn_in, hx)
+        with _fp32_rnn(rnn_in):
+            out, hx = self.decoder(rnn_in.float(), hx)
         hidden = tuple(hx) if self.lstm else (hx,)
         return out[:, 0], context, weights, RNNState(hidden)
 
