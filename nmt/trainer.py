@@ -109,6 +109,16 @@ def autocast_for(precision: str, device: torch.device) -> Callable[[], Any]:
     return lambda: torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether the CPU multiplies bf16 natively; elsewhere PyTorch emulates it, very slowly."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = set(f.read().split())
+    except OSError:
+        return False
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
 # ---- model directory: lock, refusal, metrics --------------------------------------------------
 
 
@@ -299,6 +309,11 @@ class Trainer:
         self.state = TrainState()
         self.stop_code = STOP_NONE
         self.valid_seconds = 0.0
+        self.start = time.monotonic()
+        self.window = _Window(self.start, 0, 0.0, 0.0, 0)
+        self.train_seconds = 0.0
+        self.steps_per_epoch = 0
+        self.bar: Any = None
 
     # -- setup --
 
@@ -324,6 +339,11 @@ class Trainer:
             self.log.warn(
                 f"{dropped} training pairs are longer than training.max_tokens or "
                 "model.max_positions allow and are skipped"
+            )
+        if tc.precision == "bf16" and self.device.type == "cpu" and not cpu_has_native_bf16():
+            self.log.warn(
+                "this CPU has no native bf16 (avx512_bf16/AMX): bf16 autocast is emulated and "
+                "10-40x slower than fp32 here; use --set training.precision=fp32"
             )
         if self.keep.sum() == 0:
             raise NmtError(f"{self.data_dir}: no training pair fits training.max_tokens")
@@ -523,7 +543,7 @@ class Trainer:
         if self.tc.max_steps > 0:
             parts.append(self.state.step / self.tc.max_steps)
         if self.max_time:
-            elapsed = time.monotonic() - self.start if hasattr(self, "start") else 0.0
+            elapsed = time.monotonic() - self.start
             parts.append(elapsed / self.max_time)
         return max(parts) if parts else None
 
@@ -543,7 +563,7 @@ class Trainer:
         tc, st = self.tc, self.state
         if tc.max_steps > 0 and st.step >= tc.max_steps:
             return STOP_STEPS
-        if self.max_time and hasattr(self, "start"):
+        if self.max_time:
             room = self.valid_seconds if st.last_valid_step != st.step else 0.0
             if time.monotonic() - self.start + room >= self.max_time:
                 return STOP_TIME
@@ -587,7 +607,7 @@ class Trainer:
             etas.append((tc.max_steps - st.step) * per_step)
         if self.max_time:
             etas.append(self.max_time - elapsed)
-        if tc.max_epochs > 0 and getattr(self, "steps_per_epoch", 0):
+        if tc.max_epochs > 0 and self.steps_per_epoch:
             done = (st.epoch - 1) * self.steps_per_epoch + st.position / max(1, tc.accumulate)
             etas.append((tc.max_epochs * self.steps_per_epoch - done) * per_step)
         return max(0.0, min(etas)) if etas else None
@@ -691,7 +711,7 @@ class Trainer:
 
     def _summary(self) -> dict[str, Any]:
         st = self.state
-        tok_s = st.tokens / self.train_seconds if getattr(self, "train_seconds", 0) else 0.0
+        tok_s = st.tokens / self.train_seconds if self.train_seconds else 0.0
         summary = {
             "steps": st.step,
             "epochs_completed": st.epoch - 1,

@@ -48,6 +48,23 @@ def test_matches_torch_cross_entropy_and_ignores_padding():
     assert float(label_smoothed_nll(logits, target, 0.0)[0]) == pytest.approx(float(nll))
 
 
+def test_gradient_matches_autograd_reference():
+    torch.manual_seed(1)
+    logits = torch.randn(4, 6, 13, requires_grad=True)
+    target = torch.randint(0, 13, (4, 6))
+    target[1, 4:] = 0
+    ref_logits = logits.detach().clone().requires_grad_()
+    loss, _, _ = label_smoothed_nll(logits, target, 0.1)
+    (2.5 * loss).backward()
+    ref = F.cross_entropy(
+        ref_logits.view(-1, 13), target.view(-1), ignore_index=0, label_smoothing=0.1,
+        reduction="sum",
+    )  # fmt: skip
+    (2.5 * ref).backward()
+    assert torch.allclose(logits.grad, ref_logits.grad, atol=1e-6)
+    assert torch.all(logits.grad[target == 0] == 0)
+
+
 def test_loss_is_float32_under_bf16_logits():
     logits = torch.randn(2, 3, 7).to(torch.bfloat16).requires_grad_()
     loss, _, _ = label_smoothed_nll(logits, torch.tensor([[1, 2, 3], [4, 0, 0]]), 0.1)

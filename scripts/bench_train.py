@@ -1,0 +1,161 @@
+"""Training throughput benchmark: target tokens/s and peak RSS of `nmt train`'s update step.
+
+Multi30k en->de, joint SentencePiece 8k, about 4,000 target tokens a batch; transformer-small and
+seq2seq-bahdanau in fp32 and bf16. Each configuration runs in its own process (so peak RSS is
+its own) through the trainer's real `train_step` (collation, forward, loss, backward, clipping,
+Adam), after a few warm-up steps. Reports the median over timed steps.
+
+    python scripts/bench_train.py              # full: 20 timed steps per configuration
+    python scripts/bench_train.py --quick      # 4 timed steps, for checking the script
+    python scripts/bench_train.py --threads 2 --json results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = [
+    ("transformer-small", "fp32"),
+    ("transformer-small", "bf16"),
+    ("seq2seq-bahdanau", "fp32"),
+    ("seq2seq-bahdanau", "bf16"),
+]
+
+
+def corpus_dir() -> Path:
+    """The Multi30k mirror (read-only) or the fetched copy."""
+    for cand in (
+        os.environ.get("NMT_CORPUS_MIRROR", ""),
+        REPO / "corpora" / "multi30k",
+        REPO.parent / "shared" / "corpora" / "multi30k",
+    ):
+        if cand and (Path(cand) / "train.en.gz").exists():
+            return Path(cand)
+    sys.exit("Multi30k not found: run `make fetch` or set NMT_CORPUS_MIRROR")
+
+
+def data_dir(work: Path) -> Path:
+    """Preprocess Multi30k en->de once (joint SentencePiece 8k), reused by later runs."""
+    out = work / "data-en-de-8k"
+    if (out / "manifest.json").exists():
+        return out
+    from nmt.data import preprocess
+
+    c = corpus_dir()
+    preprocess("en", "de", c / "train", out, valid=c / "val", vocab_size=8000, quiet=True)
+    return out
+
+
+def run_one(preset: str, precision: str, data: Path, steps: int, warmup: int, max_tokens: int):
+    """Time `steps` updates of one configuration in this process; print one JSON line."""
+    import numpy as np
+    import torch
+
+    from nmt import batching, distributed
+    from nmt.config import load_config
+    from nmt.trainer import Trainer
+
+    cfg = load_config(
+        preset=preset,
+        overrides=[f"training.precision={precision}", f"training.max_tokens={max_tokens}"],
+    )
+    trainer = Trainer(
+        cfg, data, Path("/nonexistent"), torch.device("cpu"), distributed.DistInfo(), False, True
+    )
+    trainer.setup()
+    trainer.start = time.monotonic()
+    batches = batching.epoch_batches(
+        trainer.src_len, trainer.tgt_len, max_tokens, cfg.training.seed, 1, trainer.keep
+    )
+    times, tokens = [], []
+    for i in range(warmup + steps):
+        group = [batches[i % len(batches)]]
+        t0 = time.perf_counter()
+        trainer.train_step(group)
+        dt = time.perf_counter() - t0
+        if i >= warmup:
+            times.append(dt)
+            tokens.append(int((trainer.tgt_len[group[0]] + 1).sum()))
+    rates = [n / t for n, t in zip(tokens, times, strict=True)]
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        json.dumps(
+            {
+                "preset": preset,
+                "precision": precision,
+                "threads": torch.get_num_threads(),
+                "tgt_tokens_per_batch": round(float(np.mean(tokens))),
+                "step_s_median": round(statistics.median(times), 3),
+                "tok_s_median": round(statistics.median(rates), 1),
+                "peak_rss_mb": round(rss_mb),
+                "params": trainer.n_params,
+            }
+        )
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="4 timed steps (script check)")
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per configuration")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
+    ap.add_argument("--max-tokens", type=int, default=4400, help="~4,000 target tokens a batch")
+    ap.add_argument("--work", default=str(REPO / "work" / "bench"), help="cache folder")
+    ap.add_argument("--only", default="", help="run configurations whose name contains this")
+    ap.add_argument("--json", default="", help="also write the results here")
+    ap.add_argument("--emulated-bf16", action="store_true", help="run bf16 without native support")
+    ap.add_argument("--one", nargs=2, metavar=("PRESET", "PRECISION"), help=argparse.SUPPRESS)
+    ap.add_argument("--data", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    steps, warmup = (4, 2) if args.quick else (args.steps, args.warmup)
+    if args.one:
+        import torch
+
+        torch.set_num_threads(args.threads or os.cpu_count() or 1)
+        run_one(*args.one, Path(args.data), steps, warmup, args.max_tokens)
+        return
+    data = data_dir(Path(args.work))
+    results = []
+    from nmt.trainer import cpu_has_native_bf16
+
+    for preset, precision in CONFIGS:
+        if args.only and args.only not in f"{preset} {precision}":
+            continue
+        if precision == "bf16" and not cpu_has_native_bf16() and not args.emulated_bf16:
+            print(
+                f"{preset:18s} {precision}  skipped: no native bf16 on this CPU (emulated bf16 "
+                "is 10-40x slower; --emulated-bf16 runs it anyway)",
+                flush=True,
+            )
+            continue
+        cmd = [sys.executable, __file__, "--one", preset, precision, "--data", str(data)]
+        cmd += ["--steps", str(steps), "--warmup", str(warmup), "--threads", str(args.threads)]
+        cmd += ["--max-tokens", str(args.max_tokens)] + (["--quick"] if args.quick else [])
+        out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ})
+        if out.returncode != 0:
+            print(f"{preset} {precision}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
+            continue
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        results.append(r)
+        print(
+            f"{preset:18s} {precision}  threads {r['threads']}  "
+            f"{r['tgt_tokens_per_batch']:,} tgt tok/batch  step {r['step_s_median']:.2f}s  "
+            f"{r['tok_s_median']:,.0f} tgt tok/s  peak RSS {r['peak_rss_mb']:,} MB",
+            flush=True,
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
