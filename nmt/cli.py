@@ -216,7 +216,10 @@ def _train_config(
     for key, value in flags.items():
         if value is not None:
             set_value(cfg, f"training.{key}", value, f"--{key.replace('_', '-')}")
-    parse_duration(cfg.training.max_time)  # a bad --max-time fails before anything starts
+    try:
+        parse_duration(cfg.training.max_time)  # fail before anything starts
+    except NmtError as e:
+        raise NmtError(f"training.max_time: {e}") from None
     return cfg
 
 

@@ -31,7 +31,7 @@ from nmt.checkpoint import Checkpoints, load_state, rng_state, set_rng_state
 from nmt.config import Config, parse_duration
 from nmt.errors import NmtError
 from nmt.loss import label_smoothed_nll, lr_at
-from nmt.modeldir import write_meta
+from nmt.modeldir import save_weights, write_meta
 
 MAX_NONFINITE = 10
 STOP_NONE, STOP_STEPS, STOP_EPOCHS, STOP_TIME, STOP_EARLY = 0, 1, 2, 3, 4
@@ -421,6 +421,8 @@ class Trainer:
             st.elapsed = time.monotonic() - self.start
             if is_main and st.step > 0:
                 self.ckpt.save_last(self.model, self.trainer_state())
+                if not self._can_validate():  # nothing to rank by: the newest is the best
+                    save_weights(self.model, self.ckpt.dir / "best.safetensors")
         self.metrics.close()
         return self._summary()
 
