@@ -552,9 +552,9 @@ class Trainer:
     def _after_step(self) -> None:
         """Log, validate and decide whether to stop, every process agreeing."""
         tc, st = self.tc, self.state
+        self._update_bar()
         if st.step % max(1, tc.log_every) == 0:
             self._log_train()
-        self._update_bar()
         if self._can_validate() and tc.valid_every > 0 and st.step % tc.valid_every == 0:
             self.validate()
         code = max(self.stop_code, self._limits_reached())
@@ -628,7 +628,10 @@ class Trainer:
             + (f" · ETA {_hms(eta)}" if eta is not None else "")
         )
         frac = self._progress()
-        self.bar.update(self.bar_task, description=text, completed=(frac or 0.0) * 1000)
+        if frac is None and self.tc.max_epochs > 0 and self.steps_per_epoch:
+            frac = st.epoch - 1 + st.position / max(1, self.steps_per_epoch * self.tc.accumulate)
+            frac /= self.tc.max_epochs
+        self.bar.update(description=text, completed=min(frac or 0.0, 1.0) * 1000)
 
     # -- validation --
 
@@ -897,7 +900,7 @@ class _Bar:
         self.progress = progress
         self.task = progress.bar_task
 
-    def update(self, _task: Any, description: str, completed: float) -> None:
+    def update(self, description: str, completed: float) -> None:
         self.progress.update(self.task, description=description, completed=completed)
 
 
