@@ -312,6 +312,7 @@ class Trainer:
         self.start = time.monotonic()
         self.window = _Window(self.start, 0, 0.0, 0.0, 0)
         self.train_seconds = 0.0
+        self.tokens_at_start = 0
         self.steps_per_epoch = 0
         self.bar: Any = None
 
@@ -364,7 +365,13 @@ class Trainer:
         """Continue exactly where the saved state stopped."""
         ckpt = Checkpoints(self.model_dir)
         st = load_state(ckpt.state_path, "cpu")
-        self.model.load_state_dict(st["model"])
+        try:
+            self.model.load_state_dict(st["model"])
+        except RuntimeError:
+            raise NmtError(
+                f"{ckpt.state_path}: the saved model does not match this config's model section; "
+                "resume with the same model settings (omit --preset/CONFIG to reuse the saved ones)"
+            ) from None
         self.optimizer.load_state_dict(st["optimizer"])
         if self.scaler is not None and st.get("scaler"):
             self.scaler.load_state_dict(st["scaler"])
@@ -412,6 +419,7 @@ class Trainer:
         self.start = time.monotonic() - st.elapsed
         self.window = _Window(time.monotonic(), 0, 0.0, 0.0, 0)
         self.train_seconds = 0.0
+        self.tokens_at_start = st.tokens
         with _signals(self) as _, self.log.progress() as bar:
             self.bar = bar
             self._loop()
@@ -716,7 +724,8 @@ class Trainer:
 
     def _summary(self) -> dict[str, Any]:
         st = self.state
-        tok_s = st.tokens / self.train_seconds if self.train_seconds else 0.0
+        run_tokens = st.tokens - self.tokens_at_start
+        tok_s = run_tokens / self.train_seconds if self.train_seconds else 0.0
         summary = {
             "steps": st.step,
             "epochs_completed": st.epoch - 1,
