@@ -122,7 +122,9 @@ def _section_classes() -> dict[str, type]:
 
 def all_keys() -> list[str]:
     """Every valid `section.key`, for suggestions and help."""
-    return [f"{s}.{f.name}" for s, cls in _section_classes().items() for f in dataclasses.fields(cls)]
+    return [
+        f"{s}.{f.name}" for s, cls in _section_classes().items() for f in dataclasses.fields(cls)
+    ]
 
 
 def _suggest(key: str, candidates: list[str]) -> str:
@@ -173,7 +175,9 @@ def _apply(cfg: Config, data: dict[str, Any], origin: str) -> None:
     classes = _section_classes()
     for section, values in data.items():
         if section not in classes:
-            raise NmtError(f"{origin}: unknown section {section!r}{_suggest(section, list(classes))}")
+            raise NmtError(
+                f"{origin}: unknown section {section!r}{_suggest(section, list(classes))}"
+            )
         if values is None:
             continue
         if not isinstance(values, dict):

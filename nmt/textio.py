@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import io
 import os
 import tempfile
 from collections.abc import Iterator
@@ -60,7 +59,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         kwargs = {"encoding": encoding} if "b" not in mode else {}
-        with io.open(fd, mode, **kwargs) as f:
+        with open(fd, mode, **kwargs) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
