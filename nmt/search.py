@@ -189,8 +189,6 @@ def beam_search(
     device = src.device
 
     enc = model.encode(src, src_lengths)
-    expand = torch.arange(bsz, device=device).repeat_interleave(k)  # (B*k,)
-    enc = model.reorder_encoder_out(enc, expand)
     state = model.init_state(enc)
     max_len = max_lengths(model, src_lengths, max_len_a, max_len_b).to(device)  # (B,)
     first_max = int(max_len.min())  # first step at which some sentence must end
@@ -201,7 +199,10 @@ def beam_search(
     sents = torch.arange(bsz, device=device)  # original index of each active sentence
     beam_scores = torch.full((bsz, k), NEG_INF, device=device)
     beam_scores[:, 0] = 0.0  # only one live hypothesis at the start: no duplicates
-    prev = torch.full((bsz * k,), vocab.bos_id, dtype=torch.long, device=device)
+    # All k beams of a sentence start identical: step 0 runs on one row per sentence, and the
+    # encoder output and state are expanded to k rows per sentence only afterwards.
+    prev = torch.full((bsz,), vocab.bos_id, dtype=torch.long, device=device)
+    expand: torch.Tensor | None = torch.arange(bsz, device=device).repeat_interleave(k)  # (B*k,)
     history = torch.empty(bsz * k, 0, dtype=torch.long, device=device)  # (n*k, t)
     attn_hist: torch.Tensor | None = None  # (n*k, t, L, H, S)
     finished: list[list[Hypothesis]] = [[] for _ in range(bsz)]
@@ -213,6 +214,12 @@ def beam_search(
     while True:
         n = sents.numel()
         lp, state, attn = model.decode_step(prev, enc, state, need_attn=need_attn)  # (n*k, V)
+        if expand is not None:  # first step: (n, V) -> (n*k, V), the k rows equal
+            enc = model.reorder_encoder_out(enc, expand)
+            state = model.reorder_state(state, expand)
+            lp = lp.index_select(0, expand)
+            attn = None if attn is None else attn.index_select(0, expand)
+            expand = None
         vsize = lp.size(1)
         lp.index_fill_(1, banned, NEG_INF)  # pad and bos are never outputs
         eos_lp = _forced_eos_lp(lp, eos) if t >= first_max else None  # (n*k,)
@@ -223,7 +230,7 @@ def beam_search(
             if forced.numel():
                 lp.index_fill_(0, forced, NEG_INF)
                 lp[forced, eos] = eos_lp[forced]
-        cand = (beam_scores.view(-1, 1) + lp).view(n, k * vsize)  # (n, k*V)
+        cand = lp.add_(beam_scores.view(-1, 1)).view(n, k * vsize)  # (n, k*V), lp is spent
         top_s, top_i = cand.topk(2 * k, dim=1)  # (n, 2k)
         top_beam = torch.div(top_i, vsize, rounding_mode="floor")  # (n, 2k)
         top_tok = top_i - top_beam * vsize  # (n, 2k)

@@ -265,7 +265,7 @@ def test_finished_sentences_leave_the_batch():
     assert model.steps == [2, 1, 1, 1, 1, 1]
     model.steps.clear()
     beam_search(model, src, lens, beam_size=3, length_penalty=0.0, max_len_a=0, max_len_b=5)
-    assert model.steps == [6, 3, 3, 3, 3, 3]
+    assert model.steps == [2, 3, 3, 3, 3, 3]  # step 0: one row per sentence, then k each
     # eos has probability 0 for sentence 1, yet forced eos still gives it a hypothesis
     hyps = beam_search(model, src, lens, beam_size=3, max_len_a=0, max_len_b=5)
     assert hyps[1][0].tokens == [A] * 5 and hyps[1][0].log_prob > NEG_INF

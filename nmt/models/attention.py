@@ -121,6 +121,15 @@ def dot_product_attention(
     q (B, H, T, D), k / v (B, H, S, D), mask broadcastable to (B, H, T, S), True = may attend.
     `causal` aligns the query and key ends as in training (T == S); not for single steps.
     """
+    single = q.size(-2) == 1 and dropout_p == 0.0
+    if single and not need_weights:
+        # Decoder steps: at one query the fused kernel's setup costs more than plain matmuls.
+        scores = torch.matmul(q, k.transpose(-1, -2)) * (
+            1.0 / math.sqrt(q.size(-1))
+        )  # (B, H, 1, S)
+        if mask is not None:
+            scores.masked_fill_(~mask, float("-inf"))
+        return torch.matmul(scores.softmax(dim=-1), v), None  # (B, H, 1, D)
     if not need_weights:
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal
