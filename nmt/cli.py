@@ -337,6 +337,13 @@ def translate_cmd(
     length_penalty: float = typer.Option(
         None, "--length-penalty", help="GNMT length penalty alpha (default: model config, 1.0)."
     ),
+    stop: str = typer.Option(
+        None,
+        "--stop",
+        help="Beam stopping rule: exact (no live hypothesis can still win under the length "
+        "penalty) or early (faster; assumes live hypotheses end next step). Default: model "
+        "config, exact.",
+    ),
     nbest: int = typer.Option(
         1,
         "--nbest",
@@ -413,7 +420,7 @@ def translate_cmd(
     search = dict(
         beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, nbest=nbest,
         max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens,
-        with_attention=with_attention,
+        with_attention=with_attention, stop=stop,
     )  # fmt: skip
     translator.options(**search)  # bad options fail before any input is read
     with contextlib.ExitStack() as stack:

@@ -90,6 +90,7 @@ class DecodingConfig:
     max_len_b: int = 10
     min_len: int = 0
     batch_tokens: int = 4096
+    stop: str = choice("exact", "early")
 
 
 @dataclass

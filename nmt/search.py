@@ -166,6 +166,7 @@ def beam_search(
     min_len: int = 0,
     nbest: int = 1,
     need_attn: bool = False,
+    stop: str = "exact",
 ) -> list[list[Hypothesis]]:
     """Beam search; per sentence the `nbest` best finished hypotheses by normalized score.
 
@@ -176,7 +177,13 @@ def beam_search(
     searching on to the maximum length. The bound: a live hypothesis with log-prob s <= 0 after
     t tokens can only finish with s' <= s at a length L in [t + 1, max + 1], so its normalized
     score is at most s / max(lp(t + 1), lp(max + 1)) (lp is monotonic in L for any alpha).
+
+    `stop="early"` trades exactness for speed, as most toolkits do by default: the bound assumes
+    a live hypothesis would end at its next step, s / lp(t + 1). With length_penalty 0 both
+    rules are the same.
     """
+    if stop not in ("exact", "early"):
+        raise ValueError(f"stop must be 'exact' or 'early', got {stop!r}")
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     if not 1 <= nbest <= beam_size:
@@ -195,6 +202,8 @@ def beam_search(
     banned = torch.tensor([vocab.pad_id, vocab.bos_id], device=device)
     # Largest length penalty any finished hypothesis can still get, per sentence.
     lp_far = gnmt_length_penalty(max_len + 1, alpha)  # (B,)
+    if stop == "early":  # never above the next step's penalty: the clamp below picks lp(t + 1)
+        lp_far = torch.full_like(lp_far, float("-inf"))
 
     sents = torch.arange(bsz, device=device)  # original index of each active sentence
     beam_scores = torch.full((bsz, k), NEG_INF, device=device)

@@ -128,6 +128,7 @@ class Translator:
             "max_len_b": d.max_len_b,
             "min_len": d.min_len,
             "batch_tokens": d.batch_tokens,
+            "stop": d.stop,
         }
         out = {k: (given.get(k) if given.get(k) is not None else v) for k, v in defaults.items()}
         if out["beam_size"] < 1:
@@ -136,6 +137,8 @@ class Translator:
             raise NmtError(f"--batch-tokens must be at least 1, got {out['batch_tokens']}")
         if out["min_len"] < 0:
             raise NmtError(f"--min-len must be at least 0, got {out['min_len']}")
+        if out["stop"] not in ("exact", "early"):
+            raise NmtError(f"--stop must be exact or early, got {out['stop']!r}")
         return out
 
     def translate(
@@ -150,6 +153,7 @@ class Translator:
         min_len: int | None = None,
         batch_tokens: int | None = None,
         with_attention: bool = False,
+        stop: str | None = None,
         first_line: int = 1,
         on_warning: Callable[[str], None] | None = None,
         progress: Callable[[int], None] | None = None,
@@ -162,7 +166,7 @@ class Translator:
         """
         opts = self.options(
             beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
-            max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens,
+            max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, stop=stop,
         )  # fmt: skip
         k = 1 if greedy else opts["beam_size"]
         if not 1 <= nbest <= k:
@@ -276,7 +280,7 @@ class Translator:
             return [[h] for h in hyps]
         return beam_search(
             self.model, src, src_lengths, beam_size=k, length_penalty=opts["length_penalty"],
-            nbest=nbest, **common,
+            nbest=nbest, stop=opts["stop"], **common,
         )  # fmt: skip
 
     def _pieces(self, ids: list[int]) -> list[str]:

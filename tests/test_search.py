@@ -122,6 +122,23 @@ def test_length_penalty_searches_on_after_the_best_hypothesis_ended():
     assert greedy_search(model, src, lens)[0].tokens == []
 
 
+def test_early_stop_trades_exactness_for_steps():
+    """stop="early" ends where the exact rule searches on, and equals it without a penalty."""
+    model = ToyDecoder(late_table)
+    src, lens = toy_src([0])
+    (hyps,) = beam_search(model, src, lens, beam_size=2, length_penalty=1.0, stop="early")
+    assert [h.tokens for h in hyps] == [[]]  # "a a a a" would have won
+    assert len(model.steps) == 1
+    model.steps.clear()
+    beam_search(model, src, lens, beam_size=2, length_penalty=1.0, stop="exact")
+    assert len(model.steps) == 5
+    for stop in ("exact", "early"):
+        (hyps,) = beam_search(model, src, lens, beam_size=2, length_penalty=0.0, stop=stop)
+        assert [h.tokens for h in hyps] == [[]]
+    with pytest.raises(ValueError, match="stop must be"):
+        beam_search(model, src, lens, beam_size=2, stop="soon")
+
+
 def nbest_table(sid, prefix):
     return {
         (): dist(0.1, 0.6, 0.3),
