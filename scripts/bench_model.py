@@ -22,17 +22,6 @@ import time
 PRESETS = ["seq2seq-bahdanau", "transformer-small", "transformer-base"]
 
 
-def cpu_has_native_bf16() -> bool:
-    """True where the CPU multiplies bf16 natively (avx512_bf16 / AMX); elsewhere PyTorch
-    emulates it and bf16 autocast runs 10-40x slower than float32, so the bench skips it."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = set(f.read().split())
-    except OSError:
-        return False
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
-
-
 def make_batches(n_batches: int, max_tokens: int, vocab: int, seed: int) -> list:
     """Length-bucketed random batches: padded target tokens per batch <= max_tokens."""
     import torch
@@ -158,6 +147,8 @@ def main() -> None:
         res = run_one(*args.one, args.device, args.warmup, args.iters, args.tokens)
         print(json.dumps(res))
         return
+    from nmt.trainer import cpu_has_native_bf16
+
     results = []
     for preset in args.presets.split(","):
         for precision in args.precisions.split(","):

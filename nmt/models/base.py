@@ -37,6 +37,22 @@ class VocabInfo:
     eos_id: int = EOS_ID
 
 
+def make_embeddings(
+    vocab: VocabInfo, dim: int, tie: bool
+) -> tuple[torch.nn.Embedding, torch.nn.Embedding]:
+    """Source and target embeddings; with `tie` and a joint vocabulary they are one module."""
+    from nmt.errors import NmtError
+
+    tgt = torch.nn.Embedding(vocab.tgt_size, dim, padding_idx=vocab.pad_id)
+    if not (tie and vocab.joint):
+        return torch.nn.Embedding(vocab.src_size, dim, padding_idx=vocab.pad_id), tgt
+    if vocab.src_size != vocab.tgt_size:
+        raise NmtError(
+            f"a joint vocabulary needs equal sizes, got {vocab.src_size} and {vocab.tgt_size}"
+        )
+    return tgt, tgt
+
+
 class Decoder(Protocol):
     """What search code relies on; both Seq2Seq and Transformer satisfy it."""
 

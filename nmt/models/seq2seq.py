@@ -18,9 +18,8 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.config import ModelConfig
-from nmt.errors import NmtError
 from nmt.models.attention import make_rnn_attention
-from nmt.models.base import VocabInfo
+from nmt.models.base import VocabInfo, make_embeddings
 
 
 def _fp32_rnn(x: torch.Tensor) -> contextlib.AbstractContextManager:
@@ -58,15 +57,7 @@ class Seq2Seq(nn.Module):
         e, h = cfg.embed_dim, cfg.hidden_size
         self.lstm = cfg.rnn_type == "lstm"
         rnn = nn.LSTM if self.lstm else nn.GRU
-        self.tgt_embed = nn.Embedding(vocab.tgt_size, e, padding_idx=vocab.pad_id)
-        share_src = cfg.tie_embeddings and vocab.joint
-        if share_src and vocab.src_size != vocab.tgt_size:
-            raise NmtError(
-                f"a joint vocabulary needs equal sizes, got {vocab.src_size} and {vocab.tgt_size}"
-            )
-        self.src_embed = (
-            self.tgt_embed if share_src else nn.Embedding(vocab.src_size, e, vocab.pad_id)
-        )
+        self.src_embed, self.tgt_embed = make_embeddings(vocab, e, cfg.tie_embeddings)
         self.encoder = rnn(
             e,
             h,

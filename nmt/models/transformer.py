@@ -16,7 +16,7 @@ from torch import nn
 from nmt.config import ModelConfig
 from nmt.errors import NmtError
 from nmt.models.attention import MultiHeadAttention
-from nmt.models.base import VocabInfo
+from nmt.models.base import VocabInfo, make_embeddings
 
 KV = tuple[torch.Tensor, torch.Tensor]
 
@@ -145,15 +145,7 @@ class Transformer(nn.Module):
         self.cfg, self.vocab, self.max_positions = cfg, vocab, cfg.max_positions
         d = cfg.d_model
         self.scale = math.sqrt(d)
-        self.tgt_embed = nn.Embedding(vocab.tgt_size, d, padding_idx=vocab.pad_id)
-        share_src = cfg.tie_embeddings and vocab.joint
-        if share_src and vocab.src_size != vocab.tgt_size:
-            raise NmtError(
-                f"a joint vocabulary needs equal sizes, got {vocab.src_size} and {vocab.tgt_size}"
-            )
-        self.src_embed = (
-            self.tgt_embed if share_src else nn.Embedding(vocab.src_size, d, vocab.pad_id)
-        )
+        self.src_embed, self.tgt_embed = make_embeddings(vocab, d, cfg.tie_embeddings)
         self.output = nn.Linear(d, vocab.tgt_size, bias=False)
         if cfg.positions == "learned":
             self.positions: nn.Embedding | None = nn.Embedding(cfg.max_positions, d)
