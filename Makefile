@@ -38,7 +38,7 @@ bench: fetch
 	$(BIN)/python scripts/bench_preprocess.py
 	$(BIN)/python scripts/bench_model.py
 	$(BIN)/python scripts/bench_train.py
-	$(BIN)/python scripts/bench_translate.py
+	$(BIN)/python scripts/bench_translate.py $(if $(wildcard $(WORK)/model/checkpoints/best.safetensors),-m $(WORK)/model)
 
 clean:
 	rm -rf work build dist *.egg-info .pytest_cache
