@@ -739,6 +739,8 @@ class Trainer:
             "exit_code": self.stop_code if self.stop_code in (130, 143) else 0,
             "model_dir": str(self.model_dir),
         }
+        if self.device.type == "cuda":
+            summary["gpu_peak_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20)
         self.log.summary(summary)
         return summary
 
@@ -899,6 +901,7 @@ class Log:
         self.info(
             f"done: {s['steps']} steps in {_hms(s['seconds'])}, {s['tok_s']:,.0f} tgt tok/s, "
             f"{best}; {s['stopped']}; model in {s['model_dir']}"
+            + (f"; GPU peak {s['gpu_peak_mb']:,} MB" if "gpu_peak_mb" in s else "")
         )
 
 
