@@ -29,6 +29,7 @@ from torch import nn
 from nmt import batching, distributed
 from nmt.checkpoint import Checkpoints, load_state, rng_state, set_rng_state
 from nmt.config import Config, parse_duration
+from nmt.device import autocast_for, emulated_bf16_warning, resolve_device
 from nmt.errors import NmtError
 from nmt.loss import label_smoothed_nll, lr_at
 from nmt.modeldir import save_weights, write_meta
@@ -75,48 +76,6 @@ class Data:
     tgt_lang: str
     src_spm: Path
     tgt_spm: Path
-
-
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """auto = cuda, then mps, then cpu; an unavailable device is a user error."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            name = "cuda"
-        elif getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            name = "mps"
-        else:
-            name = "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise NmtError("--device cuda: no CUDA device is available")
-        return torch.device("cuda", local_rank)
-    if name == "mps":
-        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise NmtError("--device mps: MPS is not available")
-        return torch.device("mps")
-    if name == "cpu":
-        return torch.device("cpu")
-    raise NmtError(f"--device {name!r}: expected auto, cpu, cuda or mps")
-
-
-def autocast_for(precision: str, device: torch.device) -> Callable[[], Any]:
-    """A factory of autocast contexts for `precision` on `device` (fp32: no autocast)."""
-    if precision == "fp32":
-        return contextlib.nullcontext
-    if precision == "fp16" and device.type == "cpu":
-        raise NmtError("training.precision fp16 needs a GPU; use bf16 or fp32 on CPU")
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether the CPU multiplies bf16 natively; elsewhere PyTorch emulates it, very slowly."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = set(f.read().split())
-    except OSError:
-        return False
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
 # ---- model directory: lock, refusal, metrics --------------------------------------------------
@@ -341,11 +300,9 @@ class Trainer:
                 f"{dropped} training pairs are longer than training.max_tokens or "
                 "model.max_positions allow and are skipped"
             )
-        if tc.precision == "bf16" and self.device.type == "cpu" and not cpu_has_native_bf16():
-            self.log.warn(
-                "this CPU has no native bf16 (avx512_bf16/AMX): bf16 autocast is emulated and "
-                "10-40x slower than fp32 here; use --set training.precision=fp32"
-            )
+        bf16_warning = emulated_bf16_warning(tc.precision, self.device)
+        if bf16_warning:
+            self.log.warn(bf16_warning)
         if self.keep.sum() == 0:
             raise NmtError(f"{self.data_dir}: no training pair fits training.max_tokens")
         if self.resume:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from nmt.config import Config
+from nmt.device import resolve_device
 from nmt.errors import NmtError
 from nmt.models.base import EOS_ID, PAD_ID
 from nmt.search import Hypothesis, beam_search, greedy_search
@@ -73,22 +74,6 @@ class Translation:
         return record
 
 
-def resolve_device(device: str = "auto") -> str:
-    """'auto' picks CUDA, then Apple MPS, then the CPU; an unavailable choice is a user error."""
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        mps = getattr(torch.backends, "mps", None)
-        return "mps" if mps is not None and mps.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise NmtError("--device cuda: no CUDA device is available")
-    if device == "mps" and not (torch.backends.mps.is_available()):
-        raise NmtError("--device mps: no MPS device is available")
-    if device not in ("cpu", "cuda", "mps") and not device.startswith("cuda:"):
-        raise NmtError(f"unknown device {device!r} (choose auto, cpu, cuda or mps)")
-    return device
-
-
 def _warn(message: str) -> None:
     warnings.warn(message, stacklevel=3)
 
@@ -97,7 +82,7 @@ class Translator:
     """A loaded model with its tokenizers and decoding defaults."""
 
     def __init__(
-        self, model: Any, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, device: str
+        self, model: Any, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, device: torch.device
     ) -> None:
         self.model, self.cfg, self.src_tok, self.tgt_tok = model, cfg, src_tok, tgt_tok
         self.device = device
@@ -110,13 +95,13 @@ class Translator:
         """Load MODEL_DIR (config, SentencePiece, weights) for translation."""
         from nmt.modeldir import load_model
 
-        device = resolve_device(device)
-        model, cfg, _, meta = load_model(model_dir, checkpoint=checkpoint, device=device)
+        dev = resolve_device(device)
+        model, cfg, _, meta = load_model(model_dir, checkpoint=checkpoint, device=str(dev))
         model_dir = Path(model_dir)
         src_tok = Tokenizer.load(model_dir / meta["src_spm"])
         tgt_tok = src_tok if meta["tgt_spm"] == meta["src_spm"] else None
         tgt_tok = tgt_tok or Tokenizer.load(model_dir / meta["tgt_spm"])
-        return cls(model, cfg, src_tok, tgt_tok, device)
+        return cls(model, cfg, src_tok, tgt_tok, dev)
 
     def options(self, **given: Any) -> dict[str, Any]:
         """Search options: the given ones, else the model config's decoding section."""

@@ -147,7 +147,7 @@ def main() -> None:
         res = run_one(*args.one, args.device, args.warmup, args.iters, args.tokens)
         print(json.dumps(res))
         return
-    from nmt.trainer import cpu_has_native_bf16
+    from nmt.device import cpu_has_native_bf16
 
     results = []
     for preset in args.presets.split(","):

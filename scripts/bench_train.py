@@ -126,7 +126,7 @@ def main() -> None:
         return
     data = data_dir(Path(args.work))
     results = []
-    from nmt.trainer import cpu_has_native_bf16
+    from nmt.device import cpu_has_native_bf16
 
     for preset, precision in CONFIGS:
         if args.only and args.only not in f"{preset} {precision}":

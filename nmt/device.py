@@ -1,0 +1,84 @@
+"""Device and precision: one resolver for every command, the autocast factory, the bf16 check.
+
+Training, translation and the benchmarks all ask here, so `--device cuda:1` or `--device auto`
+means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from nmt.errors import NmtError
+
+DEVICE_CHOICES = "auto, cpu, cuda, cuda:N or mps"
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def resolve_device(name: str = "auto", local_rank: int | None = None) -> torch.device:
+    """auto = cuda, then mps, then cpu; an unavailable or unknown device is a user error.
+
+    `local_rank` (DDP) picks the GPU of a bare `cuda`; an explicit `cuda:N` is kept as given.
+    """
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if _mps_available() else "cpu"
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "mps":
+        if not _mps_available():
+            raise NmtError("--device mps: MPS is not available")
+        return torch.device("mps")
+    if name == "cuda" or name.startswith("cuda:"):
+        return _cuda_device(name, local_rank)
+    raise NmtError(f"--device {name!r}: expected {DEVICE_CHOICES}")
+
+
+def _cuda_device(name: str, local_rank: int | None) -> torch.device:
+    """`cuda` (the local rank's GPU, else the current one) or `cuda:N`, checked to exist."""
+    if not torch.cuda.is_available():
+        raise NmtError(f"--device {name}: no CUDA device is available")
+    if name == "cuda":
+        return torch.device("cuda", local_rank) if local_rank is not None else torch.device("cuda")
+    index = name.partition(":")[2]
+    if not index.isdigit():
+        raise NmtError(f"--device {name!r}: expected {DEVICE_CHOICES}")
+    if int(index) >= torch.cuda.device_count():
+        raise NmtError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device("cuda", int(index))
+
+
+def autocast_for(precision: str, device: torch.device) -> Callable[[], Any]:
+    """A factory of autocast contexts for `precision` on `device` (fp32: no autocast)."""
+    if precision == "fp32":
+        return contextlib.nullcontext
+    if precision == "fp16" and device.type == "cpu":
+        raise NmtError("training.precision fp16 needs a GPU; use bf16 or fp32 on CPU")
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether the CPU multiplies bf16 natively; elsewhere PyTorch emulates it, very slowly."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = set(f.read().split())
+    except OSError:
+        return False
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def emulated_bf16_warning(precision: str, device: torch.device) -> str | None:
+    """The warning for bf16 asked for on a CPU that can only emulate it; None when fine."""
+    if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
+        return (
+            "this CPU has no native bf16 (avx512_bf16/AMX): bf16 autocast is emulated and "
+            "10-40x slower than fp32 here; use --set training.precision=fp32"
+        )
+    return None
