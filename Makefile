@@ -27,6 +27,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check nmt scripts tests
 	$(BIN)/ruff format --check nmt scripts tests
+	$(BIN)/mypy
 
 fetch: $(STAMP)
 	$(BIN)/python scripts/fetch_corpus.py multi30k --dest $(CORPUS) $(if $(MIRROR),--mirror $(MIRROR))
