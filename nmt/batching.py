@@ -108,7 +108,7 @@ def epoch_batches(
     return batches
 
 
-def collate(src: Any, tgt: Any, indices: Sequence[int]) -> Batch:
+def collate(src: Any, tgt: Any, indices: Sequence[int] | np.ndarray) -> Batch:
     """Pad sentences into tensors: src = ids+eos, tgt_in = bos+ids, tgt_out = ids+eos."""
     srcs = [src[int(i)] for i in indices]
     tgts = [tgt[int(i)] for i in indices]

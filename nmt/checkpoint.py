@@ -27,10 +27,9 @@ import numpy as np
 import torch
 
 from nmt.errors import NmtError
-from nmt.modeldir import CHECKPOINTS, save_weights
+from nmt.modeldir import CHECKPOINTS, STATE, has_checkpoints, save_weights
 from nmt.textio import atomic_write
 
-STATE = "last.state.pt"
 INDEX = "index.json"
 _STEP = re.compile(r"^step-(\d+)\.safetensors$")
 
@@ -99,6 +98,36 @@ def load_state(path: str | Path, device: str | torch.device = "cpu") -> dict[str
         raise NmtError(f"{path}: cannot read trainer state ({type(e).__name__}: {e})") from None
 
 
+def capture(
+    model: Any, optimizer: Any, scaler: Any, train_state: dict[str, Any], world_size: int
+) -> dict[str, Any]:
+    """Everything `--resume` needs, as tensors and plain types."""
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else {},
+        "train_state": train_state,
+        "rng": rng_state(),
+        "world_size": world_size,
+    }
+
+
+def restore(path: Path, model: Any, optimizer: Any, scaler: Any) -> dict[str, Any]:
+    """Load a saved state into the live model, optimizer and scaler; return it (counters, RNGs)."""
+    st = load_state(path, "cpu")
+    try:
+        model.load_state_dict(st["model"])
+    except RuntimeError:
+        raise NmtError(
+            f"{path}: the saved model does not match this config's model section; "
+            "resume with the same model settings (omit --preset/CONFIG to reuse the saved ones)"
+        ) from None
+    optimizer.load_state_dict(st["optimizer"])
+    if scaler is not None and st.get("scaler"):
+        scaler.load_state_dict(st["scaler"])
+    return st
+
+
 class Checkpoints:
     """The checkpoints folder of one model directory: write, rank, prune."""
 
@@ -114,7 +143,7 @@ class Checkpoints:
 
     def exists(self) -> bool:
         """Whether a previous run left anything here."""
-        return self.dir.is_dir() and any(self.dir.iterdir())
+        return has_checkpoints(self.dir.parent)
 
     def save_last(self, model: Any, state: dict[str, Any]) -> None:
         """Write last.safetensors and the full trainer state (which embeds the weights too)."""

@@ -1,7 +1,9 @@
-"""Typed configuration: dataclasses per section, loaded from presets / YAML, strict `--set` overrides.
+"""Typed configuration: a dataclass per section, from presets / YAML, strict `--set` overrides.
 
-Layering: dataclass defaults < preset (``--preset NAME``) < CONFIG.yaml < ``--set section.key=value``.
-An unknown key is an error naming the closest valid key; a bad value names the key and what it accepts.
+Layering: dataclass defaults < preset (``--preset NAME``) < CONFIG.yaml < ``--set section.key=v``.
+The model section is typed per architecture (`MODEL_CONFIGS`, picked by `model.type`). An unknown
+key is an error naming the closest valid key; a bad value names the key and what it accepts (its
+type, choices or range, all declared in the field's metadata).
 """
 
 from __future__ import annotations
@@ -20,76 +22,140 @@ import yaml
 from nmt.errors import NmtError
 
 
+@dataclass(frozen=True)
+class Range:
+    """Allowed interval of a numeric field (or of each item of a list field)."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __contains__(self, x: float) -> bool:
+        above = self.lo is None or (x > self.lo if self.lo_open else x >= self.lo)
+        below = self.hi is None or (x < self.hi if self.hi_open else x <= self.hi)
+        return above and below
+
+    def __str__(self) -> str:
+        if self.hi is None:
+            return f"{'>' if self.lo_open else '>='} {self.lo}"
+        if self.lo is None:
+            return f"{'<' if self.hi_open else '<='} {self.hi}"
+        left, right = "(" if self.lo_open else "[", ")" if self.hi_open else "]"
+        return f"in {left}{self.lo}, {self.hi}{right}"
+
+
 def choice(default: str, *choices: str) -> Any:
     """A string field restricted to `choices` (checked on load)."""
     return field(default=default, metadata={"choices": (default, *choices)})
 
 
+def num(default: Any, lo: float, hi: float | None = None, *, lo_open: bool = False) -> Any:
+    """A numeric field in [lo, hi] (`lo_open`: lo excluded), checked on load and on --set."""
+    return field(default=default, metadata={"range": Range(lo, hi, lo_open=lo_open)})
+
+
+UNIT = Range(0, 1, hi_open=True)  # probabilities that must leave something: [0, 1)
+
+
+def prob(default: float) -> Any:
+    """A probability-like float field in [0, 1)."""
+    return field(default=default, metadata={"range": UNIT})
+
+
 @dataclass
 class ModelConfig:
-    """Architecture and sizes; one flat section shared by every model type."""
+    """Keys every architecture reads; one subclass per architecture adds its own."""
 
-    type: str = choice("transformer", "seq2seq")
-    # Transformer
-    d_model: int = 256
-    heads: int = 4
-    ff_dim: int = 1024
-    encoder_layers: int = 3
-    decoder_layers: int = 3
+    type: str = field(default="", init=False)  # fixed by each subclass; see MODEL_CONFIGS
+    encoder_layers: int = num(3, 1)
+    decoder_layers: int = num(3, 1)
+    max_positions: int = num(512, 2)  # longest source or target (and search output)
+    tie_embeddings: bool = True
+    dropout: float = prob(0.1)
+
+    def check(self) -> None:
+        """Cross-field checks that single-key ranges cannot express."""
+
+
+@dataclass
+class TransformerConfig(ModelConfig):
+    """Transformer sizes and variants (nmt.models.transformer)."""
+
+    type: str = field(default="transformer", init=False)
+    d_model: int = num(256, 1)
+    heads: int = num(4, 1)
+    ff_dim: int = num(1024, 1)
     norm: str = choice("pre", "post")
     positions: str = choice("sinusoidal", "learned")
     activation: str = choice("relu", "gelu")
-    max_positions: int = 512
-    tie_embeddings: bool = True
-    # Seq2Seq (RNN)
+    attention_dropout: float = prob(0.0)
+
+    def check(self) -> None:
+        """Heads split d_model evenly."""
+        if self.d_model % self.heads:
+            raise NmtError(
+                f"model.d_model {self.d_model} is not divisible by model.heads {self.heads}"
+            )
+
+
+@dataclass
+class Seq2SeqConfig(ModelConfig):
+    """RNN encoder-decoder sizes and variants (nmt.models.seq2seq)."""
+
+    type: str = field(default="seq2seq", init=False)
     rnn_type: str = choice("gru", "lstm")
-    embed_dim: int = 256
-    hidden_size: int = 256
+    embed_dim: int = num(256, 1)
+    hidden_size: int = num(256, 1)
     attention: str = choice("bahdanau", "dot", "general")
-    # Both
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
+
+
+# model.type -> its config class; nmt.models.MODELS maps the same names to the model classes.
+MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
+    "transformer": TransformerConfig,
+    "seq2seq": Seq2SeqConfig,
+}
 
 
 @dataclass
 class TrainingConfig:
     """Optimisation, batching, validation, stopping and checkpointing."""
 
-    max_tokens: int = 4096
-    accumulate: int = 1
-    lr: float = 7e-4
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    weight_decay: float = 0.0
+    max_tokens: int = num(4096, 1)
+    accumulate: int = num(1, 1)
+    lr: float = num(7e-4, 0, lo_open=True)
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98], metadata={"range": UNIT})
+    weight_decay: float = num(0.0, 0)
     schedule: str = choice("inverse_sqrt", "cosine", "linear", "constant")
-    warmup: int = 4000
-    min_lr: float = 0.0
-    label_smoothing: float = 0.1
-    clip_norm: float = 1.0
+    warmup: int = num(4000, 0)
+    min_lr: float = num(0.0, 0)
+    label_smoothing: float = prob(0.1)
+    clip_norm: float = num(1.0, 0)
     precision: str = choice("fp32", "bf16", "fp16")
     compile: bool = False
-    valid_every: int = 1000
-    log_every: int = 100
-    patience: int = 10
+    valid_every: int = num(1000, 0)
+    log_every: int = num(100, 1)
+    patience: int = num(10, 0)
     early_stop_metric: str = choice("bleu", "loss")
-    keep_best: int = 3
-    keep_last: int = 5
-    valid_max_sentences: int = 0
-    max_steps: int = 0
-    max_epochs: int = 0
+    keep_best: int = num(3, 1)
+    keep_last: int = num(5, 0)
+    valid_max_sentences: int = num(0, 0)
+    max_steps: int = num(0, 0)
+    max_epochs: int = num(0, 0)
     max_time: str = ""
-    seed: int = 1
+    seed: int = 1  # any integer seeds every generator (no range)
 
 
 @dataclass
 class DecodingConfig:
     """Search defaults used by `nmt translate` (CLI options override them)."""
 
-    beam_size: int = 5
-    length_penalty: float = 1.0
-    max_len_a: float = 1.2
-    max_len_b: int = 10
-    min_len: int = 0
-    batch_tokens: int = 4096
+    beam_size: int = num(5, 1, 200)
+    length_penalty: float = num(1.0, 0)
+    max_len_a: float = num(1.2, 0)
+    max_len_b: int = num(10, 0)
+    min_len: int = num(0, 0)
+    batch_tokens: int = num(4096, 1)
     stop: str = choice("exact", "early")
 
 
@@ -97,12 +163,12 @@ class DecodingConfig:
 class Config:
     """The whole resolved configuration, written to MODEL_DIR/config.yaml."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(default_factory=TransformerConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict, ready for YAML."""
+        """Plain nested dict, ready for YAML; the model section has its architecture's keys only."""
         return dataclasses.asdict(self)
 
     def save(self, path: str | Path) -> None:
@@ -112,8 +178,12 @@ class Config:
         with atomic_write(path) as f:
             yaml.safe_dump(self.to_dict(), f, sort_keys=False)
 
+    def check(self) -> None:
+        """Cross-field checks, run once every layer is applied."""
+        self.model.check()
 
-SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
+
+SECTIONS = [f.name for f in dataclasses.fields(Config)]
 
 
 def _section_classes() -> dict[str, type]:
@@ -121,11 +191,17 @@ def _section_classes() -> dict[str, type]:
     return {name: hints[name] for name in SECTIONS}
 
 
-def all_keys() -> list[str]:
-    """Every valid `section.key`, for suggestions and help."""
-    return [
-        f"{s}.{f.name}" for s, cls in _section_classes().items() for f in dataclasses.fields(cls)
-    ]
+def _fields(obj_or_cls: Any) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(obj_or_cls)}
+
+
+def all_keys(model_type: str | None = None) -> list[str]:
+    """Every valid `section.key` (model keys of `model_type` only, if given), for suggestions."""
+    classes = [MODEL_CONFIGS[model_type]] if model_type else list(MODEL_CONFIGS.values())
+    model = dict.fromkeys(k for cls in classes for k in _fields(cls))
+    sections = _section_classes().items()
+    other = [f"{s}.{k}" for s, cls in sections if s != "model" for k in _fields(cls)]
+    return [f"model.{k}" for k in model] + other
 
 
 def _suggest(key: str, candidates: list[str]) -> str:
@@ -136,14 +212,29 @@ def _suggest(key: str, candidates: list[str]) -> str:
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
+def _check_meta(key: str, value: Any, meta: Any) -> Any:
+    """Check `value` against the field's declared choices or range; return it unchanged."""
+    choices = meta.get("choices")
+    if choices and value not in choices:
+        raise NmtError(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
+    bounds = meta.get("range")
+    if bounds is not None and value not in bounds:
+        raise NmtError(f"{key}: must be {bounds}, got {value!r}")
+    return value
+
+
 def _coerce(key: str, value: Any, hint: Any, meta: Any) -> Any:
-    """Check `value` against the field's type (and choices); return it converted where lossless."""
-    origin = typing.get_origin(hint)
-    if origin is list:
+    """Check `value` against the field's type and metadata; return it converted where lossless."""
+    if typing.get_origin(hint) is list:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
             raise NmtError(f"{key}: expected a list of {item.__name__}, got {value!r}")
-        return [_coerce(key, v, item, {}) for v in value]
+        return [_coerce(key, v, item, meta) for v in value]
+    return _check_meta(key, _coerce_scalar(key, value, hint), meta)
+
+
+def _coerce_scalar(key: str, value: Any, hint: Any) -> Any:
+    """Type check of one bool / int / float / str value."""
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -159,46 +250,85 @@ def _coerce(key: str, value: Any, hint: Any, meta: Any) -> Any:
             return float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
         raise NmtError(f"{key}: expected a number, got {value!r}")
     if hint is str:
-        value = "" if value is None else value
-        if not isinstance(value, str):
-            value = str(value)
-        choices = meta.get("choices")
-        if choices and value not in choices:
-            raise NmtError(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
-        return value
+        return "" if value is None else str(value)
     raise NmtError(f"{key}: unsupported type {hint}")
 
 
+def _foreign_default(model: ModelConfig, key: str, value: Any) -> bool:
+    """True for a key of another architecture at that architecture's default (old flat configs)."""
+    for cls in MODEL_CONFIGS.values():
+        f = _fields(cls).get(key)
+        if f is not None and f.default is not dataclasses.MISSING and f.default == value:
+            return key not in _fields(model)
+    return False
+
+
 def _apply(cfg: Config, data: dict[str, Any], origin: str) -> None:
-    """Apply a nested {section: {key: value}} mapping to `cfg`, strictly."""
+    """Apply a nested {section: {key: value}} mapping to `cfg`, strictly (`model.type` first).
+
+    Saved configs of the older flat format carry the other architecture's keys at their
+    defaults: those are skipped; any other value of a foreign key is an error."""
     if not isinstance(data, dict):
         raise NmtError(f"{origin}: expected a mapping of sections (model, training, decoding)")
-    classes = _section_classes()
     for section, values in data.items():
-        if section not in classes:
-            raise NmtError(
-                f"{origin}: unknown section {section!r}{_suggest(section, list(classes))}"
-            )
+        if section not in SECTIONS:
+            raise NmtError(f"{origin}: unknown section {section!r}{_suggest(section, SECTIONS)}")
         if values is None:
             continue
         if not isinstance(values, dict):
             raise NmtError(f"{origin}: section {section!r} must be a mapping")
+        if section == "model" and "type" in values:
+            values = {"type": values["type"], **values}  # the type picks the valid keys
         for key, value in values.items():
+            if section == "model" and _foreign_default(cfg.model, key, value):
+                continue
             set_value(cfg, f"{section}.{key}", value, origin)
 
 
-def set_value(cfg: Config, dotted: str, value: Any, origin: str = "--set") -> None:
-    """Set `section.key` to `value` after checking the key exists and the value fits its type."""
+def _set_model_type(cfg: Config, value: Any) -> None:
+    """Switch the model section's class, carrying the keys every architecture shares."""
+    name = _coerce("model.type", value, str, {"choices": tuple(MODEL_CONFIGS)})
+    if name != cfg.model.type:
+        shared = {k: getattr(cfg.model, k) for k, f in _fields(ModelConfig).items() if f.init}
+        cfg.model = MODEL_CONFIGS[name](**shared)
+
+
+def _unknown_key(cfg: Config, dotted: str, origin: str) -> NmtError:
+    """The error for a key the section lacks: foreign architecture, or a typo with a suggestion."""
     section, _, key = dotted.partition(".")
-    classes = _section_classes()
-    if section not in classes or not key:
+    if section == "model" and key in {k for cls in MODEL_CONFIGS.values() for k in _fields(cls)}:
+        valid = ", ".join(sorted(_fields(cfg.model)))
+        return NmtError(f"{origin}: {dotted}: not a {cfg.model.type} key (valid: {valid})")
+    keys = all_keys(cfg.model.type)
+    return NmtError(f"{origin}: unknown key {dotted!r}{_suggest(dotted, keys)}")
+
+
+def set_value(cfg: Config, dotted: str, value: Any, origin: str = "--set") -> None:
+    """Set `section.key` to `value` after checking the key exists and the value fits its field."""
+    section, _, key = dotted.partition(".")
+    if section not in SECTIONS or not key:
         raise NmtError(f"{origin}: unknown key {dotted!r}{_suggest(dotted, all_keys())}")
+    if dotted == "model.type":
+        _set_model_type(cfg, value)
+        return
     obj = getattr(cfg, section)
-    fields = {f.name: f for f in dataclasses.fields(obj)}
+    fields = _fields(obj)
     if key not in fields:
-        raise NmtError(f"{origin}: unknown key {dotted!r}{_suggest(dotted, all_keys())}")
+        raise _unknown_key(cfg, dotted, origin)
     hint = typing.get_type_hints(type(obj))[key]
     setattr(obj, key, _coerce(dotted, value, hint, fields[key].metadata))
+
+
+def model_config(type: str = "transformer", **values: Any) -> ModelConfig:
+    """A checked model section of architecture `type` (for code and tests; YAML goes via load)."""
+    if type not in MODEL_CONFIGS:
+        choices = ", ".join(sorted(MODEL_CONFIGS))
+        raise NmtError(f"unknown model.type {type!r} (choices: {choices})")
+    cfg = Config(model=MODEL_CONFIGS[type]())
+    for key, value in values.items():
+        set_value(cfg, f"model.{key}", value, "model_config")
+    cfg.model.check()
+    return cfg.model
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -211,6 +341,13 @@ def parse_override(text: str) -> tuple[str, Any]:
     except yaml.YAMLError:
         value = raw
     return key.strip(), value
+
+
+def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...]) -> None:
+    """Apply `--set` texts in order, except that `model.type` goes first (it picks the keys)."""
+    pairs = [parse_override(text) for text in overrides]
+    for key, value in sorted(pairs, key=lambda kv: kv[0] != "model.type"):
+        set_value(cfg, key, value)
 
 
 def preset_names() -> list[str]:
@@ -252,16 +389,45 @@ def load_config(
         if not path.exists():
             raise NmtError(f"{path}: file not found")
         _apply(cfg, _read_yaml(path.read_text(encoding="utf-8"), str(path)), str(path))
-    for text in overrides:
-        key, value = parse_override(text)
-        set_value(cfg, key, value)
+    apply_overrides(cfg, overrides)
+    cfg.check()
     return cfg
 
 
 def config_from_dict(data: dict[str, Any], origin: str = "config") -> Config:
-    """Rebuild a Config from a saved dict (e.g. MODEL_DIR/config.yaml)."""
+    """Rebuild a Config from a saved dict (MODEL_DIR/config.yaml, of today's or the flat format)."""
     cfg = Config()
     _apply(cfg, data, origin)
+    cfg.check()
+    return cfg
+
+
+def resolve_train_config(
+    config_path: str | Path | None,
+    preset: str | None,
+    overrides: list[str] | tuple[str, ...],
+    model_dir: str | Path,
+    resume: bool,
+    flags: dict[str, Any],
+) -> Config:
+    """The run's config; `--resume` without CONFIG/--preset starts from MODEL_DIR's own.
+
+    `flags` are the `nmt train` shortcuts (max_steps, max_epochs, max_time, seed; None: unset)."""
+    saved = Path(model_dir) / "config.yaml"
+    if resume and not config_path and not preset and saved.exists():
+        data = _read_yaml(saved.read_text(encoding="utf-8"), str(saved))
+        cfg = config_from_dict(data, str(saved))
+        apply_overrides(cfg, overrides)
+    else:
+        cfg = load_config(config_path, preset, overrides)
+    for key, value in flags.items():
+        if value is not None:
+            set_value(cfg, f"training.{key}", value, f"--{key.replace('_', '-')}")
+    cfg.check()
+    try:
+        parse_duration(cfg.training.max_time)  # fail before anything starts
+    except NmtError as e:
+        raise NmtError(f"training.max_time: {e}") from None
     return cfg
 
 
@@ -279,5 +445,6 @@ def parse_duration(text: str) -> float | None:
     total = 0.0
     for p in parts:
         m = _DURATION.match(p)
+        assert m is not None  # every part matched the findall pattern above
         total += float(m.group(1)) * unit[m.group(2)]
     return total

@@ -6,13 +6,17 @@ never spawns workers itself. nccl on GPUs, gloo on CPUs.
 
 from __future__ import annotations
 
+import enum
 import os
 import subprocess
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as torch_dist
+import typer
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,41 @@ def agree_max(value: int, info: DistInfo, device: torch.device) -> int:
     t = torch.tensor([value], dtype=torch.int64, device=device)
     torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX)
     return int(t.item())
+
+
+def needs_launch(nproc: int | None) -> bool:
+    """`--nproc N` outside torchrun: this process starts torchrun instead of training."""
+    return nproc is not None and nproc > 1 and from_env().world_size <= 1
+
+
+def _text(value: Any) -> str:
+    """A parsed value as the command line spells it."""
+    return str(value.value if isinstance(value, enum.Enum) else value)
+
+
+def _param_args(param: Any, value: Any) -> list[str]:
+    """The argv words that make one declared parameter parse back to `value`."""
+    if value is None:
+        return []
+    if param.param_type_name == "argument":
+        return [_text(v) for v in value] if param.nargs == -1 else [_text(value)]
+    name = next((opt for opt in param.opts if opt.startswith("--")), param.opts[0])
+    if getattr(param, "is_flag", False):
+        if value:
+            return [name]
+        return param.secondary_opts[:1]  # --no-x for a --x/--no-x switch, else the default
+    values = value if param.multiple else [value]
+    return [word for v in values for word in (name, _text(v))]
+
+
+def relaunch_args(ctx: typer.Context, skip: Collection[str] = ()) -> list[str]:
+    """`COMMAND ARGS...` that parses back to this command's parameters; built from every declared
+    parameter, so an option added to the command cannot be forgotten in the relaunch."""
+    args = [ctx.info_name or ctx.command.name or ""]
+    for param in ctx.command.params:
+        if param.name is not None and param.name not in skip:
+            args += _param_args(param, ctx.params.get(param.name))
+    return args
 
 
 def launch(nproc: int, args: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""Label-smoothed cross entropy that ignores padding, and the learning-rate schedules.
+"""Label-smoothed cross entropy that ignores padding (learning-rate schedules: nmt.schedule).
 
 Smoothing spreads `eps` uniformly over the whole vocabulary (as torch's
 `cross_entropy(label_smoothing=eps)` does): loss = (1 - eps) * nll + eps * mean_v(-log p_v).
@@ -6,8 +6,6 @@ Both sums are returned so training can log the true NLL (perplexity) next to the
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -63,36 +61,3 @@ def label_smoothed_nll(
     mask = target != pad_id  # (N,)
     loss, nll_sum = _SmoothedNLL.apply(flat, target, mask, float(eps))
     return loss, nll_sum.detach(), int(mask.sum())
-
-
-def lr_at(
-    schedule: str,
-    step: int,
-    lr: float,
-    warmup: int,
-    min_lr: float = 0.0,
-    progress: float | None = None,
-) -> float:
-    """Learning rate for update number `step` (1-based).
-
-    inverse_sqrt: linear warmup to `lr`, then lr * sqrt(warmup / step).
-    cosine / linear: linear warmup, then decay to `min_lr` as `progress` (0..1 share of the
-    budget in steps or time) goes to 1; without a known budget they stay at `lr`.
-    constant: warmup then `lr`.
-    """
-    step = max(step, 1)
-    warm = min(1.0, step / warmup) if warmup > 0 else 1.0
-    if schedule == "inverse_sqrt":
-        if warmup <= 0:
-            return lr / math.sqrt(step)
-        return lr * min(step / warmup, math.sqrt(warmup / step))
-    if schedule == "constant" or progress is None:
-        return lr * warm
-    p = min(max(progress, 0.0), 1.0)
-    if schedule == "cosine":
-        decay = 0.5 * (1.0 + math.cos(math.pi * p))
-    elif schedule == "linear":
-        decay = 1.0 - p
-    else:
-        raise ValueError(f"unknown schedule {schedule!r}")
-    return min(lr * warm, min_lr + (lr - min_lr) * decay)

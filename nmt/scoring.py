@@ -1,5 +1,7 @@
 """BLEU, chrF(++) and TER through sacrebleu's own classes, so every number (and signature) is
 exactly what the `sacrebleu` command prints for the same options; plus paired significance tests.
+Needs sacrebleu alone (no torch): printing lives in nmt.scoring_report, translate-then-score in
+nmt.evaluate.
 
 References follow sacrebleu's layout: `refs[k][i]` is the k-th reference of line i, i.e. a list of
 reference *streams*, each as long as the hypotheses.
@@ -8,19 +10,23 @@ reference *streams*, each as long as the hypotheses.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.metrics.base import Metric, Score
+from sacrebleu.metrics.bleu import BLEUScore
+from sacrebleu.metrics.chrf import CHRFScore
+from sacrebleu.metrics.ter import TERScore
 
 from nmt.errors import NmtError
-from nmt.textio import atomic_write, decode_line, read_lines
+from nmt.textio import decode_line, read_lines
 
 # name -> (sacrebleu class, fixed constructor arguments); "chrf++" is chrF with word bigrams.
-METRICS: dict[str, tuple[type[Metric], dict[str, Any]]] = {
+METRICS: dict[str, tuple[type[BLEU] | type[CHRF] | type[TER], dict[str, Any]]] = {
     "bleu": (BLEU, {}),
     "chrf": (CHRF, {}),
     "chrf++": (CHRF, {"word_order": 2}),
@@ -141,7 +147,7 @@ def make_metric(
                 f"unknown tokenizer {opts.tokenize!r} (choose from {', '.join(TOKENIZERS)})"
             )
         # Sentence BLEU needs effective order, as `sacrebleu --sentence-level` enables it.
-        kwargs = dict(
+        kwargs: dict[str, Any] = dict(
             tokenize=opts.tokenize,
             lowercase=opts.lowercase,
             smooth_method=opts.smooth_method,
@@ -179,7 +185,7 @@ def check_lengths(
 
 def _verbose(s: Score) -> dict[str, Any]:
     """The metric-specific numbers behind a score (for JSON and tables)."""
-    if hasattr(s, "bp"):  # BLEUScore
+    if isinstance(s, BLEUScore):
         return {
             "precisions": [float(p) for p in s.precisions],
             "bp": float(s.bp),
@@ -189,9 +195,9 @@ def _verbose(s: Score) -> dict[str, Any]:
             "counts": [int(c) for c in s.counts],
             "totals": [int(t) for t in s.totals],
         }
-    if hasattr(s, "char_order"):  # CHRFScore
+    if isinstance(s, CHRFScore):
         return {"char_order": s.char_order, "word_order": s.word_order, "beta": s.beta}
-    if hasattr(s, "num_edits"):  # TERScore
+    if isinstance(s, TERScore):
         return {"num_edits": int(s.num_edits), "ref_length": float(s.ref_length)}
     return {}
 
@@ -279,6 +285,7 @@ def paired_test(
     Returns one list per system (baseline first), one PairedResult per metric.
     """
     from sacrebleu.significance import PairedTest
+    from sacrebleu.significance import Result as TestResult
 
     if test not in PAIRED_TESTS:
         raise NmtError(f"unknown paired test {test!r} (choose from bs, ar)")
@@ -286,7 +293,7 @@ def paired_test(
         raise NmtError("a paired test needs at least two systems (the first is the baseline)")
     opts = options or Options()
     refs = [_normalise(r) for r in refs]
-    named = []
+    named: list[tuple[str, Sequence[str]]] = []
     for name, hyps in systems:
         check_lengths(hyps, refs, hyp_name=name)
         named.append((name, _normalise(hyps)))
@@ -301,6 +308,8 @@ def paired_test(
             continue
         sig = sigs[metric_name].format()
         for i, r in enumerate(cells):
+            if not isinstance(r, TestResult):  # only the "System" column holds names
+                continue
             out[i].append(
                 PairedResult(
                     system=named[i][0],
@@ -337,127 +346,18 @@ def read_stream(stream: Any, name: str = "<stdin>") -> list[str]:
     ]
 
 
-# ---- output -------------------------------------------------------------------------------------
-
-
-def align_lines(lines: list[str]) -> list[str]:
-    """Right-align the text before ' = ' across lines, exactly as `sacrebleu -f text` does."""
-    if len(lines) < 2:
-        return lines
-    cuts = [line.index("=") - 1 for line in lines]
-    w = max(cuts)
-    return [f"{line[:c]:>{w}}{line[c:]}" for c, line in zip(cuts, lines, strict=True)]
-
-
-def format_lines(results: list[Result], width: int = 1) -> list[str]:
-    """Plain output for one system: sacrebleu's text lines, aligned on '='."""
-    return align_lines([r.line(width) for r in results])
-
-
-def format_paired_lines(table: list[list[PairedResult]], width: int = 1) -> list[str]:
-    """Plain output of a paired test: one tab-separated line per system and metric, signatures."""
-    lines = []
-    for row in table:
-        for r in row:
-            label = f"Baseline: {r.system}" if r.baseline else r.system
-            lines.append(f"{label}\t{r.name} = {r.text(width)}")
-    for r in table[0]:
-        lines.append(f"signature\t{r.name}|{r.signature}")
-    return lines
-
-
-def rich_table(rows: list[tuple[str, list[Result]]], width: int = 1) -> Any:
-    """A rich Table for a terminal: one row per system and metric (signatures printed after)."""
-    from rich.table import Table
-
-    multi = len(rows) > 1
-    table = Table()
-    if multi:
-        table.add_column("System", overflow="fold")
-    table.add_column("Metric", no_wrap=True)
-    table.add_column("Score", justify="right", no_wrap=True)
-    table.add_column("Details")
-    for system, results in rows:
-        for r in results:
-            details = r.raw._verbose if r.raw is not None else ""
-            cells = [r.name, f"{r.score:.{width}f}", details]
-            table.add_row(*([system] if multi else []), *cells)
-    return table
-
-
-def signature_lines(results: Iterable[Any]) -> list[str]:
-    """`NAME|signature` once per metric, in order: what makes a score reproducible."""
-    seen: dict[str, str] = {}
-    for r in results:
-        seen.setdefault(r.name, f"{r.name}|{r.signature}")
-    return list(seen.values())
-
-
-def rich_paired_table(
-    table: list[list[PairedResult]], test: str, n_samples: int = 0, width: int = 1
-) -> Any:
-    """A rich Table for a paired test: one row per system and metric, narrow enough for 80 cols."""
-    from rich.table import Table
-
-    n = n_samples if n_samples > 0 else DEFAULT_SAMPLES[test]
-    kind = "bootstrap resampling" if test == "bs" else "approximate randomization"
-    t = Table(title=f"Paired {kind} test, {n} samples (* = p <= 0.05 against the baseline)")
-    t.add_column("System", overflow="fold")
-    t.add_column("Metric")
-    t.add_column("Score", justify="right")
-    t.add_column("μ ± 95% CI", justify="right")
-    t.add_column("p-value", justify="right")
-    for row in table:
-        for r in row:
-            label = f"Baseline: {r.system}" if r.baseline else r.system
-            ci = "" if r.mean is None or r.ci is None else f"{r.mean:.{width}f} ± {r.ci:.{width}f}"
-            p = "" if r.p_value is None else f"{r.p_value:.4f}" + ("*" if r.p_value <= 0.05 else "")
-            t.add_row(label, r.name, f"{r.score:.{width}f}", ci, p)
-    return t
-
-
-# ---- translate and score ----------------------------------------------------------------------
-
-
-def evaluate(
-    model_dir: str | Path,
-    src: str | Path,
-    ref_paths: Sequence[str | Path],
-    hyp_out: str | Path | None = None,
-    metrics: Sequence[str] = ("bleu",),
-    options: Options | None = None,
-    device: str = "auto",
-    checkpoint: str = "best",
-    progress: Callable[[int, int], None] | None = None,
-    **translate_kwargs: Any,
-) -> list[Result]:
-    """Translate `src` with the model and score it; every input is checked before the model loads.
-
-    `translate_kwargs` go to `Translator.translate` (None means the model config's value);
-    `progress(n_done_now, n_total)` is called as batches finish.
-    """
-    metric_names = parse_metrics(metrics)
-    opts = options or Options()
-    if opts.tokenize is not None and opts.tokenize not in TOKENIZERS:
-        raise NmtError(f"unknown tokenizer {opts.tokenize!r} (choose from {', '.join(TOKENIZERS)})")
-    if not Path(model_dir).is_dir():
-        raise NmtError(f"{model_dir}: model directory not found")
-    src_lines = read_text(src)
-    if not src_lines:
-        raise NmtError(f"{src}: empty source file")
+def read_systems(
+    hyp_paths: Sequence[str], ref_paths: Sequence[str]
+) -> tuple[list[tuple[str, list[str]]], list[list[str]]]:
+    """(label, lines) per hypothesis file ('-' is stdin, once at most) and the reference streams,
+    every system checked against the references."""
+    if list(hyp_paths).count("-") > 1:
+        raise NmtError("stdin ('-') can be given only once")
     refs = [read_text(p) for p in ref_paths]
-    check_lengths(src_lines, refs, hyp_name=str(src), ref_names=[str(p) for p in ref_paths])
-
-    from nmt.translate import Translator  # torch is imported only when a model is really used
-
-    translator = Translator.from_dir(model_dir, device=device, checkpoint=checkpoint)
-    kwargs = {k: v for k, v in translate_kwargs.items() if v is not None}
-    if progress is not None:
-        kwargs["progress"] = lambda n: progress(n, len(src_lines))
-    hyps = [h.text for h in translator.translate(src_lines, **kwargs)]
-    if len(hyps) != len(src_lines):  # the translator's contract; never score a shifted file
-        raise NmtError(f"translator returned {len(hyps)} lines for {len(src_lines)} inputs")
-    if hyp_out is not None:
-        with atomic_write(hyp_out) as f:
-            f.writelines(h + "\n" for h in hyps)
-    return score(hyps, refs, metric_names, options=opts)
+    systems = []
+    for path in hyp_paths:
+        lines = read_stream(sys.stdin.buffer) if path == "-" else read_text(path)
+        label = "<stdin>" if path == "-" else path
+        check_lengths(lines, refs, hyp_name=label, ref_names=ref_paths)
+        systems.append((label, lines))
+    return systems, refs

@@ -20,16 +20,24 @@ Conventions shared by both:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Self
 
 import torch
+
+from nmt.errors import NmtError
+from nmt.models.base import Decoder
 
 NEG_INF = float("-inf")
 # Dropping finished sentences copies the whole encoder output and cache, so it waits until 1/N
 # of the active sentences are finished (they ride along meanwhile; results are unchanged).
 RETIRE_EVERY = 5
 FORCED_FLOOR = -1000.0  # floor for a forced eos the model calls (near) impossible
+
+
+class SearchOptionError(NmtError, ValueError):
+    """A bad search option: shown to CLI users as an error, a ValueError to library callers."""
 
 
 @dataclass
@@ -47,32 +55,184 @@ def gnmt_length_penalty(length: int | torch.Tensor, alpha: float) -> Any:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def max_lengths(model: Any, src_lengths: torch.Tensor, a: float, b: float) -> torch.Tensor:
+def max_lengths(model: Decoder, src_lengths: torch.Tensor, a: float, b: float) -> torch.Tensor:
     """Per-sentence maximum number of output tokens (B,), so the eos position still fits."""
     n = torch.floor(a * (src_lengths - 1).to(torch.float64) + b).long().clamp(min=1)
-    cap = getattr(model, "max_positions", None)
-    if cap:
-        n = n.clamp(max=int(cap) - 1)
+    if model.max_positions:
+        n = n.clamp(max=int(model.max_positions) - 1)
     return n
 
 
-def _forced_eos_lp(lp: torch.Tensor, eos: int) -> torch.Tensor:
-    """eos log-probs before min_len masks them, kept finite so a forced end always yields a result."""
-    return lp[:, eos].clamp(min=FORCED_FLOOR)  # (n,)
+# ---- stopping rules of beam search --------------------------------------------------------
 
 
-def _finish_attention(
-    attn: torch.Tensor | None, row: int, n_steps: int, src_len: int
-) -> torch.Tensor | None:
-    """Cut one row's attention history to its own predictions and source columns."""
+class StopRule(Protocol):
+    """Decides when a sentence's beam search may end before its maximum length."""
+
+    name: str
+
+    def done(self, rows: BeamRows, t: int, alpha: float) -> torch.Tensor:
+        """(n,) bool: after t tokens no live hypothesis can still beat the n-th best finished."""
+        ...
+
+
+class ExactStop:
+    """Exact under the length penalty: a live hypothesis with log-prob s <= 0 after t tokens can
+    only finish with s' <= s at a length L in [t + 1, max + 1], so its normalized score is at
+    most s / max(lp(t + 1), lp(max + 1)) (lp is monotonic in L for any alpha)."""
+
+    name = "exact"
+
+    def done(self, rows: BeamRows, t: int, alpha: float) -> torch.Tensor:
+        """Stop when even the most favourable future length cannot lift the best live one."""
+        lp_far = rows.lp_max.clamp(min=gnmt_length_penalty(t + 1, alpha))  # (n,)
+        return rows.top_fin[:, -1] >= rows.best_live() / lp_far
+
+
+class EarlyStop:
+    """Trades exactness for speed, as most toolkits do by default: the bound assumes a live
+    hypothesis would end at its next step, s / lp(t + 1). Without a length penalty it is exact."""
+
+    name = "early"
+
+    def done(self, rows: BeamRows, t: int, alpha: float) -> torch.Tensor:
+        """Stop when the best live one, ended at the next step, cannot win."""
+        lp_next = torch.full_like(rows.lp_max, gnmt_length_penalty(t + 1, alpha))  # (n,)
+        return rows.top_fin[:, -1] >= rows.best_live() / lp_next
+
+
+STOP_RULES: dict[str, type[ExactStop] | type[EarlyStop]] = {"exact": ExactStop, "early": EarlyStop}
+
+
+def stop_rule(name: str) -> StopRule:
+    """The stopping rule called `name` ('exact' or 'early')."""
+    if name not in STOP_RULES:
+        raise SearchOptionError(f"stop must be 'exact' or 'early', got {name!r}")
+    return STOP_RULES[name]()
+
+
+# ---- what both searches share -----------------------------------------------------------------
+
+
+@dataclass
+class ActiveRows:
+    """Per-sentence tensors of the sentences still in the batch; `select` keeps some of them."""
+
+    origin: torch.Tensor  # (n,) input index of each active sentence
+    max_len: torch.Tensor  # (n,) maximum output tokens
+    scores: torch.Tensor  # greedy: (n,) log-probs so far; beam: (n, k) live beam log-probs
+    first_max: int = field(init=False)  # first step at which some row must end
+
+    def __post_init__(self) -> None:
+        self.first_max = int(self.max_len.min())
+
+    def select(self, keep: torch.Tensor) -> Self:
+        """The rows `keep` (n',) of every tensor field, in that order."""
+        picked: dict[str, Any] = {
+            f.name: value[keep]
+            for f in dataclasses.fields(self)
+            if f.init and isinstance(value := getattr(self, f.name), torch.Tensor)
+        }
+        return dataclasses.replace(self, **picked)
+
+    def at_max(self, t: int, k: int) -> torch.Tensor | None:
+        """(n*k,) bool: decoder rows that must end now (None while no sentence can)."""
+        if t < self.first_max:
+            return None
+        at = self.max_len == t  # (n,)
+        return at.repeat_interleave(k) if k > 1 else at
+
+
+@dataclass
+class GreedyRows(ActiveRows):
+    """Greedy's rows: one per sentence, with the prefix and attention history."""
+
+    history: torch.Tensor  # (n, t)
+    alive: torch.Tensor  # (n,) still searching
+    attn: torch.Tensor | None = None  # (n, t, L, H, S)
+
+
+@dataclass
+class BeamRows(ActiveRows):
+    """Beam search's sentences: n-best scores so far and the choice of the step just taken."""
+
+    lp_max: torch.Tensor  # (n,) lp(max_len + 1)
+    top_fin: torch.Tensor  # (n, nbest) sorted
+    retired: torch.Tensor  # (n,) done, not dropped
+    next_beam: torch.Tensor  # (n, k) source beam
+    next_tok: torch.Tensor  # (n, k) its token
+
+    def best_live(self) -> torch.Tensor:
+        """(n,) log-prob of each sentence's best live hypothesis (ranks sorted, dead are -inf)."""
+        return self.scores[:, 0]
+
+
+@dataclass
+class _Start:
+    """The prologue of both searches: encoder output, decoder state, limits."""
+
+    enc: Any
+    state: Any
+    max_len: torch.Tensor  # (B,)
+    banned: torch.Tensor  # (2,) pad and bos
+    src_len: list[int]
+    eos: int
+    prev: torch.Tensor  # (B,) bos
+
+
+def _start(model: Decoder, src: torch.Tensor, src_lengths: torch.Tensor, a: float, b: float):
+    """Encode the batch and set up what every step needs."""
+    vocab, device = model.vocab, src.device
+    enc = model.encode(src, src_lengths)
+    return _Start(
+        enc=enc,
+        state=model.init_state(enc),
+        max_len=max_lengths(model, src_lengths, a, b).to(device),
+        banned=torch.tensor([vocab.pad_id, vocab.bos_id], device=device),
+        src_len=src_lengths.tolist(),
+        eos=vocab.eos_id,
+        prev=torch.full((src.size(0),), vocab.bos_id, dtype=torch.long, device=device),
+    )
+
+
+def _mask_step(
+    lp: torch.Tensor, t: int, min_len: int, start: _Start, at_max: torch.Tensor | None
+) -> None:
+    """In place on lp (rows, V): pad and bos never; eos not before min_len; eos forced (with
+    the model's own log-prob, floored) on the rows `at_max`."""
+    eos = start.eos
+    lp.index_fill_(1, start.banned, NEG_INF)
+    eos_lp = lp[:, eos].clamp(min=FORCED_FLOOR) if at_max is not None else None  # (rows,)
+    if t < min_len:
+        lp[:, eos] = NEG_INF
+    if at_max is None or eos_lp is None:
+        return
+    forced = at_max.nonzero().squeeze(1)  # rows at their maximum length
+    if forced.numel():
+        lp.index_fill_(0, forced, NEG_INF)
+        lp[forced, eos] = eos_lp[forced]
+
+
+def _append_attention(hist: torch.Tensor | None, attn: torch.Tensor | None) -> torch.Tensor | None:
+    """Add one step's attention (rows, L, H, S) to the history (rows, t, L, H, S)."""
     if attn is None:
-        return None
-    return attn[row, :n_steps, :, :, :src_len].clone()  # (T, L, H, S)
+        return hist
+    step = attn.unsqueeze(1).float()  # (rows, 1, L, H, S)
+    return step if hist is None else torch.cat([hist, step], 1)
+
+
+def _hypothesis(
+    tokens: list[int], raw: float, lp: float, attn: torch.Tensor | None, row: int, t: int, s: int
+) -> Hypothesis:
+    """A finished result; its attention is row `row`'s history cut to its t predictions and s
+    source columns."""
+    own = None if attn is None else attn[row, :t, :, :, :s].clone()  # (t, L, H, s)
+    return Hypothesis(tokens, raw / lp, raw, own)
 
 
 @torch.inference_mode()
 def greedy_search(
-    model: Any,
+    model: Decoder,
     src: torch.Tensor,
     src_lengths: torch.Tensor,
     max_len_a: float = 1.2,
@@ -85,78 +245,77 @@ def greedy_search(
 
     `length_penalty_alpha` only normalizes the reported score; it never changes the choice.
     """
-    vocab = model.vocab
-    eos = vocab.eos_id
-    bsz = src.size(0)
-    device = src.device
-    enc = model.encode(src, src_lengths)
-    state = model.init_state(enc)
-    max_len = max_lengths(model, src_lengths, max_len_a, max_len_b).to(device)  # (B,)
-    first_max = int(max_len.min())  # first step at which some row must end
-    banned = torch.tensor([vocab.pad_id, vocab.bos_id], device=device)
-    rows = torch.arange(bsz, device=device)  # original sentence of each active row
-    prev = torch.full((bsz,), vocab.bos_id, dtype=torch.long, device=device)
-    scores = torch.zeros(bsz, device=device)
-    history = torch.empty(bsz, 0, dtype=torch.long, device=device)  # (n, t)
-    attn_hist: torch.Tensor | None = None  # (n, t, L, H, S)
+    start = _start(model, src, src_lengths, max_len_a, max_len_b)
+    bsz, device = src.size(0), src.device
+    rows = GreedyRows(
+        origin=torch.arange(bsz, device=device),
+        max_len=start.max_len,
+        scores=torch.zeros(bsz, device=device),
+        history=torch.empty(bsz, 0, dtype=torch.long, device=device),
+        alive=torch.ones(bsz, dtype=torch.bool, device=device),
+    )
     results: list[Hypothesis | None] = [None] * bsz
-    alive = torch.ones(bsz, dtype=torch.bool, device=device)  # rows still searching
-    src_len_list = src_lengths.tolist()
-    t = 0
+    enc, state, prev, src_len, t = start.enc, start.state, start.prev, start.src_len, 0
     while True:
         lp, state, attn = model.decode_step(prev, enc, state, need_attn=need_attn)  # (n, V)
-        lp.index_fill_(1, banned, NEG_INF)  # pad and bos are never outputs
-        eos_lp = _forced_eos_lp(lp, eos) if t >= first_max else None  # (n,)
-        if t < min_len:
-            lp[:, eos] = NEG_INF
+        _mask_step(lp, t, min_len, start, rows.at_max(t, 1))
         tok_lp, tok = lp.max(-1)  # (n,), (n,)
-        if eos_lp is not None:
-            forced = max_len == t  # (n,)
-            tok = torch.where(forced, eos, tok)
-            tok_lp = torch.where(forced, eos_lp, tok_lp)
-        scores = scores + tok_lp
-        history = torch.cat([history, tok.unsqueeze(1)], 1)
-        if need_attn:
-            step = attn.unsqueeze(1).float()  # (n, 1, L, H, S)
-            attn_hist = step if attn_hist is None else torch.cat([attn_hist, step], 1)
+        rows.scores = rows.scores + tok_lp
+        rows.history = torch.cat([rows.history, tok.unsqueeze(1)], 1)
+        rows.attn = _append_attention(rows.attn, attn if need_attn else None)
         t += 1
-        done = (tok == eos) & alive  # (n,)
+        prev = tok
+        done = (tok == start.eos) & rows.alive  # (n,)
         if not bool(done.any()):
-            prev = tok
             continue
-        done_idx = done.nonzero().squeeze(1).tolist()
-        origin, final, toks = rows.tolist(), scores.tolist(), history.tolist()
+        origin, final, toks = rows.origin.tolist(), rows.scores.tolist(), rows.history.tolist()
         lp_norm = gnmt_length_penalty(t, length_penalty_alpha)
-        for r in done_idx:
+        for r in done.nonzero().squeeze(1).tolist():  # rows that just produced eos
             i = origin[r]
-            results[i] = Hypothesis(
-                tokens=toks[r][:-1],
-                score=final[r] / lp_norm,
-                log_prob=final[r],
-                attention=_finish_attention(attn_hist, r, t, src_len_list[i]),
-            )
-        alive &= ~done
-        n_alive = int(alive.sum())
+            results[i] = _hypothesis(toks[r][:-1], final[r], lp_norm, rows.attn, r, t, src_len[i])
+        rows.alive &= ~done
+        n, n_alive = rows.alive.numel(), int(rows.alive.sum())
         if n_alive == 0:
             break
-        if (len(origin) - n_alive) * RETIRE_EVERY < len(origin):
-            prev = tok  # finished rows ride along until enough of them are dropped at once
-            continue
-        keep = alive.nonzero().squeeze(1)  # (n',)
-        alive = alive[keep]
+        if (n - n_alive) * RETIRE_EVERY < n:
+            continue  # finished rows ride along until enough of them are dropped at once
+        keep = rows.alive.nonzero().squeeze(1)  # (n',)
+        rows = rows.select(keep)
         enc = model.reorder_encoder_out(enc, keep)
         state = model.reorder_state(state, keep)
-        rows, scores, history, max_len = rows[keep], scores[keep], history[keep], max_len[keep]
-        first_max = int(max_len.min())
-        if attn_hist is not None:
-            attn_hist = attn_hist[keep]
         prev = tok[keep]
-    return results  # type: ignore[return-value]
+    return [h for h in results if h is not None]
+
+
+@dataclass
+class _Candidates:
+    """The 2k best continuations of each sentence's k live hypotheses, best first."""
+
+    scores: torch.Tensor  # (n, 2k) raw log-probs
+    beam: torch.Tensor  # (n, 2k) which live hypothesis each extends
+    tok: torch.Tensor  # (n, 2k) the token it adds
+    is_eos: torch.Tensor  # (n, 2k) ends in eos (and is possible)
+
+
+@dataclass
+class _Hyps:
+    """Per-hypothesis history, rows (n*k) in sentence-major order."""
+
+    tokens: torch.Tensor  # (n*k, t)
+    attn: torch.Tensor | None = None  # (n*k, t, L, H, S)
+
+
+def _check_beam_options(beam_size: int, nbest: int) -> None:
+    """Refuse sizes no search can honour."""
+    if beam_size < 1:
+        raise SearchOptionError(f"beam_size must be at least 1, got {beam_size}")
+    if not 1 <= nbest <= beam_size:
+        raise SearchOptionError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
 
 
 @torch.inference_mode()
 def beam_search(
-    model: Any,
+    model: Decoder,
     src: torch.Tensor,
     src_lengths: torch.Tensor,
     beam_size: int = 5,
@@ -166,168 +325,123 @@ def beam_search(
     min_len: int = 0,
     nbest: int = 1,
     need_attn: bool = False,
-    stop: str = "exact",
+    stop: str | StopRule = "exact",
 ) -> list[list[Hypothesis]]:
     """Beam search; per sentence the `nbest` best finished hypotheses by normalized score.
 
     Each step the 2k best continuations of the k live hypotheses are ranked; those among the
     top k that end in eos are finished, and the k best others form the next beam (so eos never
-    starves the beam). A sentence stops only when no live hypothesis can still beat the worst
-    of its n best finished ones, or at its maximum length, so the result is the same as
-    searching on to the maximum length. The bound: a live hypothesis with log-prob s <= 0 after
-    t tokens can only finish with s' <= s at a length L in [t + 1, max + 1], so its normalized
-    score is at most s / max(lp(t + 1), lp(max + 1)) (lp is monotonic in L for any alpha).
-
-    `stop="early"` trades exactness for speed, as most toolkits do by default: the bound assumes
-    a live hypothesis would end at its next step, s / lp(t + 1). With length_penalty 0 both
-    rules are the same.
+    starves the beam). A sentence stops when `stop` says no live hypothesis can still beat the
+    worst of its n best finished ones (ExactStop: the result is the same as searching on to
+    the maximum length; EarlyStop: faster, not exact), or at its maximum length.
     """
-    if stop not in ("exact", "early"):
-        raise ValueError(f"stop must be 'exact' or 'early', got {stop!r}")
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
-    alpha = float(length_penalty)
-    vocab = model.vocab
-    eos = vocab.eos_id
-    k = beam_size
-    bsz = src.size(0)
-    device = src.device
-
-    enc = model.encode(src, src_lengths)
-    state = model.init_state(enc)
-    max_len = max_lengths(model, src_lengths, max_len_a, max_len_b).to(device)  # (B,)
-    first_max = int(max_len.min())  # first step at which some sentence must end
-    banned = torch.tensor([vocab.pad_id, vocab.bos_id], device=device)
-    # Largest length penalty any finished hypothesis can still get, per sentence.
-    lp_far = gnmt_length_penalty(max_len + 1, alpha)  # (B,)
-    if stop == "early":  # never above the next step's penalty: the clamp below picks lp(t + 1)
-        lp_far = torch.full_like(lp_far, float("-inf"))
-
-    sents = torch.arange(bsz, device=device)  # original index of each active sentence
-    beam_scores = torch.full((bsz, k), NEG_INF, device=device)
-    beam_scores[:, 0] = 0.0  # only one live hypothesis at the start: no duplicates
-    # All k beams of a sentence start identical: step 0 runs on one row per sentence, and the
-    # encoder output and state are expanded to k rows per sentence only afterwards.
-    prev = torch.full((bsz,), vocab.bos_id, dtype=torch.long, device=device)
-    expand: torch.Tensor | None = torch.arange(bsz, device=device).repeat_interleave(k)  # (B*k,)
-    history = torch.empty(bsz * k, 0, dtype=torch.long, device=device)  # (n*k, t)
-    attn_hist: torch.Tensor | None = None  # (n*k, t, L, H, S)
+    rule = stop_rule(stop) if isinstance(stop, str) else stop
+    _check_beam_options(beam_size, nbest)
+    alpha, k = float(length_penalty), beam_size
+    start = _start(model, src, src_lengths, max_len_a, max_len_b)
+    rows = _beam_rows(start.max_len, k, nbest, alpha)
+    bsz, device = src.size(0), src.device
+    hyps = _Hyps(torch.empty(bsz * k, 0, dtype=torch.long, device=device))
     finished: list[list[Hypothesis]] = [[] for _ in range(bsz)]
-    top_fin = torch.full((bsz, nbest), NEG_INF, device=device)  # best normalized, sorted
-    cand_pos = torch.arange(2 * k, device=device)  # (2k,)
-    retired = torch.zeros(bsz, dtype=torch.bool, device=device)  # done, rows not yet dropped
-    src_len = src_lengths.tolist()
-    t = 0
+    enc, state, prev, t = start.enc, start.state, start.prev, 0
     while True:
-        n = sents.numel()
+        n = rows.origin.numel()
         lp, state, attn = model.decode_step(prev, enc, state, need_attn=need_attn)  # (n*k, V)
-        if expand is not None:  # first step: (n, V) -> (n*k, V), the k rows equal
+        if t == 0:  # all k beams start identical: one row per sentence so far, now k each
+            expand = torch.arange(bsz, device=device).repeat_interleave(k)  # (B*k,)
             enc = model.reorder_encoder_out(enc, expand)
             state = model.reorder_state(state, expand)
             lp = lp.index_select(0, expand)
             attn = None if attn is None else attn.index_select(0, expand)
-            expand = None
-        vsize = lp.size(1)
-        lp.index_fill_(1, banned, NEG_INF)  # pad and bos are never outputs
-        eos_lp = _forced_eos_lp(lp, eos) if t >= first_max else None  # (n*k,)
-        if t < min_len:
-            lp[:, eos] = NEG_INF
-        if eos_lp is not None:
-            forced = (max_len == t).repeat_interleave(k).nonzero().squeeze(1)  # rows at max
-            if forced.numel():
-                lp.index_fill_(0, forced, NEG_INF)
-                lp[forced, eos] = eos_lp[forced]
-        cand = lp.add_(beam_scores.view(-1, 1)).view(n, k * vsize)  # (n, k*V), lp is spent
-        top_s, top_i = cand.topk(2 * k, dim=1)  # (n, 2k)
-        top_beam = torch.div(top_i, vsize, rounding_mode="floor")  # (n, 2k)
-        top_tok = top_i - top_beam * vsize  # (n, 2k)
-        is_eos = (top_tok == eos) & (top_s > NEG_INF)  # (n, 2k)
-        if need_attn:
-            step = attn.unsqueeze(1).float()  # (n*k, 1, L, H, S)
-            attn_hist = step if attn_hist is None else torch.cat([attn_hist, step], 1)
+        _mask_step(lp, t, min_len, start, rows.at_max(t, k))
+        cands = _rank(lp, rows.scores, k, start.eos)
+        hyps.attn = _append_attention(hyps.attn, attn if need_attn else None)
         t += 1
-
-        fin_mask = is_eos[:, :k] & ~retired.unsqueeze(1)  # (n, k) eos among the top k
-        if bool(fin_mask.any()):
-            lp_now = gnmt_length_penalty(t, alpha)
-            norm = torch.where(fin_mask, top_s[:, :k] / lp_now, NEG_INF)  # (n, k)
-            top_fin = torch.cat([top_fin, norm], 1).topk(nbest, dim=1).values  # (n, nbest)
-            _collect(
-                finished, fin_mask, top_s, top_beam, sents, history, attn_hist, t, lp_now, src_len
-            )
-
-        # The k best non-eos candidates, in rank order, form the next beam.
-        key = is_eos.long() * (2 * k) + cand_pos  # eos candidates sort last
-        sel = key.topk(k, dim=1, largest=False).indices  # (n, k)
-        beam_scores = top_s.gather(1, sel)  # (n, k)
-        sel_beam = top_beam.gather(1, sel)  # (n, k)
-        sel_tok = top_tok.gather(1, sel)  # (n, k)
-
-        # Exact stop: no live hypothesis can reach a score above the n-th best finished one.
-        best_live = beam_scores[:, 0]  # (n,) ranks are sorted, dead beams are -inf
-        bound = best_live / lp_far.clamp(min=gnmt_length_penalty(t + 1, alpha))  # (n,)
-        done = retired | (top_fin[:, -1] >= bound) | (max_len < t)  # (n,)
+        _collect_beam(finished, rows, cands, hyps, t, alpha, start.src_len)
+        _next_beam(rows, cands, k)
+        done = rows.retired | rule.done(rows, t, alpha) | (rows.max_len < t)  # (n,)
         n_done = int(done.sum())
         if n_done == n:
             break
+        rows.retired = done
+        base = torch.arange(n, device=device).unsqueeze(1) * k  # (n, 1) old row offset
         if n_done * RETIRE_EVERY >= n:
-            keep_s = (~done).nonzero().squeeze(1)  # (n',)
-            keep_rows = (keep_s.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
-            enc = model.reorder_encoder_out(enc, keep_rows)
-            sents, max_len, lp_far, top_fin = (
-                sents[keep_s],
-                max_len[keep_s],
-                lp_far[keep_s],
-                top_fin[keep_s],
-            )
-            beam_scores, sel_beam, sel_tok = beam_scores[keep_s], sel_beam[keep_s], sel_tok[keep_s]
-            base = keep_s.unsqueeze(1) * k  # (n', 1) old row offset of each kept sentence
-            first_max = int(max_len.min())
-            retired = done[keep_s]
-        else:
-            base = torch.arange(n, device=device).unsqueeze(1) * k  # (n, 1)
-            retired = done
-        order = (base + sel_beam).view(-1)  # (n'*k,) old row of each new hypothesis
+            keep = (~done).nonzero().squeeze(1)  # (n',)
+            rows, base = rows.select(keep), base[keep]
+            enc = model.reorder_encoder_out(enc, (base + torch.arange(k, device=device)).view(-1))
+        order = (base + rows.next_beam).view(-1)  # (n'*k,) old row of each new hypothesis
         state = model.reorder_state(state, order)
-        history = torch.cat([history.index_select(0, order), sel_tok.view(-1, 1)], 1)
-        if attn_hist is not None:
-            attn_hist = attn_hist.index_select(0, order)
-        prev = sel_tok.reshape(-1)
-
-    out = []
-    for hyps in finished:
-        hyps.sort(key=lambda h: -h.score)
-        out.append(hyps[:nbest])
-    return out
+        hyps = _reorder_hyps(hyps, order, rows.next_tok)
+        prev = rows.next_tok.reshape(-1)
+    return [sorted(sent, key=lambda h: -h.score)[:nbest] for sent in finished]
 
 
-def _collect(
+def _beam_rows(max_len: torch.Tensor, k: int, nbest: int, alpha: float) -> BeamRows:
+    """Every sentence active: one live hypothesis (score 0) and k - 1 dead ones (-inf)."""
+    bsz, device = max_len.numel(), max_len.device
+    scores = torch.full((bsz, k), NEG_INF, device=device)
+    scores[:, 0] = 0.0  # only one live hypothesis at the start: no duplicates
+    return BeamRows(
+        origin=torch.arange(bsz, device=device),
+        max_len=max_len,
+        scores=scores,
+        lp_max=gnmt_length_penalty(max_len + 1, alpha),
+        top_fin=torch.full((bsz, nbest), NEG_INF, device=device),
+        retired=torch.zeros(bsz, dtype=torch.bool, device=device),
+        next_beam=torch.zeros(bsz, k, dtype=torch.long, device=device),
+        next_tok=torch.zeros(bsz, k, dtype=torch.long, device=device),
+    )
+
+
+def _rank(lp: torch.Tensor, scores: torch.Tensor, k: int, eos: int) -> _Candidates:
+    """The 2k best (hypothesis, token) pairs per sentence; lp (n*k, V) is spent."""
+    vsize = lp.size(1)
+    n = scores.size(0)
+    cand = lp.add_(scores.view(-1, 1)).view(n, k * vsize)  # (n, k*V)
+    top_s, top_i = cand.topk(2 * k, dim=1)  # (n, 2k)
+    top_beam = torch.div(top_i, vsize, rounding_mode="floor")  # (n, 2k)
+    top_tok = top_i - top_beam * vsize  # (n, 2k)
+    return _Candidates(top_s, top_beam, top_tok, (top_tok == eos) & (top_s > NEG_INF))
+
+
+def _next_beam(rows: BeamRows, cands: _Candidates, k: int) -> None:
+    """The k best non-eos candidates, in rank order, form the next beam."""
+    pos = torch.arange(2 * k, device=cands.scores.device)  # (2k,)
+    key = cands.is_eos.long() * (2 * k) + pos  # eos candidates sort last
+    sel = key.topk(k, dim=1, largest=False).indices  # (n, k)
+    rows.scores = cands.scores.gather(1, sel)  # (n, k)
+    rows.next_beam = cands.beam.gather(1, sel)  # (n, k)
+    rows.next_tok = cands.tok.gather(1, sel)  # (n, k)
+
+
+def _reorder_hyps(hyps: _Hyps, order: torch.Tensor, tok: torch.Tensor) -> _Hyps:
+    """Follow the surviving hypotheses (order: old row of each new one) and append their token."""
+    tokens = torch.cat([hyps.tokens.index_select(0, order), tok.view(-1, 1)], 1)
+    attn = None if hyps.attn is None else hyps.attn.index_select(0, order)
+    return _Hyps(tokens, attn)
+
+
+def _collect_beam(
     finished: list[list[Hypothesis]],
-    fin_mask: torch.Tensor,
-    top_s: torch.Tensor,
-    top_beam: torch.Tensor,
-    sents: torch.Tensor,
-    history: torch.Tensor,
-    attn_hist: torch.Tensor | None,
+    rows: BeamRows,
+    cands: _Candidates,
+    hyps: _Hyps,
     t: int,
-    lp_now: float,
+    alpha: float,
     src_len: list[int],
 ) -> None:
-    """Move the hypotheses that just produced eos into their sentence's finished list."""
-    k = top_beam.size(1) // 2
-    pos = fin_mask.nonzero().tolist()  # [(sentence row, candidate rank)]
-    raw = top_s.tolist()
-    beams = top_beam.tolist()
-    origin = sents.tolist()
-    for j, c in pos:
-        row = j * k + beams[j][c]
-        finished[origin[j]].append(
-            Hypothesis(
-                tokens=history[row].tolist(),
-                score=raw[j][c] / lp_now,
-                log_prob=raw[j][c],
-                attention=_finish_attention(attn_hist, row, t, src_len[origin[j]]),
-            )
-        )
+    """Move the hypotheses that just produced eos among the top k into their sentence's
+    finished list, and update its n best normalized scores."""
+    k = cands.beam.size(1) // 2
+    fin_mask = cands.is_eos[:, :k] & ~rows.retired.unsqueeze(1)  # (n, k)
+    if not bool(fin_mask.any()):
+        return
+    lp_now = gnmt_length_penalty(t, alpha)
+    norm = torch.where(fin_mask, cands.scores[:, :k] / lp_now, NEG_INF)  # (n, k)
+    nbest = rows.top_fin.size(1)
+    rows.top_fin = torch.cat([rows.top_fin, norm], 1).topk(nbest, dim=1).values  # (n, nbest)
+    raw, beams, origin = cands.scores.tolist(), cands.beam.tolist(), rows.origin.tolist()
+    for j, c in fin_mask.nonzero().tolist():  # (sentence row, candidate rank)
+        row, i = j * k + beams[j][c], origin[j]
+        tokens = hyps.tokens[row].tolist()
+        finished[i].append(_hypothesis(tokens, raw[j][c], lp_now, hyps.attn, row, t, src_len[i]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import os
 import tempfile
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from typing import IO
 from nmt.errors import NmtError
 
 
-def open_binary(path: str | Path) -> IO[bytes]:
+def open_binary(path: str | Path) -> io.BufferedIOBase:
     """Open a file for reading bytes, transparently decompressing `.gz`."""
     path = Path(path)
     if not path.exists():
@@ -58,8 +59,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        kwargs = {"encoding": encoding} if "b" not in mode else {}
-        with open(fd, mode, **kwargs) as f:
+        with open(fd, mode, encoding=None if "b" in mode else encoding) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

@@ -8,7 +8,7 @@ positions is truncated with a warning naming its line, never dropped.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -22,9 +22,16 @@ import torch
 from nmt.config import Config
 from nmt.device import resolve_device
 from nmt.errors import NmtError
-from nmt.models.base import EOS_ID, PAD_ID
+from nmt.models.base import EOS_ID, PAD_ID, Decoder
 from nmt.search import Hypothesis, beam_search, greedy_search
-from nmt.textio import decode_line, open_binary
+from nmt.textio import atomic_write
+from nmt.translation_io import (
+    check_inputs,
+    count_lines,
+    format_translation,
+    read_input,
+    warn_to_stderr,
+)
 from nmt.vocab import Tokenizer
 
 EOS_PIECE = "</s>"
@@ -82,11 +89,16 @@ class Translator:
     """A loaded model with its tokenizers and decoding defaults."""
 
     def __init__(
-        self, model: Any, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, device: torch.device
+        self,
+        model: Decoder,
+        cfg: Config,
+        src_tok: Tokenizer,
+        tgt_tok: Tokenizer,
+        device: torch.device,
     ) -> None:
         self.model, self.cfg, self.src_tok, self.tgt_tok = model, cfg, src_tok, tgt_tok
         self.device = device
-        self.max_source = int(getattr(model, "max_positions", 0) or 0) - 1  # eos included
+        self.max_source = model.max_positions - 1  # eos included
 
     @classmethod
     def from_dir(
@@ -106,7 +118,7 @@ class Translator:
     def options(self, **given: Any) -> dict[str, Any]:
         """Search options: the given ones, else the model config's decoding section."""
         d = self.cfg.decoding
-        defaults = {
+        defaults: dict[str, Any] = {
             "beam_size": d.beam_size,
             "length_penalty": d.length_penalty,
             "max_len_a": d.max_len_a,
@@ -115,7 +127,9 @@ class Translator:
             "batch_tokens": d.batch_tokens,
             "stop": d.stop,
         }
-        out = {k: (given.get(k) if given.get(k) is not None else v) for k, v in defaults.items()}
+        out: dict[str, Any] = {
+            k: (given.get(k) if given.get(k) is not None else v) for k, v in defaults.items()
+        }
         if out["beam_size"] < 1:
             raise NmtError(f"--beam-size must be at least 1, got {out['beam_size']}")
         if out["batch_tokens"] < 1:
@@ -211,6 +225,7 @@ class Translator:
         if target is None:
             (tr,) = self.translate([source], nbest=1, with_attention=True, **search)
             hyp = tr.hypotheses[0]
+            assert hyp.attention is not None  # asked for with_attention
             weights = np.transpose(hyp.attention, (1, 2, 0, 3))  # (L, H, T, S)
             return weights, tr.source_tokens, hyp.tokens + [EOS_PIECE], hyp.text
         (ids,) = self._encode([source], 1, _warn)
@@ -219,7 +234,8 @@ class Translator:
         src = torch.tensor([ids + [EOS_ID]], device=dev)  # (1, S)
         tgt_in = torch.tensor([[self.model.vocab.bos_id] + tgt], device=dev)  # (1, T)
         with torch.inference_mode():
-            _, attn = self.model(src, torch.tensor([src.size(1)], device=dev), tgt_in, True)
+            lengths = torch.tensor([src.size(1)], device=dev)  # (1,)
+            _, attn = self.model.forward_with_attention(src, lengths, tgt_in)
         weights = attn[0].float().cpu().numpy()  # (L, H, T, S)
         pieces = [self.tgt_tok.id_to_piece(i) for i in tgt] + [EOS_PIECE]
         return weights, self._pieces(ids), pieces, self.tgt_tok.decode(tgt)
@@ -308,51 +324,46 @@ def _batches(
         yield batch
 
 
-# ---- line-oriented I/O for `nmt translate` ------------------------------------------------------
-
-# Characters str.splitlines() breaks on: a translation must never add an output line.
-_LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+# ---- files and stdin (`nmt translate`) -------------------------------------------------------
 
 
-def one_line(text: str) -> str:
-    """The text with every line-break character turned into a space."""
-    return text.translate(_LINE_BREAKS)
+def translate_files(
+    translator: Translator,
+    inputs: list[str] | None,
+    output: str | None = None,
+    *,
+    fmt: str = "text",
+    nbest: int = 1,
+    with_attention: bool = False,
+    errors: str = "strict",
+    buffer_size: int | None = None,
+    progress: Callable[[contextlib.ExitStack, int], Callable[[int], None]] | None = None,
+    **search: Any,
+) -> None:
+    """Translate files (or stdin, '-') into `output` (atomically) or stdout, one result per input
+    line, in order, streamed chunk by chunk so memory stays bounded and stdin stays interactive.
 
-
-def read_input(path: str, errors: str = "strict") -> Iterator[str]:
-    """Lines of a file (plain or .gz) or of stdin ('-'), lazily; bad UTF-8 names the line."""
-    if path == "-":
-        stream = sys.stdin.buffer
-        name = "<stdin>"
-        lineno = 0
-        while True:
-            raw = stream.readline()  # returns as soon as one line is there (interactive use)
-            if not raw:
-                return
-            lineno += 1
-            yield decode_line(raw, name, lineno, errors).rstrip("\r\n")
-    with open_binary(path) as f:
-        for lineno, raw in enumerate(f, start=1):
-            yield decode_line(raw, path, lineno, errors).rstrip("\r\n")
-
-
-def count_lines(path: str) -> int:
-    """Number of lines (a last line without newline counts) for progress totals."""
-    n, last = 0, b"\n"
-    with open_binary(path) as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            n += block.count(b"\n")
-            last = block[-1:]
-    return n + (last != b"\n")
-
-
-def format_translation(
-    tr: Translation, fmt: str = "text", nbest: int = 1, with_attention: bool = False
-) -> str:
-    """Output for one input line: `nbest` text lines (best first, padded with empty lines when
-    the search found fewer), or one JSON object; always newline-terminated."""
-    if fmt == "jsonl":
-        return json.dumps(tr.to_json(with_attention), ensure_ascii=False) + "\n"
-    texts = [one_line(h.text) for h in tr.hypotheses[:nbest]]
-    texts += [""] * (nbest - len(texts))
-    return "".join(t + "\n" for t in texts)
+    `search` options go to `Translator.translate`; `progress(stack, total_lines)` returns the
+    per-batch `advance(n)` for file inputs.
+    """
+    paths = check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)
+    search.update(nbest=nbest, with_attention=with_attention)
+    translator.options(**search)  # bad options fail before any input is read
+    interactive = "-" in paths and (sys.stdin.isatty() or buffer_size == 1)
+    chunk = 1 if interactive else (buffer_size or 10_000)
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(atomic_write(output)) if output else sys.stdout
+        advance = None
+        if progress is not None and "-" not in paths:
+            advance = progress(stack, sum(count_lines(p) for p in paths))
+        for path in paths:
+            name = "<stdin>" if path == "-" else path
+            results = translator.translate_stream(
+                read_input(path, errors), buffer_size=chunk, on_warning=warn_to_stderr(name),
+                progress=advance, **search,
+            )  # fmt: skip
+            for i, tr in enumerate(results, start=1):
+                out.write(format_translation(tr, fmt, nbest, with_attention))
+                if interactive or i % chunk == 0:
+                    out.flush()
+        out.flush()

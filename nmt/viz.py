@@ -212,6 +212,7 @@ def _render(
     for ax in axes[:, 0]:
         ax.set_ylabel("target", fontsize=g["font"] + 1)
     height = fig.get_size_inches()[1]
+    assert image is not None  # panels are never empty (_select)
     fig.colorbar(image, ax=axes, label="attention weight", shrink=min(0.9, 6.0 / height))
     auto = panels[0][0] if len(panels) == 1 else f"attention: {rows} layer(s) x {cols} head(s)"
     fig.suptitle(_plain(title) if title is not None else auto)

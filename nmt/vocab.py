@@ -7,6 +7,7 @@ import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
@@ -19,6 +20,9 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_PIECES = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
 SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
 _SKIP_ON_DECODE = frozenset({PAD_ID, BOS_ID, EOS_ID})
+
+# A file, a list of files (trained jointly), or sentences.
+SpmText = str | Path | Sequence[str | Path] | Iterable[str]
 
 
 def _too_small_message(err: str, vocab_size: int) -> str | None:
@@ -33,8 +37,60 @@ def _too_small_message(err: str, vocab_size: int) -> str | None:
     )
 
 
+def _trainer_args(
+    model_prefix: Path,
+    vocab_size: int,
+    model_type: str,
+    character_coverage: float,
+    input_sentence_size: int,
+    threads: int | None,
+    seed_sentencepiece_size: int,
+) -> dict[str, Any]:
+    """SentencePieceTrainer arguments with the fixed special pieces and ids."""
+    return {
+        "model_prefix": str(model_prefix),
+        "vocab_size": vocab_size,
+        "model_type": model_type,
+        "character_coverage": character_coverage,
+        "input_sentence_size": input_sentence_size,
+        "shuffle_input_sentence": True,
+        "seed_sentencepiece_size": seed_sentencepiece_size,
+        "hard_vocab_limit": False,
+        "byte_fallback": False,
+        "normalization_rule_name": "nmt_nfkc",
+        "pad_id": PAD_ID,
+        "unk_id": UNK_ID,
+        "bos_id": BOS_ID,
+        "eos_id": EOS_ID,
+        "pad_piece": SPECIAL_PIECES["pad"],
+        "unk_piece": SPECIAL_PIECES["unk"],
+        "bos_piece": SPECIAL_PIECES["bos"],
+        "eos_piece": SPECIAL_PIECES["eos"],
+        "num_threads": threads or os.cpu_count() or 1,
+        "minloglevel": 2,
+    }
+
+
+def _trainer_input(text: SpmText, tmp_dir: Path) -> tuple[str, str | None]:
+    """SentencePiece's `input` (comma-separated files) and the temporary file written, if any."""
+    if isinstance(text, (str, Path)):
+        return str(text), None
+    if (
+        isinstance(text, Sequence)
+        and all(isinstance(t, (str, Path)) for t in text)
+        and text
+        and (all(Path(t).is_file() for t in text))
+    ):
+        return ",".join(str(t) for t in text), None
+    fd, tmp_input = tempfile.mkstemp(prefix=".spm-input.", suffix=".txt", dir=tmp_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        for line in text:
+            f.write(str(line).replace("\n", " ") + "\n")
+    return tmp_input, tmp_input
+
+
 def train_spm(
-    text: str | Path | Sequence[str | Path] | Iterable[str],
+    text: SpmText,
     model_prefix: str | Path,
     vocab_size: int,
     model_type: str = "unigram",
@@ -56,46 +112,11 @@ def train_spm(
         raise NmtError(f"vocabulary size must be at least 8, got {vocab_size}")
     model_prefix = Path(model_prefix)
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
-    kwargs: dict = dict(
-        model_prefix=str(model_prefix),
-        vocab_size=vocab_size,
-        model_type=model_type,
-        character_coverage=character_coverage,
-        input_sentence_size=input_sentence_size,
-        shuffle_input_sentence=True,
-        seed_sentencepiece_size=seed_sentencepiece_size,
-        hard_vocab_limit=False,
-        byte_fallback=False,
-        normalization_rule_name="nmt_nfkc",
-        pad_id=PAD_ID,
-        unk_id=UNK_ID,
-        bos_id=BOS_ID,
-        eos_id=EOS_ID,
-        pad_piece=SPECIAL_PIECES["pad"],
-        unk_piece=SPECIAL_PIECES["unk"],
-        bos_piece=SPECIAL_PIECES["bos"],
-        eos_piece=SPECIAL_PIECES["eos"],
-        num_threads=threads or os.cpu_count() or 1,
-        minloglevel=2,
-    )
-    tmp_input: str | None = None
-    if isinstance(text, (str, Path)):
-        kwargs["input"] = str(text)
-    elif (
-        isinstance(text, Sequence)
-        and all(isinstance(t, (str, Path)) for t in text)
-        and text
-        and (all(Path(t).is_file() for t in text))
-    ):
-        kwargs["input"] = ",".join(str(t) for t in text)
-    else:
-        fd, tmp_input = tempfile.mkstemp(
-            prefix=".spm-input.", suffix=".txt", dir=model_prefix.parent
-        )
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for line in text:
-                f.write(line.replace("\n", " ") + "\n")
-        kwargs["input"] = tmp_input
+    kwargs = _trainer_args(
+        model_prefix, vocab_size, model_type, character_coverage, input_sentence_size, threads,
+        seed_sentencepiece_size,
+    )  # fmt: skip
+    kwargs["input"], tmp_input = _trainer_input(text, model_prefix.parent)
     try:
         spm.SentencePieceTrainer.train(**kwargs)
     except RuntimeError as e:

@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from nmt.data import available_cpus
+from nmt.preprocess import available_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
 NMT = Path(sys.executable).parent / "nmt"

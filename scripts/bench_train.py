@@ -48,10 +48,11 @@ def data_dir(work: Path) -> Path:
     out = work / "data-en-de-8k"
     if (out / "manifest.json").exists():
         return out
-    from nmt.data import preprocess
+    from nmt.preprocess import PreprocessConfig, preprocess
 
     c = corpus_dir()
-    preprocess("en", "de", c / "train", out, valid=c / "val", vocab_size=8000, quiet=True)
+    cfg = PreprocessConfig("en", "de", c / "train", valid=c / "val", vocab_size=8000)
+    preprocess(cfg, out, quiet=True)
     return out
 
 
@@ -71,8 +72,7 @@ def run_one(preset: str, precision: str, data: Path, steps: int, warmup: int, ma
     trainer = Trainer(
         cfg, data, Path("/nonexistent"), torch.device("cpu"), distributed.DistInfo(), False, True
     )
-    trainer.setup()
-    trainer.start = time.monotonic()
+    trainer.budget.start = time.monotonic()
     batches = batching.epoch_batches(
         trainer.src_len, trainer.tgt_len, max_tokens, cfg.training.seed, 1, trainer.keep
     )

@@ -3,21 +3,36 @@ bad values name the key and what it accepts, and `nmt train` reports them in one
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
+import typing
+from importlib import resources
 
 import pytest
 import yaml
 
 from nmt.config import (
+    MODEL_CONFIGS,
     Config,
+    DecodingConfig,
+    Seq2SeqConfig,
+    TrainingConfig,
+    TransformerConfig,
     config_from_dict,
     load_config,
     parse_duration,
     parse_override,
     preset_names,
+    resolve_train_config,
 )
 from nmt.errors import NmtError
+
+# The keys of a seq2seq model section, as error messages list them.
+S2S_KEYS = (
+    "attention, decoder_layers, dropout, embed_dim, encoder_layers, hidden_size, "
+    "max_positions, rnn_type, tie_embeddings, type"
+)
 
 
 def test_every_preset_loads_and_differs_from_defaults():
@@ -131,12 +146,204 @@ def test_scientific_notation_without_a_dot_is_a_number(tmp_path):
     assert parse_override("training.max_time=") == ("training.max_time", "")
 
 
-def test_cli_reports_a_misspelt_key_in_one_line(tmp_path):
+@pytest.mark.parametrize(
+    ("preset", "override", "stderr"),
+    [
+        ("transformer-tiny", "model.d_modle=3",
+         "error: --set: unknown key 'model.d_modle'; did you mean model.d_model?\n"),
+        ("seq2seq-tiny", "model.heads=8",
+         f"error: --set: model.heads: not a seq2seq key (valid: {S2S_KEYS})\n"),
+    ],
+)  # fmt: skip
+def test_cli_reports_a_bad_key_in_one_line(tmp_path, preset, override, stderr):
     proc = subprocess.run(
         [sys.executable, "-m", "nmt", "train", "--data", str(tmp_path), "-o", str(tmp_path / "m"),
-         "--preset", "transformer-tiny", "--set", "model.d_modle=3"],
+         "--preset", preset, "--set", override],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 2
-    assert proc.stderr == "error: --set: unknown key 'model.d_modle'; did you mean model.d_model?\n"
+    assert proc.stderr == stderr
     assert not (tmp_path / "m").exists()
+
+
+# ---- the model section is typed per architecture --------------------------------------------
+
+
+def test_model_registry_agrees_with_config_registry():
+    from nmt.models import MODELS
+
+    assert set(MODEL_CONFIGS) == set(MODELS)
+    with pytest.raises(
+        NmtError, match="model.type: expected one of transformer, seq2seq, got 'rnn'"
+    ):
+        load_config(overrides=["model.type=rnn"])
+
+
+@pytest.mark.parametrize(
+    ("preset", "override", "message"),
+    [
+        ("seq2seq-tiny", "model.heads=8", f"model.heads: not a seq2seq key (valid: {S2S_KEYS})"),
+        ("seq2seq-tiny", "model.d_model=256", "model.d_model: not a seq2seq key"),
+        ("transformer-tiny", "model.hidden_size=32", "model.hidden_size: not a transformer key"),
+        ("seq2seq-tiny", "model.hiden_size=3", "did you mean model.hidden_size?"),
+        ("transformer-tiny", "model.type=", "model.type: expected one of transformer, seq2seq"),
+    ],
+)
+def test_keys_of_another_architecture_are_errors(preset, override, message):
+    with pytest.raises(NmtError) as e:
+        load_config(preset=preset, overrides=[override])
+    assert message in str(e.value)
+
+
+def test_type_switch_changes_the_section_class():
+    cfg = load_config(preset="transformer-tiny", overrides=["model.type=seq2seq"])
+    assert isinstance(cfg.model, Seq2SeqConfig)
+    assert (cfg.model.encoder_layers, cfg.model.max_positions) == (1, 256)  # shared keys kept
+    assert cfg.model.hidden_size == Seq2SeqConfig().hidden_size
+    # model.type applies first, so the order of --set does not matter
+    cfg = load_config(
+        preset="transformer-tiny", overrides=["model.hidden_size=32", "model.type=seq2seq"]
+    )
+    assert cfg.model.hidden_size == 32
+    cfg = load_config(preset="seq2seq-tiny", overrides=["model.type=transformer", "model.heads=8"])
+    assert isinstance(cfg.model, TransformerConfig) and cfg.model.heads == 8
+    with pytest.raises(NmtError, match="model.d_model 30 is not divisible by model.heads 4"):
+        load_config(overrides=["model.d_model=30"])  # checked once every layer is applied
+    assert load_config(overrides=["model.d_model=30", "model.heads=6"]).model.d_model == 30
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_saved_config_has_only_its_architecture_keys(name, tmp_path):
+    cfg = load_config(preset=name)
+    cfg.save(tmp_path / "config.yaml")
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    expected = {f.name for f in dataclasses.fields(MODEL_CONFIGS[cfg.model.type])}
+    assert set(saved["model"]) == expected
+    assert config_from_dict(saved) == cfg
+    raw = yaml.safe_load((resources.files("nmt") / "presets" / f"{name}.yaml").read_text())
+    assert set(raw["model"]) <= expected  # presets set only their architecture's keys
+
+
+# The flat model section that config.yaml files written before the split carry (every key of
+# both architectures, the other one's at its defaults).
+OLD_FLAT = {
+    "seq2seq": dict(
+        type="seq2seq", d_model=256, heads=4, ff_dim=1024, encoder_layers=1, decoder_layers=1,
+        norm="pre", positions="sinusoidal", activation="relu", max_positions=256,
+        tie_embeddings=True, rnn_type="gru", embed_dim=64, hidden_size=64, attention="bahdanau",
+        dropout=0.1, attention_dropout=0.0,
+    ),
+    "transformer": dict(
+        type="transformer", d_model=64, heads=4, ff_dim=128, encoder_layers=1, decoder_layers=1,
+        norm="pre", positions="sinusoidal", activation="relu", max_positions=256,
+        tie_embeddings=True, rnn_type="gru", embed_dim=256, hidden_size=256, attention="bahdanau",
+        dropout=0.1, attention_dropout=0.0,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("arch", ["seq2seq", "transformer"])
+def test_old_flat_saved_config_loads(arch, tmp_path):
+    cfg = load_config(preset=f"{arch}-tiny")
+    old = {**cfg.to_dict(), "model": OLD_FLAT[arch]}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    assert config_from_dict(yaml.safe_load((tmp_path / "config.yaml").read_text())) == cfg
+    assert load_config(tmp_path / "config.yaml") == cfg
+    # a foreign key that is not at its default was meant for something: still an error
+    other = "heads" if arch == "seq2seq" else "hidden_size"
+    bad = {**old, "model": {**OLD_FLAT[arch], other: 8}}
+    with pytest.raises(NmtError, match=f"saved: model.{other}: not a {arch} key"):
+        config_from_dict(bad, "saved")
+
+
+# ---- ranges live with the types ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.d_model=0", "model.d_model: must be >= 1, got 0"),
+        ("model.heads=0", "model.heads: must be >= 1, got 0"),
+        ("model.ff_dim=0", "model.ff_dim: must be >= 1, got 0"),
+        ("model.encoder_layers=0", "model.encoder_layers: must be >= 1, got 0"),
+        ("model.decoder_layers=-1", "model.decoder_layers: must be >= 1, got -1"),
+        ("model.max_positions=1", "model.max_positions: must be >= 2, got 1"),
+        ("model.dropout=1", "model.dropout: must be in [0, 1), got 1.0"),
+        ("model.dropout=-0.1", "model.dropout: must be in [0, 1), got -0.1"),
+        ("model.attention_dropout=1.5", "model.attention_dropout: must be in [0, 1), got 1.5"),
+        ("model.embed_dim=0", "model.embed_dim: must be >= 1, got 0"),
+        ("model.hidden_size=0", "model.hidden_size: must be >= 1, got 0"),
+        ("training.max_tokens=0", "training.max_tokens: must be >= 1, got 0"),
+        ("training.accumulate=0", "training.accumulate: must be >= 1, got 0"),
+        ("training.lr=0", "training.lr: must be > 0, got 0.0"),
+        ("training.lr=-1e-3", "training.lr: must be > 0, got -0.001"),
+        ("training.betas=[0.9, 1.0]", "training.betas: must be in [0, 1), got 1.0"),
+        ("training.betas=[-0.1, 0.9]", "training.betas: must be in [0, 1), got -0.1"),
+        ("training.weight_decay=-0.1", "training.weight_decay: must be >= 0, got -0.1"),
+        ("training.warmup=-1", "training.warmup: must be >= 0, got -1"),
+        ("training.min_lr=-1", "training.min_lr: must be >= 0, got -1.0"),
+        ("training.label_smoothing=1", "training.label_smoothing: must be in [0, 1), got 1.0"),
+        ("training.clip_norm=-1", "training.clip_norm: must be >= 0, got -1.0"),
+        ("training.valid_every=-1", "training.valid_every: must be >= 0, got -1"),
+        ("training.log_every=0", "training.log_every: must be >= 1, got 0"),
+        ("training.patience=-1", "training.patience: must be >= 0, got -1"),
+        ("training.keep_best=0", "training.keep_best: must be >= 1, got 0"),
+        ("training.keep_last=-1", "training.keep_last: must be >= 0, got -1"),
+        ("training.valid_max_sentences=-1", "training.valid_max_sentences: must be >= 0, got -1"),
+        ("training.max_steps=-5", "training.max_steps: must be >= 0, got -5"),
+        ("training.max_epochs=-1", "training.max_epochs: must be >= 0, got -1"),
+        ("decoding.beam_size=0", "decoding.beam_size: must be in [1, 200], got 0"),
+        ("decoding.beam_size=201", "decoding.beam_size: must be in [1, 200], got 201"),
+        ("decoding.length_penalty=-0.5", "decoding.length_penalty: must be >= 0, got -0.5"),
+        ("decoding.max_len_a=-1", "decoding.max_len_a: must be >= 0, got -1.0"),
+        ("decoding.max_len_b=-1", "decoding.max_len_b: must be >= 0, got -1"),
+        ("decoding.min_len=-1", "decoding.min_len: must be >= 0, got -1"),
+        ("decoding.batch_tokens=0", "decoding.batch_tokens: must be >= 1, got 0"),
+    ],
+)
+def test_out_of_range_values_name_key_value_and_range(override, message):
+    s2s = override.split("=")[0] in ("model.embed_dim", "model.hidden_size")
+    with pytest.raises(NmtError) as e:
+        load_config(overrides=[*(["model.type=seq2seq"] if s2s else []), override])
+    assert str(e.value) == message
+
+
+def test_every_numeric_field_has_a_range():
+    classes = [*MODEL_CONFIGS.values(), TrainingConfig, DecodingConfig]
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if hints[f.name] in (int, float, list[float]) and f.name != "seed":
+                assert "range" in f.metadata, f"{cls.__name__}.{f.name}"
+
+
+def test_range_edges_are_accepted_and_files_are_checked(tmp_path):
+    cfg = load_config(
+        overrides=["model.dropout=0", "model.max_positions=2", "decoding.beam_size=200",
+                   "training.max_steps=0", "training.betas=[0, 0.999]", "training.lr=1e-9"],
+    )  # fmt: skip
+    assert cfg.decoding.beam_size == 200 and cfg.model.max_positions == 2
+    path = tmp_path / "c.yaml"
+    path.write_text("training:\n  max_steps: -5\n")
+    with pytest.raises(NmtError, match="training.max_steps: must be >= 0, got -5"):
+        load_config(path)
+
+
+# ---- resolution of `nmt train`'s config (fresh run or --resume) ------------------------------
+
+
+def test_resolve_train_config_fresh_and_resume(tmp_path):
+    flags = {"max_steps": 7, "max_epochs": None, "max_time": None, "seed": 3}
+    cfg = resolve_train_config(None, "seq2seq-tiny", ["training.lr=0.005"], tmp_path, False, flags)
+    assert (cfg.training.max_steps, cfg.training.seed, cfg.training.lr) == (7, 3, 0.005)
+    cfg.save(tmp_path / "config.yaml")
+    none = dict.fromkeys(flags)
+    again = resolve_train_config(None, None, ["training.warmup=5"], tmp_path, True, none)
+    assert again.training.lr == 0.005 and again.training.warmup == 5  # MODEL_DIR's own config
+    assert isinstance(again.model, Seq2SeqConfig)
+    fresh = resolve_train_config(None, "transformer-tiny", [], tmp_path, True, none)
+    assert isinstance(fresh.model, TransformerConfig)  # a preset beats the saved config
+    with pytest.raises(NmtError, match="training.max_steps: must be >= 0, got -5"):
+        resolve_train_config(None, None, [], tmp_path, True, {**none, "max_steps": -5})
+    with pytest.raises(NmtError, match="training.max_time: bad duration '25 minutes'"):
+        resolve_train_config(None, None, [], tmp_path, True, {**none, "max_time": "25 minutes"})

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt.loss import label_smoothed_nll, lr_at
+from nmt.loss import label_smoothed_nll
+from nmt.schedule import lr_at
 
 
 def test_label_smoothed_loss_by_hand():

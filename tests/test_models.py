@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt.config import ModelConfig, load_config, preset_names
+from nmt.config import load_config, model_config, preset_names
 from nmt.errors import NmtError
 from nmt.models import MODELS, VocabInfo, build, count_parameters
 
@@ -52,7 +52,7 @@ ARCHS = ["transformer", "seq2seq"]
 
 def make(name: str, vocab: VocabInfo = VOCAB, **over) -> torch.nn.Module:
     torch.manual_seed(0)
-    cfg = ModelConfig(**{**TINY[name], **over})
+    cfg = model_config(**{**TINY[name], **over})
     return build(cfg, vocab).eval()
 
 
@@ -108,7 +108,8 @@ def test_incremental_decoding_equals_teacher_forcing_with_reordering(name):
     src, lengths = batch([7, 3, 5, 6])
     tgt = targets(4, 9)
     with torch.no_grad():
-        logits, full_attn = model(src, lengths, tgt, return_attn=True)
+        logits, full_attn = model.forward_with_attention(src, lengths, tgt)
+        torch.testing.assert_close(model(src, lengths, tgt), logits, atol=1e-5, rtol=0)
         full = F.log_softmax(logits.float(), -1)  # (B, T, V)
         enc = model.encode(src, lengths)
         state = model.init_state(enc)
@@ -135,7 +136,7 @@ def test_attention_is_a_distribution_over_the_real_source(name):
     model = make(name)
     src, lengths = batch([7, 2, 5])
     with torch.no_grad():
-        _, attn = model(src, lengths, targets(3, 4), return_attn=True)  # (B, L, H, T, S)
+        _, attn = model.forward_with_attention(src, lengths, targets(3, 4))  # (B, L, H, T, S)
     layers, heads = (2, 4) if name.startswith("transformer") else (1, 1)
     assert attn.shape == (3, layers, heads, 4, 7)
     real = (torch.arange(7) < lengths.unsqueeze(1))[:, None, None, None]  # (B, 1, 1, 1, S)
@@ -165,7 +166,7 @@ def test_tied_embeddings_are_one_tensor(arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_overfits_a_small_batch(arch):
     torch.manual_seed(0)
-    cfg = ModelConfig(**{**TINY[arch], "dropout": 0.0})
+    cfg = model_config(**{**TINY[arch], "dropout": 0.0})
     model = build(cfg, VOCAB).train()
     src, lengths = batch([6, 5, 7, 4, 6, 8, 5, 7], seed=5)
     g = torch.Generator().manual_seed(6)
@@ -201,7 +202,7 @@ def test_build_registry_and_unknown_type():
     with pytest.raises(
         NmtError, match=r"unknown model.type 'rnn' \(choices: seq2seq, transformer\)"
     ):
-        build(ModelConfig(type="rnn"), VOCAB)
+        build(model_config(type="rnn"), VOCAB)
 
 
 def test_parameter_count_of_transformer_matches_formula():

@@ -11,7 +11,7 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.significance import PairedTest
 
-from nmt import scoring
+from nmt import scoring, scoring_report
 from nmt.errors import NmtError
 
 
@@ -214,7 +214,7 @@ def test_paired_text_cell_matches_sacrebleu_format():
 
 def test_align_lines_like_sacrebleu():
     """Text before '=' is right-aligned across metrics."""
-    assert scoring.align_lines(["AB|x = 1", "A|xyz = 2"]) == [" AB|x = 1", "A|xyz = 2"]
+    assert scoring_report.align_lines(["AB|x = 1", "A|xyz = 2"]) == [" AB|x = 1", "A|xyz = 2"]
 
 
 @pytest.mark.parametrize(
@@ -247,13 +247,13 @@ def test_rich_tables_render_scores_and_details(data):
 
     rows = [("sysA", scoring.score(data["hyp"], [data["ref"]], metrics=["bleu", "ter"]))]
     console = Console(record=True, width=100)
-    console.print(scoring.rich_table(rows, width=2))
+    console.print(scoring_report.rich_table(rows, width=2))
     text = console.export_text()
     assert f"{rows[0][1][0].score:.2f}" in text and "BP =" in text and "TER" in text
-    assert scoring.signature_lines(rows[0][1])[0] == f"BLEU|{rows[0][1][0].signature}"
+    assert scoring_report.signature_lines(rows[0][1])[0] == f"BLEU|{rows[0][1][0].signature}"
     paired = scoring.paired_test(
         [("a", data["hyp"]), ("b", data["hyp2"])], [data["ref"]], n_samples=50
     )
-    console.print(scoring.rich_paired_table(paired, "bs", 50, width=1))
+    console.print(scoring_report.rich_paired_table(paired, "bs", 50, width=1))
     text = console.export_text()
     assert "Baseline: a" in text and f"{paired[1][0].p_value:.4f}" in text

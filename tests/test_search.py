@@ -11,10 +11,20 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nmt.config import ModelConfig
+from nmt.config import model_config
+from nmt.errors import NmtError
 from nmt.models import build
 from nmt.models.base import BOS_ID, EOS_ID, PAD_ID, VocabInfo
-from nmt.search import beam_search, gnmt_length_penalty, greedy_search
+from nmt.search import (
+    BeamRows,
+    EarlyStop,
+    ExactStop,
+    GreedyRows,
+    beam_search,
+    gnmt_length_penalty,
+    greedy_search,
+    stop_rule,
+)
 
 A, B, C = 4, 5, 6  # the toy's word ids
 NEG_INF = float("-inf")
@@ -318,9 +328,12 @@ class Uncached:
 def tiny_model(kind: str, seed: int = 0):
     """A random tiny model with peaky output distributions (no near-ties between candidates)."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(
-        type=kind, d_model=32, heads=4, ff_dim=64, encoder_layers=2, decoder_layers=2,
-        embed_dim=24, hidden_size=32, dropout=0.0, max_positions=64,
+    sizes = {
+        "transformer": dict(d_model=32, heads=4, ff_dim=64),
+        "seq2seq": dict(embed_dim=24, hidden_size=32),
+    }[kind]
+    cfg = model_config(
+        type=kind, **sizes, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64,
     )  # fmt: skip
     model = build(cfg, VocabInfo(40, 40)).eval()
     with torch.no_grad():
@@ -382,3 +395,70 @@ def test_pad_and_bos_are_never_produced():
     assert greedy_search(model, src, lens).pop().tokens == []
     (hyps,) = beam_search(model, src, lens, beam_size=2, nbest=2, length_penalty=0.0)
     assert [h.tokens for h in hyps] == [[], [A]]
+
+
+# ---- the parts: stopping rules and the active-row bookkeeping ------------------------------
+
+
+def beam_rows(best_live: list[float], worst_kept: list[float], max_len: list[int], alpha: float):
+    """BeamRows with one live hypothesis per sentence and one finished score each."""
+    n = len(best_live)
+    return BeamRows(
+        origin=torch.arange(n),
+        max_len=torch.tensor(max_len),
+        scores=torch.tensor(best_live).unsqueeze(1),
+        lp_max=gnmt_length_penalty(torch.tensor(max_len) + 1, alpha),
+        top_fin=torch.tensor(worst_kept).unsqueeze(1),
+        retired=torch.zeros(n, dtype=torch.bool),
+        next_beam=torch.zeros(n, 1, dtype=torch.long),
+        next_tok=torch.zeros(n, 1, dtype=torch.long),
+    )
+
+
+def test_stop_rules_bound_the_best_live_hypothesis():
+    alpha, t = 1.0, 1  # after 1 token; the next length is 2, the longest 10 + 1
+    # live -2.0: ended next it scores -2 / lp(2); at its longest -2 / lp(11), its best
+    assert -2.0 / lp(2, alpha) < -1.7 < -1.0 < -0.8 < -2.0 / lp(11, alpha) < -0.74
+    rows = beam_rows([-2.0] * 3, [-1.7, -1.0, -0.8], [10] * 3, alpha)
+    assert ExactStop().done(rows, t, alpha).tolist() == [False, False, False]
+    assert EarlyStop().done(rows, t, alpha).tolist() == [True, True, True]
+    rows = beam_rows([-2.0], [-0.74], [10], alpha)
+    assert ExactStop().done(rows, t, alpha).tolist() == [True]
+    # without a length penalty both rules compare raw log-probs
+    rows = beam_rows([-2.0, -2.0], [-2.1, -1.9], [10, 10], 0.0)
+    for rule in (ExactStop(), EarlyStop()):
+        assert rule.done(rows, t, 0.0).tolist() == [False, True]
+
+
+def test_stop_rule_factory():
+    assert isinstance(stop_rule("exact"), ExactStop) and stop_rule("exact").name == "exact"
+    assert isinstance(stop_rule("early"), EarlyStop) and stop_rule("early").name == "early"
+    with pytest.raises(NmtError, match=r"stop must be 'exact' or 'early', got 'soon'"):
+        stop_rule("soon")
+    # a rule object is accepted as well as its name
+    model = ToyDecoder(late_table)
+    src, lens = toy_src([0])
+    by_name = beam_search(model, src, lens, beam_size=2, stop="early")
+    by_rule = beam_search(model, src, lens, beam_size=2, stop=EarlyStop())
+    assert [h.tokens for h in by_name[0]] == [h.tokens for h in by_rule[0]] == [[]]
+
+
+def test_active_rows_select_keeps_rows_of_every_tensor_field():
+    rows = GreedyRows(
+        origin=torch.arange(4),
+        max_len=torch.tensor([5, 2, 7, 3]),
+        scores=torch.tensor([-1.0, -2.0, -3.0, -4.0]),
+        history=torch.arange(8).view(4, 2),
+        alive=torch.tensor([True, False, True, True]),
+    )
+    assert rows.first_max == 2 and rows.attn is None
+    kept = rows.select(torch.tensor([3, 0, 2]))
+    assert isinstance(kept, GreedyRows)
+    assert kept.origin.tolist() == [3, 0, 2]
+    assert kept.max_len.tolist() == [3, 5, 7] and kept.first_max == 3  # recomputed
+    assert kept.scores.tolist() == [-4.0, -1.0, -3.0]
+    assert kept.history.tolist() == [[6, 7], [0, 1], [4, 5]]
+    assert kept.alive.tolist() == [True, True, True] and kept.attn is None
+    assert rows.origin.tolist() == [0, 1, 2, 3]  # the original is unchanged
+    assert kept.at_max(2, 1) is None  # no row can be at its maximum before first_max
+    assert kept.at_max(3, 2).tolist() == [True, True, False, False, False, False]

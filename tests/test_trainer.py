@@ -40,14 +40,15 @@ def _write_copy_corpus(root: Path, n_train: int, n_valid: int, seed: int = 0) ->
 @pytest.fixture(scope="module")
 def copy_data(tmp_path_factory) -> Path:
     """A preprocessed copy-task DATA_DIR (joint SentencePiece, a few dozen pieces)."""
-    from nmt.data import preprocess
+    from nmt.preprocess import PreprocessConfig, preprocess
 
     root = tmp_path_factory.mktemp("copy")
     _write_copy_corpus(root, 3000, 100)
     out = root / "data"
-    preprocess(
-        "en", "de", root / "train", out, valid=root / "valid", vocab_size=64, threads=1, quiet=True
+    cfg = PreprocessConfig(
+        "en", "de", root / "train", valid=root / "valid", vocab_size=64, threads=1
     )
+    preprocess(cfg, out, quiet=True)
     return out
 
 
@@ -69,11 +70,11 @@ def test_resume_equals_uninterrupted_run_bitwise(copy_data, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     s_full = train(_tiny("training.max_steps=30"), copy_data, full, "cpu", quiet=True, threads=1)
     s1 = train(_tiny("training.max_steps=15"), copy_data, cut, "cpu", quiet=True, threads=1)
-    assert s1["steps"] == 15
+    assert s1.steps == 15
     s2 = train(
         _tiny("training.max_steps=30"), copy_data, cut, "cpu", resume=True, quiet=True, threads=1
     )
-    assert s2["steps"] == s_full["steps"] == 30
+    assert s2.steps == s_full.steps == 30
     a, b = _weights(full), _weights(cut)
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -102,7 +103,7 @@ def test_model_dir_is_self_contained_and_reused_dirs_are_refused(copy_data, tmp_
     with pytest.raises(NmtError, match="nothing to resume"):
         train(_tiny(), copy_data, tmp_path / "new", "cpu", resume=True, quiet=True, threads=1)
     s = train(_tiny("training.max_steps=1"), copy_data, out, "cpu", force=True, quiet=True)
-    assert s["steps"] == 1
+    assert s.steps == 1
     # The translation side can rebuild the model from the directory alone.
     from nmt.modeldir import load_model
 
@@ -123,7 +124,7 @@ def test_second_process_is_refused_by_the_lock(copy_data, tmp_path):
         sleeper.wait()
     # A stale lock (its process is gone) is taken over.
     s = train(_tiny("training.max_steps=1"), copy_data, out, "cpu", quiet=True, threads=1)
-    assert s["steps"] == 1 and not (out / ".lock").exists()
+    assert s.steps == 1 and not (out / ".lock").exists()
 
 
 def test_nonfinite_losses_skip_updates_then_abort(copy_data, tmp_path, monkeypatch):
@@ -140,7 +141,7 @@ def test_nonfinite_losses_skip_updates_then_abort(copy_data, tmp_path, monkeypat
     monkeypatch.setattr(trainer_mod, "label_smoothed_nll", flaky)
     out = tmp_path / "a"
     s = train(_tiny("training.max_steps=4"), copy_data, out, "cpu", quiet=True, threads=1)
-    assert s["steps"] == 4
+    assert s.steps == 4
     after = _weights(out)
     assert all(torch.isfinite(v).all() for v in after.values() if v.is_floating_point())
     # Steps 2 and 3 were skipped: Adam took 2 updates, not 4.
@@ -225,4 +226,4 @@ def test_tiny_transformer_learns_to_copy(copy_data, tmp_path):
         ],
     )
     s = train(cfg, copy_data, tmp_path / "m", "cpu", quiet=True, threads=1)
-    assert s["best_score"] > 90, s
+    assert s.best_score > 90, s

@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from nmt.cli import app
-from nmt.config import Config, ModelConfig
+from nmt.config import Config, model_config
 from nmt.models.base import EOS_ID, VocabInfo
-from nmt.translate import Translator, format_translation, one_line
+from nmt.translate import Translator
+from nmt.translation_io import format_translation, one_line
 
 WORDS = "a man in a blue shirt is riding his bike down the street two dogs play in the snow".split()
 WORDS += "eine frau mit einem roten hut sitzt auf der bank zwei kinder spielen im park".split()
@@ -50,7 +51,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     tok = Tokenizer.load(spm)
     vocab = VocabInfo(tok.vocab_size, tok.vocab_size, joint=True)
     cfg = Config()
-    cfg.model = ModelConfig(
+    cfg.model = model_config(
         type="transformer", d_model=32, heads=2, ff_dim=64, encoder_layers=1, decoder_layers=2,
         max_positions=64, dropout=0.0,
     )  # fmt: skip

@@ -202,6 +202,8 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from x (B, T, d): over itself, or over precomputed cross keys/values `kv`."""
         if self.cross:
+            if kv is None:
+                raise ValueError("cross-attention needs the encoder keys and values (kv)")
             (q,) = self._split(self.q_proj(x), 1)
             k, v = kv
         else:

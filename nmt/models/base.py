@@ -9,6 +9,8 @@ visualization never ask which model they have.
     enc   = model.reorder_encoder_out(enc, order)       # order: (B',) long; selects / repeats rows
     state = model.reorder_state(state, order)
     logits = model(src, src_lengths, tgt_in)            # teacher forcing: (B, T, V)
+    logits, attn = model.forward_with_attention(src, src_lengths, tgt_in)
+                                                        # attn: (B, layers, heads, T, S)
 
 Target sequences are `[bos] y1 .. yn` in, `y1 .. yn [eos]` out. Sources carry no bos, and end with eos.
 Token ids are fixed for every model: pad 0, unk 1, bos 2, eos 3.
@@ -57,7 +59,7 @@ class Decoder(Protocol):
     """What search code relies on; both Seq2Seq and Transformer satisfy it."""
 
     vocab: VocabInfo
-    max_positions: int
+    max_positions: int  # longest sequence it takes; search output is capped at this minus one
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> Any: ...
 
@@ -74,3 +76,7 @@ class Decoder(Protocol):
     def forward(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> torch.Tensor: ...
+
+    def forward_with_attention(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from nmt.config import ModelConfig
+from nmt.config import Seq2SeqConfig
 from nmt.models.attention import make_rnn_attention
 from nmt.models.base import VocabInfo, make_embeddings
 
@@ -51,7 +51,7 @@ class RNNState:
 class Seq2Seq(nn.Module):
     """Bidirectional RNN encoder, attentional RNN decoder with input feeding of the context."""
 
-    def __init__(self, cfg: ModelConfig, vocab: VocabInfo) -> None:
+    def __init__(self, cfg: Seq2SeqConfig, vocab: VocabInfo) -> None:
         super().__init__()
         self.cfg, self.vocab, self.max_positions = cfg, vocab, cfg.max_positions
         e, h = cfg.embed_dim, cfg.hidden_size
@@ -162,13 +162,15 @@ class Seq2Seq(nn.Module):
         return RNNState(tuple(h.index_select(1, order) for h in state.hidden))
 
     def forward(
-        self,
-        src: torch.Tensor,
-        src_lengths: torch.Tensor,
-        tgt_in: torch.Tensor,
-        return_attn: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Teacher forcing: logits (B, T, V); with `return_attn` also the weights (B, 1, 1, T, S).
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> torch.Tensor:
+        """Teacher forcing: logits (B, T, V)."""
+        return self.forward_with_attention(src, src_lengths, tgt_in)[0]
+
+    def forward_with_attention(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing: logits (B, T, V) and the attention weights (B, 1, 1, T, S).
         The recurrence runs step by step; readout and projection run once over all steps."""
         enc = self.encode(src, src_lengths)
         state = self.init_state(enc)
@@ -180,6 +182,4 @@ class Seq2Seq(nn.Module):
             contexts.append(context)
             weights.append(w)
         logits = self._logits(torch.stack(hs, 1), torch.stack(contexts, 1), emb)  # (B, T, V)
-        if return_attn:
-            return logits, torch.stack(weights, 1)[:, None, None]  # (B, 1, 1, T, S)
-        return logits
+        return logits, torch.stack(weights, 1)[:, None, None]  # (B, 1, 1, T, S)

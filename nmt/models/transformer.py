@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nmt.config import ModelConfig
+from nmt.config import TransformerConfig
 from nmt.errors import NmtError
 from nmt.models.attention import MultiHeadAttention
 from nmt.models.base import VocabInfo, make_embeddings
@@ -68,7 +69,7 @@ class FeedForward(nn.Module):
 class _Sublayers(nn.Module):
     """Residual wiring shared by both layer types: pre-norm (x + f(LN(x))) or post (LN(x + f(x)))."""
 
-    def __init__(self, cfg: ModelConfig, n: int) -> None:
+    def __init__(self, cfg: TransformerConfig, n: int) -> None:
         super().__init__()
         self.pre = cfg.norm == "pre"
         self.norms = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(n))
@@ -90,7 +91,7 @@ class _Sublayers(nn.Module):
 class EncoderLayer(_Sublayers):
     """Self-attention + feed-forward."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__(cfg, 2)
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
 
@@ -102,7 +103,7 @@ class EncoderLayer(_Sublayers):
 class DecoderLayer(_Sublayers):
     """Causal self-attention + encoder-decoder attention + feed-forward."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__(cfg, 3)
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
         self.cross_attn = MultiHeadAttention(
@@ -133,10 +134,17 @@ class DecoderLayer(_Sublayers):
         return self._feed_forward(self._out(x, h, 1)), cache, weights
 
 
+def _stack_layers(weights: list[torch.Tensor | None]) -> torch.Tensor:
+    """Each layer's attention weights (B, H, T, S) on a new layer axis: (B, L, H, T, S)."""
+    return torch.stack([w for w in weights if w is not None], 1)
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer; pre-norm by default, post-norm (the paper's) as an option."""
 
-    def __init__(self, cfg: ModelConfig, vocab: VocabInfo) -> None:
+    sinusoids: torch.Tensor  # (max_positions, d) buffer, when positions are sinusoidal
+
+    def __init__(self, cfg: TransformerConfig, vocab: VocabInfo) -> None:
         super().__init__()
         if cfg.d_model % cfg.heads:
             raise NmtError(
@@ -198,8 +206,12 @@ class Transformer(nn.Module):
         for layer in self.encoder_layers:
             x = layer(x, mask)
         memory = self.encoder_norm(x)  # (B, S, d)
-        cross_kv = [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
+        cross_kv = [layer.cross_attn.project_kv(memory) for layer in self._decoders()]
         return TransformerEncoderOut(memory, mask, src_lengths, cross_kv)
+
+    def _decoders(self) -> list[DecoderLayer]:
+        """The decoder layers with their type (a ModuleList yields plain Modules)."""
+        return cast(list[DecoderLayer], list(self.decoder_layers))
 
     def init_state(self, encoder_out: TransformerEncoderOut) -> TransformerState:
         """Empty caches: nothing decoded yet."""
@@ -215,14 +227,14 @@ class Transformer(nn.Module):
         """Log-probs (B, V) float32 of the next token given the previous one (B,)."""
         x = self._embed(self.tgt_embed, prev_tokens.unsqueeze(1), start=state.step)  # (B, 1, d)
         caches, attns = [], []
-        for i, layer in enumerate(self.decoder_layers):
+        for i, layer in enumerate(self._decoders()):
             cache = state.cache[i] if state.cache else None
             x, cache, w = layer.step(x, cache, encoder_out.cross_kv[i], encoder_out.mask, need_attn)
             caches.append(cache)
             attns.append(w)
         logits = self.output(self.decoder_norm(x[:, 0]))  # (B, V)
         log_probs = F.log_softmax(logits.float(), dim=-1)
-        attn = torch.stack(attns, 1)[:, :, :, 0] if need_attn else None  # (B, L, H, S)
+        attn = _stack_layers(attns)[:, :, :, 0] if need_attn else None  # (B, L, H, S)
         return log_probs, TransformerState(caches, state.step + 1), attn
 
     def reorder_encoder_out(
@@ -246,21 +258,27 @@ class Transformer(nn.Module):
         return TransformerState(cache, state.step)
 
     def forward(
-        self,
-        src: torch.Tensor,
-        src_lengths: torch.Tensor,
-        tgt_in: torch.Tensor,
-        return_attn: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Teacher forcing: logits (B, T, V); with `return_attn` also the encoder-decoder
-        attention of every layer and head, (B, L, H, T, S)."""
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> torch.Tensor:
+        """Teacher forcing: logits (B, T, V)."""
+        return self._teacher_forced(src, src_lengths, tgt_in, need_weights=False)[0]
+
+    def forward_with_attention(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing: logits (B, T, V) and the encoder-decoder attention of every layer
+        and head, (B, L, H, T, S)."""
+        logits, attns = self._teacher_forced(src, src_lengths, tgt_in, need_weights=True)
+        return logits, _stack_layers(attns)  # (B, L, H, T, S)
+
+    def _teacher_forced(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """Logits (B, T, V) and, if `need_weights`, each layer's cross-attention (B, H, T, S)."""
         enc = self.encode(src, src_lengths)
         x = self._embed(self.tgt_embed, tgt_in)  # (B, T, d)
         attns = []
         for layer, kv in zip(self.decoder_layers, enc.cross_kv, strict=True):
-            x, w = layer(x, kv, enc.mask, need_weights=return_attn)
+            x, w = layer(x, kv, enc.mask, need_weights=need_weights)
             attns.append(w)
-        logits = self.output(self.decoder_norm(x))  # (B, T, V)
-        if return_attn:
-            return logits, torch.stack(attns, 1)  # (B, L, H, T, S)
-        return logits
+        return self.output(self.decoder_norm(x)), attns  # (B, T, V)

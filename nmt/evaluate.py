@@ -1,0 +1,72 @@
+"""Translate a test set and score it (`nmt evaluate`): the one place where a model meets the
+metrics, so `nmt.scoring` itself needs sacrebleu alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from nmt.errors import NmtError
+from nmt.scoring import (
+    TOKENIZERS,
+    Options,
+    Result,
+    check_lengths,
+    parse_metrics,
+    read_text,
+    score,
+)
+from nmt.textio import atomic_write
+
+
+def _check_inputs(
+    model_dir: str | Path, src: str | Path, ref_paths: Sequence[str | Path], opts: Options
+) -> tuple[list[str], list[list[str]]]:
+    """Source and reference lines, refused when missing, empty or misaligned (no model needed)."""
+    if opts.tokenize is not None and opts.tokenize not in TOKENIZERS:
+        raise NmtError(f"unknown tokenizer {opts.tokenize!r} (choose from {', '.join(TOKENIZERS)})")
+    if not Path(model_dir).is_dir():
+        raise NmtError(f"{model_dir}: model directory not found")
+    src_lines = read_text(src)
+    if not src_lines:
+        raise NmtError(f"{src}: empty source file")
+    refs = [read_text(p) for p in ref_paths]
+    check_lengths(src_lines, refs, hyp_name=str(src), ref_names=[str(p) for p in ref_paths])
+    return src_lines, refs
+
+
+def evaluate(
+    model_dir: str | Path,
+    src: str | Path,
+    ref_paths: Sequence[str | Path],
+    hyp_out: str | Path | None = None,
+    metrics: Sequence[str] = ("bleu",),
+    options: Options | None = None,
+    device: str = "auto",
+    checkpoint: str = "best",
+    progress: Callable[[int, int], None] | None = None,
+    **translate_kwargs: Any,
+) -> list[Result]:
+    """Translate `src` with the model and score it; every input is checked before the model loads.
+
+    `translate_kwargs` go to `Translator.translate` (None means the model config's value);
+    `progress(n_done_now, n_total)` is called as batches finish.
+    """
+    metric_names = parse_metrics(metrics)
+    opts = options or Options()
+    src_lines, refs = _check_inputs(model_dir, src, ref_paths, opts)
+
+    from nmt.translate import Translator  # torch is imported only when a model is really used
+
+    translator = Translator.from_dir(model_dir, device=device, checkpoint=checkpoint)
+    kwargs = {k: v for k, v in translate_kwargs.items() if v is not None}
+    if progress is not None:
+        kwargs["progress"] = lambda n: progress(n, len(src_lines))
+    hyps = [h.text for h in translator.translate(src_lines, **kwargs)]
+    if len(hyps) != len(src_lines):  # the translator's contract; never score a shifted file
+        raise NmtError(f"translator returned {len(hyps)} lines for {len(src_lines)} inputs")
+    if hyp_out is not None:
+        with atomic_write(hyp_out) as f:
+            f.writelines(h + "\n" for h in hyps)
+    return score(hyps, refs, metric_names, options=opts)

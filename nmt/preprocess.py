@@ -1,0 +1,359 @@
+"""Preprocessing: clean train, learn SentencePiece, encode every split into DATA_DIR.
+
+The steps live in their own modules (`nmt.cleaning`, `nmt.vocab`, `nmt.encoding`); this module holds
+the settings (`PreprocessConfig`), runs the steps in order inside a temporary folder, and writes the
+manifest that `nmt.dataset` reads. Memory stays flat as the corpus grows: train is streamed into
+cleaned text files, SentencePiece samples a bounded number of sentences, and encoding runs in worker
+processes over byte ranges of the cleaned files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nmt import __version__
+from nmt.cleaning import DROP_REASONS, Chunk, clean_train, no_pairs_message, resolve_input
+from nmt.corpus import sha256_file
+from nmt.dataset import FORMAT, MANIFEST
+from nmt.encoding import ChunkJob, encode_eval, encode_train
+from nmt.errors import NmtError
+from nmt.vocab import SPECIAL_IDS, Tokenizer, train_spm
+
+CHUNK_PAIRS = 20_000  # train pairs per encoding job, and valid/test lines per encoded block
+PERCENTILES = (50, 90, 95, 99)
+SPM_TYPES = ("unigram", "bpe")
+
+Progress = Callable[[str, int, "int | None"], None]
+Pair = tuple[Path, Path]
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """What to preprocess and how; checked once on creation, with the CLI's option names in errors."""
+
+    src_lang: str
+    tgt_lang: str
+    train: str | Path
+    valid: str | Path | None = None
+    tests: Sequence[str | Path] = ()
+    vocab_size: int = 8000
+    spm_type: str = "unigram"
+    joint: bool = True
+    max_len: int = 250
+    max_ratio: float = 3.0
+    dedupe: bool = False
+    threads: int | None = None  # None: every CPU this process may use
+    skip_invalid: bool = False
+    character_coverage: float = 1.0
+    spm_sample: int = 500_000
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tests", tuple(self.tests))
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise NmtError on the first invalid setting (the input files are checked later)."""
+        if self.threads is not None and self.threads < 1:
+            raise NmtError(f"--threads must be >= 1, got {self.threads}")
+        if self.spm_type not in SPM_TYPES:
+            raise NmtError(f"--spm-type must be unigram or bpe, got {self.spm_type!r}")
+        if self.src_lang == self.tgt_lang:
+            raise NmtError(f"source and target language are both {self.src_lang!r}")
+        if self.max_len < 1 or self.max_ratio < 1.0:
+            raise NmtError(
+                f"--max-len must be >= 1 and --max-ratio >= 1 (got {self.max_len}, {self.max_ratio})"
+            )
+
+    @property
+    def langs(self) -> tuple[str, str]:
+        """(source, target) language suffixes."""
+        return self.src_lang, self.tgt_lang
+
+    def manifest_options(self) -> dict[str, Any]:
+        """The cleaning and SentencePiece settings recorded under `options` in manifest.json."""
+        return {
+            "max_len": self.max_len,
+            "max_ratio": self.max_ratio,
+            "dedupe": self.dedupe,
+            "skip_invalid": self.skip_invalid,
+            "character_coverage": self.character_coverage,
+            "spm_sample": self.spm_sample,
+        }
+
+    def split_inputs(self) -> dict[str, Pair]:
+        """Input files of every split (train, valid, tests by basename); missing files are errors."""
+
+        def files(prefix: str | Path) -> Pair:
+            return resolve_input(prefix, self.src_lang), resolve_input(prefix, self.tgt_lang)
+
+        inputs = {"train": files(self.train)}
+        if self.valid is not None:
+            inputs["valid"] = files(self.valid)
+        for name, prefix in zip(_test_names(self.tests), self.tests, strict=True):
+            inputs[name] = files(prefix)
+        return inputs
+
+
+def _test_names(tests: Sequence[str | Path]) -> list[str]:
+    """Split names from test prefixes' basenames; they must be distinct and not train/valid."""
+    names = [Path(t).name for t in tests]
+    for name in names:
+        if name in ("train", "valid") or names.count(name) > 1:
+            raise NmtError(
+                f"test prefix name {name!r} is ambiguous (test names must be distinct "
+                "and not 'train' or 'valid')"
+            )
+    return names
+
+
+def available_cpus() -> int:
+    """CPUs this process may use (affinity-aware where the OS tells us)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def preprocess(
+    cfg: PreprocessConfig,
+    out_dir: str | Path,
+    force: bool = False,
+    quiet: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Clean train, learn SentencePiece, encode every split into `out_dir`; return the manifest.
+
+    Everything is built in a temporary folder beside `out_dir` and renamed into place at the end,
+    so an error leaves nothing behind. `progress(step, done, total)` is called during long steps.
+    """
+    out_dir = Path(out_dir)
+    report: Progress = (lambda *_: None) if quiet else (progress or _stderr_progress())
+    inputs = cfg.split_inputs()
+    _check_out_dir(out_dir, force)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        run = _Run(cfg, tmp, inputs, cfg.threads or available_cpus(), report)
+        manifest = run.build()
+        _check_out_dir(out_dir, force)
+        _replace_dir(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+@dataclass
+class _Run:
+    """One preprocessing run inside the temporary folder `tmp`: the steps and what they share."""
+
+    cfg: PreprocessConfig
+    tmp: Path
+    inputs: dict[str, Pair]
+    threads: int
+    report: Progress
+
+    def build(self) -> dict[str, Any]:
+        """All steps in order; returns the manifest, also written into `tmp`."""
+        clean = (self.tmp / f".clean.{self.cfg.src_lang}", self.tmp / f".clean.{self.cfg.tgt_lang}")
+        counts, chunks = self.clean_train(clean)
+        models = self.learn_sentencepiece(clean)
+        toks = (Tokenizer.load(models[0]), Tokenizer.load(models[1]))
+        dtype = "<u2" if max(t.vocab_size for t in toks) <= 65535 else "<i4"
+        splits = {"train": self.encode_train(clean, chunks, models, dtype, counts)}
+        for split, paths in self.inputs.items():
+            if split != "train":
+                splits[split] = self.encode_eval(split, paths, toks, dtype)
+        manifest = self.manifest(models, toks, dtype, splits)
+        _write_manifest(self.tmp / MANIFEST, manifest)
+        return manifest
+
+    def clean_train(self, clean: Pair) -> tuple[dict[str, int], list[Chunk]]:
+        """Step 1: stream train into cleaned text files, cut into chunks for the encoders."""
+        step = "clean train"
+        self.report(step, 0, None)
+        counts, chunks = clean_train(
+            self.inputs["train"], clean, self.cfg.dedupe, self.cfg.skip_invalid, CHUNK_PAIRS,
+            lambda n: self.report(step, n, None),
+        )  # fmt: skip
+        self.report(step, counts["read"], counts["read"])
+        if not chunks:
+            raise NmtError(no_pairs_message(self.inputs["train"], counts))
+        return counts, chunks
+
+    def learn_sentencepiece(self, clean: Pair) -> Pair:
+        """Step 2: one joint SentencePiece model on both sides, or one per language."""
+        step = "train sentencepiece"
+        self.report(step, 0, 1)
+        cfg = self.cfg
+
+        def learn(text: Sequence[Path], prefix: Path) -> Path:
+            return train_spm(
+                text, prefix, vocab_size=cfg.vocab_size, model_type=cfg.spm_type,
+                character_coverage=cfg.character_coverage, input_sentence_size=cfg.spm_sample,
+                threads=self.threads,
+            )  # fmt: skip
+
+        if cfg.joint:
+            model = learn(list(clean), self.tmp / "spm")
+            models = (model, model)
+        else:
+            models = (
+                learn([clean[0]], self.tmp / f"spm.{cfg.src_lang}"),
+                learn([clean[1]], self.tmp / f"spm.{cfg.tgt_lang}"),
+            )
+        self.report(step, 1, 1)
+        return models
+
+    def encode_train(
+        self, clean: Pair, chunks: list[Chunk], models: Pair, dtype: str, counts: dict[str, int]
+    ) -> dict[str, Any]:
+        """Step 3: encode and length-filter cleaned train; its manifest entry with drop counts."""
+        step = "encode train"
+        remaining = sum(c.n for c in chunks)
+        self.report(step, 0, remaining)
+        names = (str(models[0]), str(models[1]))
+        jobs = [
+            ChunkJob(clean, c, names, dtype, self.cfg.max_len, self.cfg.max_ratio) for c in chunks
+        ]
+        enc_counts, lengths = encode_train(
+            self.tmp, self.cfg.langs, jobs, dtype, self.threads,
+            lambda n: self.report(step, n, remaining),
+        )  # fmt: skip
+        for k, v in enc_counts.items():
+            counts[k] += v
+        for c in clean:
+            c.unlink()
+        kept = len(lengths[0])
+        if kept == 0:
+            raise NmtError(no_pairs_message(self.inputs["train"], counts))
+        entry = _split_entry(self.cfg.langs, self.inputs["train"], lengths, False, "train")
+        entry.update(
+            lines_read=counts["read"], kept=kept, dropped={k: counts[k] for k in DROP_REASONS}
+        )
+        return entry
+
+    def encode_eval(
+        self, split: str, paths: Pair, toks: tuple[Tokenizer, Tokenizer], dtype: str
+    ) -> dict[str, Any]:
+        """Step 4: encode a valid/test split line for line, keeping its raw text; its entry."""
+        step = f"encode {split}"
+        self.report(step, 0, None)
+        n, lengths = encode_eval(
+            self.tmp, split, self.cfg.langs, paths, toks, dtype, self.threads, CHUNK_PAIRS
+        )
+        self.report(step, n, n)
+        entry = _split_entry(self.cfg.langs, paths, lengths, True, split)
+        entry.update(lines_read=n, kept=n, dropped={})
+        return entry
+
+    def manifest(
+        self, models: Pair, toks: tuple[Tokenizer, Tokenizer], dtype: str, splits: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Step 5: what the data folder holds and how it was made (see DESIGN.md)."""
+        cfg = self.cfg
+        return {
+            "format": FORMAT,
+            "nmt_version": __version__,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "src_lang": cfg.src_lang,
+            "tgt_lang": cfg.tgt_lang,
+            "joint": cfg.joint,
+            "spm_type": cfg.spm_type,
+            "spm": {"src": models[0].name, "tgt": models[1].name},
+            "vocab_size": {"src": toks[0].vocab_size, "tgt": toks[1].vocab_size},
+            "requested_vocab_size": cfg.vocab_size,
+            "special_ids": dict(SPECIAL_IDS),
+            "dtype": np.dtype(dtype).name,
+            "options": cfg.manifest_options(),
+            "splits": splits,
+        }
+
+
+def _lengths_stats(lengths: np.ndarray) -> dict[str, Any]:
+    """Mean, percentiles and max of sentence lengths in tokens (for the manifest and summary)."""
+    if len(lengths) == 0:
+        return {"mean": 0.0, **{f"p{p}": 0 for p in PERCENTILES}, "max": 0}
+    pct = np.percentile(lengths, PERCENTILES)
+    return {
+        "mean": round(float(lengths.mean()), 2),
+        **{f"p{p}": int(round(v)) for p, v in zip(PERCENTILES, pct, strict=True)},
+        "max": int(lengths.max()),
+    }
+
+
+def _split_entry(
+    langs: tuple[str, str],
+    inputs: Pair,
+    lengths: tuple[np.ndarray, np.ndarray],
+    text: bool,
+    split: str,
+) -> dict[str, Any]:
+    """The manifest record of one split: files, input checksums, token counts, length stats."""
+    files: dict[str, dict[str, str]] = {}
+    for lang, path in zip(langs, inputs, strict=True):
+        files[lang] = {
+            "input": str(path),
+            "sha256": sha256_file(path),
+            "ids": f"{split}.{lang}.ids",
+            "idx": f"{split}.{lang}.idx",
+        }
+        if text:
+            files[lang]["text"] = f"{split}.{lang}.txt"
+    return {
+        "files": files,
+        "tokens": {lang: int(x.sum()) for lang, x in zip(langs, lengths, strict=True)},
+        "lengths": {lang: _lengths_stats(x) for lang, x in zip(langs, lengths, strict=True)},
+    }
+
+
+def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    """Write manifest.json (no atomic rename: the temporary folder is renamed into place whole)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def _check_out_dir(out_dir: Path, force: bool) -> None:
+    """Refuse to overwrite results unless asked to."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NmtError(f"{out_dir}: exists and is not a folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise NmtError(f"{out_dir}: exists and is not empty (use --force to replace it)")
+
+
+def _replace_dir(tmp: Path, out_dir: Path) -> None:
+    """Move the finished temporary folder into place, replacing an old one only at the very end."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private; the result should look like any folder
+    old = None
+    if out_dir.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        os.replace(out_dir, old / "d")
+    os.replace(tmp, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _stderr_progress() -> Progress:
+    """Plain one-line-per-step progress for library callers that pass neither progress nor quiet."""
+    started: dict[str, float] = {}
+
+    def report(step: str, done: int, total: int | None) -> None:
+        started.setdefault(step, time.perf_counter())
+        if total is not None and done >= total:
+            secs = time.perf_counter() - started[step]
+            print(f"preprocess: {step}: {done:,} in {secs:.1f}s", file=sys.stderr)
+
+    return report

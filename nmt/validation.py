@@ -1,0 +1,142 @@
+"""What training reads from DATA_DIR, and validation: teacher-forced loss and perplexity, greedy
+decoding, and BLEU computed through nmt.scoring (the line carries the signature `nmt score` prints).
+
+BLEU is scored on detokenized text against the raw valid references (never the cleaned ids).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+from torch import nn
+
+from nmt import batching
+from nmt.dataset import Split
+from nmt.errors import NmtError
+from nmt.loss import label_smoothed_nll
+from nmt.models.base import Decoder, VocabInfo
+from nmt.vocab import Tokenizer
+
+
+@dataclass
+class ValidSet:
+    """The valid split, the references BLEU is computed against, and the target detokenizer."""
+
+    split: Split
+    refs: list[str]  # raw lines, possibly capped at training.valid_max_sentences
+    tgt_tok: Tokenizer
+
+
+@dataclass
+class ValidResult:
+    """One validation: mean NLL per target token, its perplexity, corpus BLEU and its signature."""
+
+    loss: float
+    ppl: float
+    bleu: float
+    signature: str
+
+
+@dataclass
+class Data:
+    """What training reads from DATA_DIR."""
+
+    train: Split
+    valid: ValidSet | None  # None: no valid split (or an empty one), so no validation
+    vocab: VocabInfo
+    src_lang: str
+    tgt_lang: str
+    src_spm: Path
+    tgt_spm: Path
+
+
+def load_data(data_dir: Path, valid_max: int = 0) -> Data:
+    """Train split, valid split with its raw references, and vocabulary facts."""
+    from nmt import dataset
+
+    manifest = dataset.read_manifest(data_dir)
+    src, tgt = manifest.get("src_lang"), manifest.get("tgt_lang")
+    if not src or not tgt:
+        raise NmtError(f"{data_dir}/manifest.json: no source/target languages")
+    train = dataset.load(data_dir, "train")
+    _, tgt_tok = dataset.tokenizers(data_dir)
+    vocab = dataset.vocab_info(data_dir)
+    spm = [data_dir / manifest["spm"][side] for side in ("src", "tgt")]
+    valid = load_valid(data_dir, tgt, tgt_tok, valid_max)
+    return Data(train, valid, vocab, src, tgt, spm[0], spm[1])
+
+
+def load_valid(
+    data_dir: Path, tgt_lang: str, tgt_tok: Tokenizer, max_sentences: int = 0
+) -> ValidSet | None:
+    """The valid split with its references; None when DATA_DIR has none (no validation)."""
+    from nmt import dataset
+
+    try:
+        split = dataset.load(data_dir, "valid")
+    except NmtError:
+        return None
+    refs = references(data_dir, tgt_lang, split, tgt_tok)
+    if max_sentences > 0 and len(refs) > max_sentences:
+        refs = refs[:max_sentences]
+    return ValidSet(split, refs, tgt_tok) if refs else None
+
+
+def references(data_dir: Path, tgt_lang: str, valid: Split, tgt_tok: Tokenizer) -> list[str]:
+    """Raw valid references (what BLEU is computed against), or detokenized ids as fallback."""
+    from nmt.textio import read_lines
+
+    path = data_dir / f"valid.{tgt_lang}.txt"
+    if path.exists():
+        refs = list(read_lines(path))
+        if len(refs) == len(valid.tgt):
+            return refs
+    return [tgt_tok.decode(valid.tgt[i].tolist()) for i in range(len(valid.tgt))]
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    valid: ValidSet,
+    device: torch.device,
+    autocast: Callable[[], Any],
+    max_tokens: int,
+    max_len_a: float,
+    max_len_b: float,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> ValidResult | None:
+    """Teacher-forced loss/perplexity and greedy sacreBLEU on the valid set; None if interrupted."""
+    from nmt import scoring
+    from nmt.search import greedy_search
+
+    n = len(valid.refs)
+    src, tgt = valid.split.src, valid.split.tgt
+    decoder = cast(Decoder, model)  # every registered model satisfies the decoding contract
+    was_training = model.training
+    model.eval()
+    hyps: list[str] = [""] * n
+    nll_sum, tokens = 0.0, 0
+    try:
+        for idx in batching.source_batches(np.asarray(src.lengths)[:n], max_tokens):
+            if should_stop():
+                return None
+            batch = batching.collate(src, tgt, idx).to(device)
+            with autocast():
+                logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+                out = greedy_search(decoder, batch.src, batch.src_lengths, max_len_a, max_len_b)
+            _, nll, count = label_smoothed_nll(logits, batch.tgt_out, 0.0)
+            nll_sum += float(nll)
+            tokens += count
+            for i, hyp in zip(idx.tolist(), out, strict=True):
+                hyps[i] = valid.tgt_tok.decode(hyp.tokens)
+    finally:
+        model.train(was_training)
+    loss = nll_sum / max(1, tokens)
+    bleu = scoring.score(hyps, [valid.refs], ["bleu"])[0]  # same numbers and signature as nmt score
+    return ValidResult(loss, math.exp(min(loss, 50.0)), bleu.score, bleu.signature)

@@ -1,0 +1,98 @@
+"""nmt.dataset: the binary format reloading to exactly the ids the tokenizer produces, memory-mapped
+token arrays, and clear errors on a wrong or corrupt data folder."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nmt import dataset
+from nmt.errors import NmtError
+from nmt.preprocess import PreprocessConfig, preprocess
+
+
+def test_binary_format_reloads_to_encoded_ids(multi30k, tmp_path):
+    n = 500
+    for lang in ("en", "de"):
+        lines = itertools.islice(open(multi30k / f"train.{lang}", encoding="utf-8"), n)
+        (tmp_path / f"tr.{lang}").write_text("".join(lines), encoding="utf-8")
+    cfg = PreprocessConfig(
+        "en", "de", tmp_path / "tr", valid=multi30k / "val",
+        tests=[multi30k / "test_2016_flickr"], vocab_size=400, threads=1,
+    )  # fmt: skip
+    m = preprocess(cfg, tmp_path / "d", quiet=True)
+    assert set(m["splits"]) == {"train", "valid", "test_2016_flickr"}
+    assert (
+        m["dtype"] == "uint16"
+        and m["joint"]
+        and m["spm"] == {"src": "spm.model", "tgt": "spm.model"}
+    )
+    src_tok, tgt_tok = dataset.tokenizers(tmp_path / "d")
+    assert src_tok is tgt_tok
+    for split, prefix in (("valid", multi30k / "val"), ("test_2016_flickr", None)):
+        prefix = prefix or multi30k / split
+        loaded = dataset.load(tmp_path / "d", split)
+        for lang, arr in (("en", loaded.src), ("de", loaded.tgt)):
+            raw = Path(f"{prefix}.{lang}").read_text(encoding="utf-8").splitlines()
+            assert len(arr) == len(raw) == len(loaded) == m["splits"][split]["kept"]
+            assert (tmp_path / "d" / f"{split}.{lang}.txt").read_text(encoding="utf-8") == (
+                "".join(r + "\n" for r in raw)
+            )
+            expected = src_tok.encode_batch([r.strip() for r in raw])
+            assert arr.ids.dtype == np.dtype("<u2")
+            assert [a.tolist() for a in arr] == expected
+            assert arr.lengths.tolist() == [len(e) for e in expected]
+            assert arr.num_tokens == m["splits"][split]["tokens"][lang]
+    train = dataset.load(tmp_path / "d", "train")
+    assert len(train) == m["splits"]["train"]["kept"]
+    assert isinstance(train.src.ids, np.memmap)
+    assert train.src[3].base is not None  # a view into the mapped file, not a copy
+    info = dataset.vocab_info(tmp_path / "d")
+    assert (info.src_size, info.tgt_size, info.joint) == (400, 400, True)
+    sha = hashlib.sha256((tmp_path / "tr.en").read_bytes()).hexdigest()
+    assert m["splits"]["train"]["files"]["en"]["sha256"] == sha
+    assert dataset.read_manifest(tmp_path / "d") == json.loads(json.dumps(m))
+    with pytest.raises(NmtError, match=r"no split 'test' \(have: train, valid, test_2016_flickr\)"):
+        dataset.load(tmp_path / "d", "test")
+
+
+def test_token_array_int32_and_corruption(tmp_path):
+    ids = np.array([5, 70000, 3, 9], dtype="<i4")
+    ids.tofile(tmp_path / "a.ids")
+    np.array([0, 2, 2, 4], dtype="<i8").tofile(tmp_path / "a.idx")
+    arr = dataset.TokenArray(tmp_path / "a.ids", tmp_path / "a.idx", "<i4")
+    assert len(arr) == 3 and arr[0].tolist() == [5, 70000] and arr[1].tolist() == []
+    assert arr[-1].tolist() == [3, 9] and arr.lengths.tolist() == [2, 0, 2]
+    with pytest.raises(IndexError):
+        arr[3]
+    np.array([0, 2, 5], dtype="<i8").tofile(tmp_path / "a.idx")
+    with pytest.raises(NmtError, match="corrupt"):
+        dataset.TokenArray(tmp_path / "a.ids", tmp_path / "a.idx", "<i4")
+
+
+def test_token_array_empty_and_missing_files(tmp_path):
+    (tmp_path / "e.ids").write_bytes(b"")
+    np.array([0, 0], dtype="<i8").tofile(tmp_path / "e.idx")
+    arr = dataset.TokenArray(tmp_path / "e.ids", tmp_path / "e.idx", "<u2")
+    assert len(arr) == 1 and arr[0].tolist() == [] and arr.num_tokens == 0
+    with pytest.raises(NmtError, match=r"nope.idx: missing from the data folder"):
+        dataset.TokenArray(tmp_path / "e.ids", tmp_path / "nope.idx", "<u2")
+
+
+def test_read_manifest_of_wrong_folder(tmp_path):
+    with pytest.raises(NmtError, match=r"not a preprocessed data folder \(no manifest.json"):
+        dataset.read_manifest(tmp_path)
+
+
+def test_read_manifest_invalid_json_and_format(tmp_path):
+    (tmp_path / "manifest.json").write_text("{", encoding="utf-8")
+    with pytest.raises(NmtError, match=r"manifest.json: invalid JSON"):
+        dataset.read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text('{"format": "nmt-data/0"}', encoding="utf-8")
+    with pytest.raises(NmtError, match=r"unsupported data format 'nmt-data/0' \(need nmt-data/1\)"):
+        dataset.read_manifest(tmp_path)

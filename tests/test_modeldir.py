@@ -1,0 +1,149 @@
+"""The model directory: the training lock, refusals to reuse or resume, --force's reset, the
+config/vocab/weights round trip, and checkpoint averaging (`nmt average`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+import nmt.checkpoint as ck
+from nmt.config import load_config
+from nmt.errors import NmtError
+from nmt.modeldir import (
+    check_model_dir,
+    load_model,
+    model_dir_lock,
+    reset_model_dir,
+    save_weights,
+    write_meta,
+)
+from nmt.models import build
+from nmt.models.base import VocabInfo
+
+
+def test_second_lock_on_the_same_dir_is_refused(tmp_path):
+    with model_dir_lock(tmp_path):
+        owner = f"{socket.gethostname()} {os.getpid()}"
+        assert (tmp_path / ".lock").read_text() == owner + "\n"
+        msg = (
+            f"{tmp_path}: another process is training into this directory "
+            f"(lock {tmp_path / '.lock'} held by {owner})"
+        )
+        with pytest.raises(NmtError, match=re.escape(msg)):
+            with model_dir_lock(tmp_path):
+                pass
+        assert (tmp_path / ".lock").exists()  # the refused attempt left the holder's lock alone
+    assert not (tmp_path / ".lock").exists()
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / ".lock").write_text(f"{socket.gethostname()} {dead.pid}\n")
+    with model_dir_lock(tmp_path):
+        assert (tmp_path / ".lock").read_text().split() == [socket.gethostname(), str(os.getpid())]
+    assert not (tmp_path / ".lock").exists()
+
+
+def test_lock_of_another_host_counts_as_live(tmp_path):
+    (tmp_path / ".lock").write_text("some-other-host 1\n")
+    with pytest.raises(NmtError, match="held by some-other-host 1"):
+        with model_dir_lock(tmp_path):
+            pass
+
+
+def test_check_model_dir_refusals(tmp_path):
+    with pytest.raises(NmtError, match=r"^--resume and --force exclude each other$"):
+        check_model_dir(tmp_path, resume=True, force=True)
+    state = tmp_path / "checkpoints" / "last.state.pt"
+    with pytest.raises(NmtError, match=f"^{re.escape(str(state))}: nothing to resume"):
+        check_model_dir(tmp_path, resume=True, force=False)
+    check_model_dir(tmp_path, resume=False, force=False)  # a fresh directory is fine
+    (tmp_path / "checkpoints").mkdir()
+    check_model_dir(tmp_path, resume=False, force=False)  # an empty checkpoints folder too
+    (tmp_path / "checkpoints" / "last.safetensors").write_bytes(b"")
+    msg = f"{tmp_path} already has checkpoints; use --resume to continue or --force to start over"
+    with pytest.raises(NmtError, match=f"^{re.escape(msg)}$"):
+        check_model_dir(tmp_path, resume=False, force=False)
+    check_model_dir(tmp_path, resume=False, force=True)
+    state.write_bytes(b"")
+    check_model_dir(tmp_path, resume=True, force=False)
+
+
+def test_reset_model_dir_keeps_unrelated_files(tmp_path):
+    for name in ("checkpoints/last.safetensors", "tensorboard/events", "metrics.jsonl"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("x")
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "config.yaml").write_text("model: {}\n")
+    reset_model_dir(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_write_meta_and_load_model_round_trip(tmp_path):
+    cfg = load_config(preset="transformer-tiny")
+    vocab = VocabInfo(src_size=40, tgt_size=40, joint=True)
+    spm = tmp_path / "data" / "spm.model"
+    spm.parent.mkdir()
+    spm.write_bytes(b"not really a sentencepiece model")
+    out = tmp_path / "m"
+    write_meta(out, cfg, "en", "de", spm, spm, vocab)
+    torch.manual_seed(0)
+    model = build(cfg.model, vocab)
+    save_weights(model, out / "checkpoints" / "best.safetensors")
+    loaded, cfg2, vocab2, meta = load_model(out, "best")
+    assert cfg2 == cfg and vocab2 == vocab
+    assert (meta["src_lang"], meta["tgt_lang"], meta["src_spm"]) == ("en", "de", "spm.model")
+    assert (out / "spm.model").read_bytes() == spm.read_bytes()
+    want, got = model.state_dict(), loaded.state_dict()
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    assert not loaded.training
+    with pytest.raises(NmtError, match="last.safetensors: checkpoint not found"):
+        load_model(out, "last")
+
+
+class _Two(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(3, 4)
+        self.b = nn.Parameter(torch.zeros(5))
+
+
+def _save_steps(root: Path, steps: list[int]) -> dict[int, dict[str, torch.Tensor]]:
+    """Random step checkpoints as training writes them; returns their tensors."""
+    c = ck.Checkpoints(root, keep_best=10, keep_last=10)
+    torch.manual_seed(1)
+    saved = {}
+    for step in steps:
+        m = _Two()
+        with torch.no_grad():
+            m.b.normal_()
+        c.save_step(m, step, "bleu", float(step), False)
+        saved[step] = {k: v.clone() for k, v in m.state_dict().items()}
+    return saved
+
+
+def test_average_is_the_element_wise_mean_of_the_newest(tmp_path):
+    saved = _save_steps(tmp_path, [10, 20, 30])
+    path, steps = ck.average(tmp_path, last=2)
+    assert steps == [20, 30]
+    avg = load_file(str(path))
+    assert avg.keys() == saved[20].keys()
+    for k, v in avg.items():
+        assert torch.allclose(v, (saved[20][k] + saved[30][k]) / 2, atol=1e-7), k
+    _, steps = ck.average(tmp_path, last=3)
+    assert steps == [10, 20, 30]
+    avg = load_file(str(path))
+    for k, v in avg.items():
+        mean = (saved[10][k].double() + saved[20][k].double() + saved[30][k].double()) / 3
+        assert torch.allclose(v, mean.float(), atol=1e-7), k

@@ -1,0 +1,181 @@
+"""nmt.preprocess: cleaning counts on a crafted corpus, valid/test kept line for line, separate
+vocabularies, parallel encoding equal to serial, gzip input, --force, and the config's checks."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nmt import dataset
+from nmt import preprocess as pp
+from nmt.errors import NmtError
+from nmt.preprocess import PreprocessConfig
+
+WORDS = "dog cat man woman child ball park street water red blue big small runs jumps sits".split()
+
+
+def _pair(rng: random.Random, n: int) -> tuple[str, str]:
+    """A synthetic pair: target words are reversed source words, so lengths stay comparable."""
+    words = [rng.choice(WORDS) for _ in range(n)]
+    return " ".join(words), " ".join(w[::-1] for w in words)
+
+
+def _write(prefix: Path, src: list, tgt: list, src_lang: str = "en", tgt_lang: str = "de") -> Path:
+    """Write PREFIX.en / PREFIX.de; str lines are encoded as UTF-8, bytes lines written as is."""
+    for lang, lines in ((src_lang, src), (tgt_lang, tgt)):
+        raw = b"".join((x if isinstance(x, bytes) else x.encode()) + b"\n" for x in lines)
+        Path(f"{prefix}.{lang}").write_bytes(raw)
+    return prefix
+
+
+def _synthetic(tmp_path: Path, n: int = 300, seed: int = 0) -> Path:
+    """A clean synthetic corpus of n distinct-ish pairs of 3-8 words."""
+    rng = random.Random(seed)
+    pairs = [_pair(rng, rng.randint(3, 8)) for _ in range(n)]
+    return _write(tmp_path / "syn", [p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def _preprocess(train: Path, out: Path, force: bool = False, **kw: Any) -> dict:
+    """Preprocess en->de quietly with the given config settings."""
+    return pp.preprocess(PreprocessConfig("en", "de", train, **kw), out, force=force, quiet=True)
+
+
+def test_cleaning_counts_on_crafted_corpus(tmp_path):
+    rng = random.Random(1)
+    good = list({_pair(rng, rng.randint(3, 6)) for _ in range(200)})
+    src = [s for s, _ in good]
+    tgt = [t for _, t in good]
+    long_pair = _pair(rng, 80)
+    crafted = [
+        (b"  ", b"x y z"),  # empty source after trimming
+        (b"dog cat", b"\t "),  # empty target
+        (good[0][0].encode(), good[0][1].encode()),  # duplicate
+        (b"  " + good[1][0].encode() + b" ", good[1][1].encode()),  # duplicate after trimming
+        (long_pair[0].encode(), long_pair[1].encode()),  # too long (both sides)
+        (b"dog", " ".join(["god"] * 15).encode()),  # ratio >= 15/4
+        (b"bad \xff byte", b"gut"),  # invalid UTF-8
+    ]
+    src += [c[0] for c in crafted]
+    tgt += [c[1] for c in crafted]
+    prefix = _write(tmp_path / "c", src, tgt)
+    m = _preprocess(
+        prefix, tmp_path / "out", vocab_size=120, max_len=40, dedupe=True, skip_invalid=True,
+        threads=1,
+    )  # fmt: skip
+    t = m["splits"]["train"]
+    assert t["lines_read"] == len(good) + 7
+    assert t["dropped"] == {
+        "invalid_utf8": 1, "empty": 2, "duplicate": 2, "too_long": 1, "ratio": 1
+    }  # fmt: skip
+    assert t["kept"] == len(good)
+    split = dataset.load(tmp_path / "out", "train")
+    src_tok, _ = dataset.tokenizers(tmp_path / "out")
+    assert [src_tok.decode(x) for x in split.src] == [s for s, _ in good]
+
+    m = _preprocess(
+        prefix, tmp_path / "out2", vocab_size=120, max_len=40, max_ratio=100.0, skip_invalid=True,
+        threads=1,
+    )  # fmt: skip
+    assert m["splits"]["train"]["dropped"] == {
+        "invalid_utf8": 1, "empty": 2, "duplicate": 0, "too_long": 1, "ratio": 0
+    }  # fmt: skip
+    assert m["splits"]["train"]["kept"] == len(good) + 3
+
+
+def test_valid_keeps_every_line_and_raw_text(tmp_path):
+    train = _synthetic(tmp_path)
+    valid = _write(tmp_path / "v", ["  dog  runs ", "", "cat"], ["god", "  ", "tac\t"])
+    _preprocess(train, tmp_path / "d", valid=valid, vocab_size=100)
+    v = dataset.load(tmp_path / "d", "valid")
+    assert len(v) == 3 and v.src.lengths[1] == 0 and v.tgt.lengths[1] == 0
+    assert (tmp_path / "d/valid.en.txt").read_text() == "  dog  runs \n\ncat\n"
+    assert (tmp_path / "d/valid.de.txt").read_text() == "god\n  \ntac\t\n"
+    src_tok, _ = dataset.tokenizers(tmp_path / "d")
+    assert src_tok.decode(v.src[0]) == "dog runs"
+
+
+def test_separate_vocabularies(tmp_path):
+    prefix = _synthetic(tmp_path)
+    m = _preprocess(prefix, tmp_path / "d", vocab_size=60, joint=False)
+    assert m["spm"] == {"src": "spm.en.model", "tgt": "spm.de.model"}
+    src_tok, tgt_tok = dataset.tokenizers(tmp_path / "d")
+    assert src_tok is not tgt_tok and src_tok.path.name == "spm.en.model"
+    info = dataset.vocab_info(tmp_path / "d")
+    assert not info.joint and info.src_size == src_tok.vocab_size == m["vocab_size"]["src"]
+    train = dataset.load(tmp_path / "d", "train")
+    assert tgt_tok.decode(train.tgt[0]) == Path(f"{prefix}.de").read_text().splitlines()[0]
+
+
+def test_parallel_encoding_matches_serial(tmp_path, monkeypatch):
+    prefix = _synthetic(tmp_path, n=400)
+    monkeypatch.setattr(pp, "CHUNK_PAIRS", 60)  # 7 chunks, encoded by 2 worker processes
+    kw = dict(vocab_size=80, spm_type="bpe")
+    _preprocess(prefix, tmp_path / "one", threads=1, **kw)
+    _preprocess(prefix, tmp_path / "two", threads=2, **kw)
+    for name in ("train.en.ids", "train.en.idx", "train.de.ids", "train.de.idx"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+    assert len(dataset.load(tmp_path / "two", "train")) == 400
+
+
+def test_gzip_input_and_force_replaces(tmp_path):
+    import gzip
+
+    prefix = _synthetic(tmp_path)
+    for lang in ("en", "de"):
+        plain = Path(f"{prefix}.{lang}")
+        Path(f"{plain}.gz").write_bytes(gzip.compress(plain.read_bytes()))
+        plain.unlink()
+    out = tmp_path / "d"
+    _preprocess(prefix, out, vocab_size=50)
+    with pytest.raises(NmtError, match="exists and is not empty"):
+        _preprocess(prefix, out, vocab_size=45)
+    assert dataset.read_manifest(out)["vocab_size"]["src"] == 50
+    m = _preprocess(prefix, out, vocab_size=45, force=True)
+    assert dataset.read_manifest(out)["vocab_size"]["src"] == m["vocab_size"]["src"] == 45
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_manifest_records_options_and_settings(tmp_path):
+    prefix = _synthetic(tmp_path, n=100)
+    m = _preprocess(prefix, tmp_path / "d", vocab_size=50, max_ratio=2.5, spm_sample=1000)
+    assert m["options"] == {
+        "max_len": 250, "max_ratio": 2.5, "dedupe": False, "skip_invalid": False,
+        "character_coverage": 1.0, "spm_sample": 1000,
+    }  # fmt: skip
+    assert (m["spm_type"], m["requested_vocab_size"], m["src_lang"], m["tgt_lang"]) == (
+        "unigram", 50, "en", "de"
+    )  # fmt: skip
+    assert m["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"threads": 0}, "--threads must be >= 1, got 0"),
+        ({"spm_type": "word"}, "--spm-type must be unigram or bpe, got 'word'"),
+        ({"tgt_lang": "en"}, "source and target language are both 'en'"),
+        ({"max_len": 0}, "--max-len must be >= 1 and --max-ratio >= 1 (got 0, 3.0)"),
+        ({"max_ratio": 0.5}, "--max-len must be >= 1 and --max-ratio >= 1 (got 250, 0.5)"),
+    ],
+)
+def test_config_checks_settings_once(settings, message):
+    kw = {"src_lang": "en", "tgt_lang": "de", "train": "corpus", **settings}
+    with pytest.raises(NmtError) as e:
+        PreprocessConfig(**kw)
+    assert str(e.value) == message
+
+
+def test_config_is_frozen_and_resolves_split_inputs(tmp_path):
+    prefix = _synthetic(tmp_path, n=10)
+    cfg = PreprocessConfig("en", "de", prefix, valid=prefix, tests=[tmp_path / "syn"])
+    assert cfg.tests == (tmp_path / "syn",) and cfg.langs == ("en", "de")
+    with pytest.raises(AttributeError):
+        cfg.vocab_size = 10  # type: ignore[misc]
+    with pytest.raises(NmtError, match="test prefix name 'syn' is ambiguous"):
+        PreprocessConfig("en", "de", prefix, tests=[prefix, prefix]).split_inputs()
+    assert cfg.split_inputs() == {
+        name: (Path(f"{prefix}.en"), Path(f"{prefix}.de")) for name in ("train", "valid", "syn")
+    }

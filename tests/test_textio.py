@@ -1,0 +1,79 @@
+"""nmt.textio: plain and gzip corpora, strict UTF-8 with file:line errors, atomic writes."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import stat
+
+import pytest
+
+from nmt.errors import NmtError
+from nmt.textio import atomic_write, decode_line, open_binary, read_lines
+
+RAW = "ein Hund\r\nzwei Käfer\n\nlast line without newline".encode()
+LINES = ["ein Hund", "zwei Käfer", "", "last line without newline"]
+
+
+@pytest.mark.parametrize("name", ["c.de", "c.de.gz"])
+def test_read_lines_plain_and_gzip(tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(RAW) if name.endswith(".gz") else RAW)
+    assert list(read_lines(path)) == LINES
+    with open_binary(str(path)) as f:
+        assert f.read() == RAW
+
+
+def test_strict_utf8_error_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.en"
+    path.write_bytes(b"fine\nalso fine\nkaputt \xc3\x28 text\n")
+    lines = read_lines(path)
+    assert next(lines) == "fine"
+    with pytest.raises(NmtError) as e:
+        list(lines)
+    assert str(e.value) == f"{path}:3: invalid UTF-8 (invalid continuation byte at byte 7)"
+    assert list(read_lines(path, errors="replace"))[2] == "kaputt \ufffd( text"
+
+
+def test_decode_line_replace_mode():
+    assert decode_line(b"a\xffb\n", "x.txt", 5, errors="replace") == "a\ufffdb\n"
+    assert decode_line("Käse".encode(), "x.txt", 1) == "Käse"
+    with pytest.raises(
+        NmtError, match=r"^x.txt:5: invalid UTF-8 \(invalid start byte at byte 1\)$"
+    ):
+        decode_line(b"a\xffb", "x.txt", 5)
+
+
+def test_missing_file_is_a_user_error(tmp_path):
+    with pytest.raises(NmtError, match=r"nope.txt: file not found$"):
+        list(read_lines(tmp_path / "nope.txt"))
+
+
+def test_atomic_write_text_and_binary_with_normal_permissions(tmp_path):
+    target = tmp_path / "sub" / "out.txt"
+    with atomic_write(target) as f:
+        f.write("Grüße\n")
+        assert not target.exists()  # nothing visible until the block succeeds
+    assert target.read_text(encoding="utf-8") == "Grüße\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask
+    with atomic_write(target, "wb") as f:
+        f.write(b"\x00\x01")
+    assert target.read_bytes() == b"\x00\x01"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["out.txt"]
+
+
+def test_atomic_write_leaves_nothing_on_exception(tmp_path):
+    new = tmp_path / "new.txt"
+    with pytest.raises(RuntimeError), atomic_write(new) as f:
+        f.write("half")
+        raise RuntimeError("interrupted")
+    assert list(tmp_path.iterdir()) == []
+    old = tmp_path / "old.txt"
+    old.write_text("old")
+    with pytest.raises(KeyboardInterrupt), atomic_write(old) as f:
+        f.write("new")
+        raise KeyboardInterrupt
+    assert old.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["old.txt"]
