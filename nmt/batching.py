@@ -108,10 +108,15 @@ def epoch_batches(
     return batches
 
 
-def collate(src: Any, tgt: Any, indices: Sequence[int] | np.ndarray) -> Batch:
-    """Pad sentences into tensors: src = ids+eos, tgt_in = bos+ids, tgt_out = ids+eos."""
-    srcs = [src[int(i)] for i in indices]
-    tgts = [tgt[int(i)] for i in indices]
+def collate(
+    src: Any, tgt: Any, indices: Sequence[int] | np.ndarray, max_positions: int = 0
+) -> Batch:
+    """Pad sentences into tensors: src = ids+eos, tgt_in = bos+ids, tgt_out = ids+eos.
+
+    `max_positions` > 0 cuts longer sentences so each side fits (validation never crashes)."""
+    cut = max_positions - 1 if max_positions > 0 else None
+    srcs = [src[int(i)][:cut] for i in indices]
+    tgts = [tgt[int(i)][:cut] for i in indices]
     s_lens = np.fromiter((len(s) + 1 for s in srcs), dtype=np.int64, count=len(srcs))
     t_lens = np.fromiter((len(t) + 1 for t in tgts), dtype=np.int64, count=len(tgts))
     n = len(indices)

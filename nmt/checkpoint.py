@@ -16,10 +16,9 @@ which is why RNG states are converted to tensors before saving.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import tempfile
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,14 @@ import numpy as np
 import torch
 
 from nmt.errors import NmtError
-from nmt.modeldir import CHECKPOINTS, STATE, has_checkpoints, save_weights
+from nmt.modeldir import (
+    CHECKPOINTS,
+    STATE,
+    has_checkpoints,
+    publishing,
+    save_weights,
+    weights_step,
+)
 from nmt.textio import atomic_write
 
 INDEX = "index.json"
@@ -72,19 +78,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_state(path: str | Path, state: dict[str, Any]) -> None:
-    """torch.save to a temporary file beside `path`, fsync, then rename into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """torch.save to a temporary file beside `path`, then publish it (fsync, rename, mode)."""
+    with publishing(path) as tmp, open(tmp, "wb") as f:
+        torch.save(state, f)
 
 
 def load_state(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
@@ -148,7 +144,8 @@ class Checkpoints:
     def save_last(self, model: Any, state: dict[str, Any]) -> None:
         """Write last.safetensors and the full trainer state (which embeds the weights too)."""
         save_state(self.state_path, state)
-        save_weights(model, self.dir / "last.safetensors")
+        step = state.get("train_state", {}).get("step")
+        save_weights(model, self.dir / "last.safetensors", step)
 
     def read_index(self) -> list[dict[str, Any]]:
         """Kept step checkpoints with their scores, oldest first."""
@@ -164,9 +161,9 @@ class Checkpoints:
 
     def save_step(self, model: Any, step: int, metric: str, score: float, is_best: bool) -> None:
         """Save step-N (and best when it is), then drop step files no longer worth keeping."""
-        save_weights(model, self.dir / f"step-{step}.safetensors")
+        save_weights(model, self.dir / f"step-{step}.safetensors", step)
         if is_best:
-            save_weights(model, self.dir / "best.safetensors")
+            save_weights(model, self.dir / "best.safetensors", step)
         entries = [e for e in self.read_index() if e["step"] != step]
         entries.append({"step": step, "metric": metric, "score": score})
         keep = {e["step"] for e in ranked(entries)[: self.keep_best]}
@@ -178,14 +175,25 @@ class Checkpoints:
             if m and int(m.group(1)) not in keep:
                 path.unlink(missing_ok=True)
 
-    def truncate_after(self, step: int) -> None:
-        """Forget step checkpoints newer than a resumed state (left by a run that died later)."""
+    def truncate_after(self, step: int, best_step: int = 0) -> None:
+        """Forget what a run that died after the resumed state wrote: newer step files (indexed
+        or not) and a best.safetensors newer than the state (re-pointed to `best_step`)."""
         entries = self.read_index()
-        for e in entries:
-            if e["step"] > step:
-                (self.dir / f"step-{e['step']}.safetensors").unlink(missing_ok=True)
+        for path in self.dir.glob("step-*.safetensors"):
+            m = _STEP.match(path.name)
+            if m and int(m.group(1)) > step:
+                path.unlink(missing_ok=True)
         if any(e["step"] > step for e in entries):
             self._write_index([e for e in entries if e["step"] <= step])
+        best = self.dir / "best.safetensors"
+        best_at = weights_step(best) if best.exists() else None
+        if best_at is not None and best_at > step:
+            kept = self.dir / f"step-{best_step}.safetensors"
+            if best_step > 0 and kept.exists():
+                with publishing(best) as tmp:
+                    shutil.copyfile(kept, tmp)
+            else:
+                best.unlink()
 
 
 def ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -240,12 +248,6 @@ def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, 
         for k, v in total.items()
     }
     out = ckpt.dir / "averaged.safetensors"
-    fd, tmp = tempfile.mkstemp(prefix=".averaged.", suffix=".tmp", dir=ckpt.dir)
-    os.close(fd)
-    try:
+    with publishing(out) as tmp:
         save_file(averaged, tmp, metadata=metadata)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return out, steps

@@ -3,14 +3,12 @@ nmt.translate, nmt.scoring). Each command parses options and calls one library f
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from nmt.errors import NmtError
+from nmt.cli_errors import user_errors
 from nmt.reporting import batch_progress, count_progress, step_progress
 
 app = typer.Typer(
@@ -31,72 +29,12 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors
 NoProgressOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 
 
-def _fail(message: str, code: int = 2) -> None:
-    """Print a one-line error on stderr and exit, without a traceback."""
-    sys.stderr.write(f"error: {message}\n")
-    sys.stderr.flush()
-    raise SystemExit(code)
-
-
-def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn NmtError (bad input) into a one-line message and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except NmtError as e:
-            _fail(str(e), e.exit_code)
-        except BrokenPipeError:
-            sys.stderr.close()
-            raise SystemExit(141) from None
-
-    return wrapper
-
-
 @app.callback()
 def main() -> None:
     """Neural machine translation: preprocess, train, translate, score."""
 
 
 # ---- preprocess (nmt.preprocess) ---------------------------------------------------------------
-
-
-def _print_summary(manifest: dict) -> None:
-    """The per-split table users check before training: kept, dropped by reason, token lengths."""
-    from rich.console import Console
-    from rich.table import Table
-
-    src, tgt = manifest["src_lang"], manifest["tgt_lang"]
-    sizes = manifest["vocab_size"]
-    vocab = f"joint {sizes['src']}" if manifest["joint"] else f"{sizes['src']} / {sizes['tgt']}"
-    title = f"{src}->{tgt}, vocabulary {vocab}, {manifest['dtype']}"
-    table = Table(title=title, title_justify="left")
-    table.add_column("split")
-    for col in ("read", "kept", "dropped", f"tokens {src}", f"tokens {tgt}"):
-        table.add_column(col, justify="right")
-    for lang in (src, tgt):
-        table.add_column(f"{lang} p50/p99/max", justify="right")
-    notes = []
-    for name, s in manifest["splits"].items():
-        lens = [s["lengths"][lang] for lang in (src, tgt)]
-        table.add_row(
-            name,
-            f"{s['lines_read']:,}",
-            f"{s['kept']:,}",
-            f"{s['lines_read'] - s['kept']:,}",
-            *(f"{s['tokens'][lang]:,}" for lang in (src, tgt)),
-            *(f"{x['p50']}/{x['p99']}/{x['max']}" for x in lens),
-        )
-        if any(s["dropped"].values()):
-            reasons = ", ".join(f"{k} {v:,}" for k, v in s["dropped"].items() if v)
-            notes.append(f"{name} dropped: {reasons}")
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=120)  # a log file should not wrap the table at 80 columns
-    console.print(table)
-    for note in notes:
-        console.print(note, highlight=False)
 
 
 @app.command("preprocess")
@@ -159,7 +97,9 @@ def preprocess_cmd(
         progress = None if quiet else step_progress(stack)
         manifest = preprocess(cfg, out_dir, force=force, quiet=quiet, progress=progress)
     if not quiet:
-        _print_summary(manifest)
+        from nmt.preprocess_report import print_summary
+
+        print_summary(manifest)
 
 
 # ---- train / average (nmt.trainer, nmt.checkpoint) -------------------------------------------
@@ -283,8 +223,8 @@ def translate_cmd(
     buffer_size: int = typer.Option(
         None,
         "--buffer-size",
-        help="Lines read and sorted per chunk (bounds memory) (default: 10000; stdin from a "
-        "terminal: 1). 1 translates each line as it arrives and flushes it.",
+        help="Most lines read and sorted per batch (bounds memory) (default: 10000). From a "
+        "pipe or terminal, what has arrived is translated and flushed when the input pauses.",
     ),
     errors: str = typer.Option(
         "strict", "--errors", help="Invalid UTF-8: strict (error naming the line) or replace."

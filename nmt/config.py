@@ -70,7 +70,7 @@ class ModelConfig:
     type: str = field(default="", init=False)  # fixed by each subclass; see MODEL_CONFIGS
     encoder_layers: int = num(3, 1)
     decoder_layers: int = num(3, 1)
-    max_positions: int = num(512, 2)  # longest source or target (and search output)
+    max_positions: int = num(512, 2)  # Transformer: longest source or target; seq2seq: no limit
     tie_embeddings: bool = True
     dropout: float = prob(0.1)
 
@@ -142,8 +142,11 @@ class TrainingConfig:
     valid_max_sentences: int = num(0, 0)
     max_steps: int = num(0, 0)
     max_epochs: int = num(0, 0)
-    max_time: str = ""
+    max_time: str = ""  # a duration (DURATIONS), checked by Config.check
     seed: int = 1  # any integer seeds every generator (no range)
+    save_every: int = num(0, 0)  # steps between saves of last + trainer state; 0: off
+    save_every_time: str = "10m"  # a duration between such saves; "" or 0: off
+    reset_data_position: bool = False  # --resume with other batching: start the epoch over
 
 
 @dataclass
@@ -179,8 +182,16 @@ class Config:
             yaml.safe_dump(self.to_dict(), f, sort_keys=False)
 
     def check(self) -> None:
-        """Cross-field checks, run once every layer is applied."""
+        """Cross-field checks, run once every layer is applied; durations parse."""
         self.model.check()
+        for key in DURATIONS:
+            try:
+                parse_duration(getattr(self.training, key))
+            except NmtError as e:
+                raise NmtError(f"training.{key}: {e}") from None
+
+
+DURATIONS = ("max_time", "save_every_time")  # training keys holding a duration like 10m
 
 
 SECTIONS = [f.name for f in dataclasses.fields(Config)]
@@ -424,27 +435,18 @@ def resolve_train_config(
         if value is not None:
             set_value(cfg, f"training.{key}", value, f"--{key.replace('_', '-')}")
     cfg.check()
-    try:
-        parse_duration(cfg.training.max_time)  # fail before anything starts
-    except NmtError as e:
-        raise NmtError(f"training.max_time: {e}") from None
     return cfg
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(text: str) -> float | None:
     """'25m' -> 1500.0 seconds; '' -> None; bare numbers are seconds."""
     if not text:
         return None
-    parts = re.findall(r"\d+(?:\.\d+)?\s*[smhd]?", text)
-    if not parts or "".join(p.replace(" ", "") for p in parts) != text.replace(" ", ""):
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != re.sub(r"\s", "", text):
         raise NmtError(f"bad duration {text!r}: expected e.g. 90s, 25m, 1h30m")
-    unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-    total = 0.0
-    for p in parts:
-        m = _DURATION.match(p)
-        assert m is not None  # every part matched the findall pattern above
-        total += float(m.group(1)) * unit[m.group(2)]
-    return total
+    return sum(float(n) * _UNITS[u] for n, u in parts)

@@ -18,6 +18,7 @@ from nmt.scoring import (
     score,
 )
 from nmt.textio import atomic_write
+from nmt.translation_io import one_line
 
 
 def _check_inputs(
@@ -63,7 +64,7 @@ def evaluate(
     kwargs = {k: v for k, v in translate_kwargs.items() if v is not None}
     if progress is not None:
         kwargs["progress"] = lambda n: progress(n, len(src_lines))
-    hyps = [h.text for h in translator.translate(src_lines, **kwargs)]
+    hyps = [one_line(h.text) for h in translator.translate(src_lines, **kwargs)]  # as translate
     if len(hyps) != len(src_lines):  # the translator's contract; never score a shifted file
         raise NmtError(f"translator returned {len(hyps)} lines for {len(src_lines)} inputs")
     if hyp_out is not None:

@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from nmt.config import Config, config_from_dict
+from nmt.config import Config, ModelConfig, config_from_dict
 from nmt.errors import NmtError
 from nmt.models.base import VocabInfo
 from nmt.textio import atomic_write, publish
@@ -72,12 +74,36 @@ def read_meta(model_dir: str | Path) -> tuple[Config, VocabInfo, dict[str, Any]]
             raise NmtError(
                 f"{model_dir / name}: file not found (is {model_dir} a model directory?)"
             )
-    cfg_dict = yaml.safe_load((model_dir / "config.yaml").read_text(encoding="utf-8")) or {}
-    cfg = config_from_dict(cfg_dict, str(model_dir / "config.yaml"))
-    meta = json.loads((model_dir / "vocab.json").read_text(encoding="utf-8"))
+    cfg = _read_config(model_dir / "config.yaml")
+    meta = _read_json(model_dir / "vocab.json")
     fields = {f.name for f in dataclasses.fields(VocabInfo)}
-    vocab = VocabInfo(**{k: v for k, v in meta.items() if k in fields})
+    try:
+        vocab = VocabInfo(**{k: v for k, v in meta.items() if k in fields})
+    except TypeError as e:
+        raise NmtError(f"{model_dir / 'vocab.json'}: not a vocabulary file ({e})") from None
     return cfg, vocab, meta
+
+
+def _read_config(path: Path) -> Config:
+    """config.yaml as a Config; broken YAML or a non-mapping is a one-line error."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise NmtError(f"{path}: invalid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise NmtError(f"{path}: invalid config (expected a mapping of sections)")
+    return config_from_dict(data, str(path))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file; broken JSON is a one-line error naming the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise NmtError(f"{path}: invalid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise NmtError(f"{path}: invalid JSON (expected an object)")
+    return data
 
 
 def checkpoint_path(model_dir: str | Path, which: str = "best") -> Path:
@@ -91,27 +117,58 @@ def checkpoint_path(model_dir: str | Path, which: str = "best") -> Path:
     return path
 
 
-def save_weights(model: Any, path: str | Path) -> None:
-    """Write model weights as safetensors atomically (tied tensors are stored once)."""
-    from safetensors.torch import save_model
-
+@contextlib.contextmanager
+def publishing(path: str | Path) -> Iterator[str]:
+    """A temporary name beside `path`; on success it gets normal permissions, is fsynced and
+    renamed over `path` (folder fsynced too), on failure removed: readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        save_model(_unwrap(model), tmp)
+        yield tmp
         publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def save_weights(model: Any, path: str | Path, step: int | None = None) -> None:
+    """Write model weights as safetensors atomically (tied tensors are stored once); `step` is
+    recorded in the header so a resumed run can tell which step a file holds."""
+    from safetensors.torch import save_model
+
+    with publishing(path) as tmp:
+        save_model(_unwrap(model), tmp, metadata=None if step is None else {"step": str(step)})
+
+
+def weights_step(path: str | Path) -> int | None:
+    """The training step recorded in a weights file by `save_weights`; None when unknown."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            step = (f.metadata() or {}).get("step")
+    except Exception:  # noqa: BLE001 - a damaged file has no trustworthy step
+        return None
+    return int(step) if step is not None and step.isdigit() else None
+
+
 def load_weights(model: Any, path: str | Path, device: str = "cpu") -> None:
-    """Load safetensors weights into `model` (strict: every tensor must match)."""
+    """Load safetensors weights into `model` (strict: every tensor must match); a damaged file or
+    one of another model is a one-line error naming the file."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_model
 
-    missing, unexpected = load_model(_unwrap(model), str(path), strict=False, device=str(device))
+    try:
+        missing, unexpected = load_model(
+            _unwrap(model), str(path), strict=False, device=str(device)
+        )
+    except SafetensorError as e:
+        raise NmtError(f"{path}: damaged or not a safetensors file ({e})") from None
+    except RuntimeError as e:
+        first = next((ln.strip() for ln in str(e).splitlines() if "mismatch" in ln), str(e))
+        raise NmtError(f"{path}: weights do not match the model in config.yaml ({first})") from None
     if missing or unexpected:
         raise NmtError(
             f"{path}: weights do not match the model (missing {sorted(missing)[:3]}, "
@@ -140,52 +197,69 @@ def load_model(
 
 @contextlib.contextmanager
 def model_dir_lock(model_dir: Path) -> Iterator[None]:
-    """Refuse a second process training into the same MODEL_DIR (stale locks are taken over)."""
+    """Refuse a second process training into MODEL_DIR; the kernel drops the lock when we die."""
     model_dir.mkdir(parents=True, exist_ok=True)
     lock = model_dir / ".lock"
-    _take_lock(model_dir, lock)
+    fd = _take_lock(model_dir, lock)
     try:
+        remove_stale_temps(model_dir)
         yield
     finally:
-        lock.unlink(missing_ok=True)
+        lock.unlink(missing_ok=True)  # still held: a process that opened it re-checks the inode
+        os.close(fd)
 
 
-def _take_lock(model_dir: Path, lock: Path) -> None:
-    """Create the lock file exclusively; a stale one (dead process) is removed and retried once."""
-    for _ in range(2):
+def _take_lock(model_dir: Path, lock: Path) -> int:
+    """flock MODEL_DIR/.lock (the file's "host pid" line only informs the error message)."""
+    for _ in range(10):
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            if _lock_is_live(lock):
-                owner = lock.read_text(encoding="utf-8", errors="replace").strip()
-                raise NmtError(
-                    f"{model_dir}: another process is training into this directory "
-                    f"(lock {lock} held by {owner or 'unknown'})"
-                ) from None
-            lock.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(f"{socket.gethostname()} {os.getpid()}\n")
-        return
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            owner = lock.read_text(encoding="utf-8", errors="replace").strip()
+            raise NmtError(
+                f"{model_dir}: another process is training into this directory "
+                f"(lock {lock} held by {owner or 'unknown'})"
+            ) from None
+        if _same_file(fd, lock):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{socket.gethostname()} {os.getpid()}\n".encode())
+            return fd
+        os.close(fd)  # its holder removed the file between our open and flock: retry
     raise NmtError(f"{lock}: cannot take the lock")
 
 
-def _lock_is_live(lock: Path) -> bool:
-    """A lock is live when its process still runs on this host (other hosts: assume live)."""
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether the open `fd` is still the file at `path` (not an unlinked predecessor)."""
     try:
-        host, pid = lock.read_text(encoding="utf-8").split()
-        pid_n = int(pid)
-    except (OSError, ValueError):
+        st = os.stat(path)
+    except FileNotFoundError:
         return False
-    if host != socket.gethostname():
-        return True
-    try:
-        os.kill(pid_n, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    fst = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
+
+
+_TEMPS = {
+    "": re.compile(r"^\.(config\.yaml|vocab\.json|metrics\.jsonl)\.\w+\.tmp$"),
+    CHECKPOINTS: re.compile(
+        r"^\.(last\.state\.pt|(last|best|step-\d+)\.safetensors|index\.json)\.\w+\.tmp$"
+    ),
+}
+
+
+def remove_stale_temps(model_dir: Path) -> list[Path]:
+    """Delete temporaries of a killed run (training's own names only); call under the lock."""
+    removed = []
+    for sub, pattern in _TEMPS.items():
+        folder = model_dir / sub if sub else model_dir
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            if pattern.match(path.name) and path.is_file():
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
 
 
 def state_path(model_dir: str | Path) -> Path:
@@ -199,18 +273,36 @@ def has_checkpoints(model_dir: str | Path) -> bool:
     return folder.is_dir() and any(folder.iterdir())
 
 
-def check_model_dir(model_dir: Path, resume: bool, force: bool) -> None:
-    """Refuse to overwrite a trained MODEL_DIR by accident, or to resume nothing."""
+def check_model_dir(
+    model_dir: Path,
+    resume: bool,
+    force: bool,
+    model: ModelConfig | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> bool:
+    """Refuse to overwrite a trained MODEL_DIR by accident; True when there is a state to resume.
+
+    `--resume` before the first save (a preempted job re-run as is) starts from scratch, unless
+    MODEL_DIR's config.yaml holds a different `model` section."""
     if resume and force:
         raise NmtError("--resume and --force exclude each other")
     if resume:
-        if not state_path(model_dir).exists():
-            raise NmtError(f"{state_path(model_dir)}: nothing to resume (no trainer state)")
+        if state_path(model_dir).exists():
+            return True
+        saved = model_dir / "config.yaml"
+        if model is not None and saved.exists() and _read_config(saved).model != model:
+            raise NmtError(
+                f"{saved}: the saved model does not match this config's model section; "
+                "resume with the same model settings (omit --preset/CONFIG to reuse the saved ones)"
+            )
+        if warn is not None:
+            warn(f"{model_dir}: no trainer state to resume; starting from scratch")
     elif has_checkpoints(model_dir) and not force:
         raise NmtError(
             f"{model_dir} already has checkpoints; use --resume to continue or --force to "
             "start over"
         )
+    return False
 
 
 def reset_model_dir(model_dir: Path) -> None:

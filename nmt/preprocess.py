@@ -29,10 +29,12 @@ from nmt.corpus import sha256_file
 from nmt.dataset import FORMAT, MANIFEST
 from nmt.encoding import ChunkJob, encode_eval, encode_train
 from nmt.errors import NmtError
+from nmt.textio import fsync_dir, fsync_tree, naming_output
 from nmt.vocab import SPECIAL_IDS, Tokenizer, train_spm
 
 CHUNK_PAIRS = 20_000  # train pairs per encoding job, and valid/test lines per encoded block
 PERCENTILES = (50, 90, 95, 99)
+POSITION_LIMITS = (256, 512)  # common model.max_positions, reported for valid/test as over_limits
 SPM_TYPES = ("unigram", "bpe")
 
 Progress = Callable[[str, int, "int | None"], None]
@@ -141,15 +143,18 @@ def preprocess(
     report: Progress = (lambda *_: None) if quiet else (progress or _stderr_progress())
     inputs = cfg.split_inputs()
     _check_out_dir(out_dir, force)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        run = _Run(cfg, tmp, inputs, cfg.threads or available_cpus(), report)
-        manifest = run.build()
-        _check_out_dir(out_dir, force)
-        _replace_dir(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if force:
+        _check_inputs_outside(out_dir, inputs)
+    with naming_output(out_dir):  # a full disk or a read-only folder names DATA_DIR
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+        try:
+            run = _Run(cfg, tmp, inputs, cfg.threads or available_cpus(), report)
+            manifest = run.build()
+            _check_out_dir(out_dir, force)
+            _replace_dir(tmp, out_dir)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return manifest
 
 
@@ -254,7 +259,7 @@ class _Run:
         )
         self.report(step, n, n)
         entry = _split_entry(self.cfg.langs, paths, lengths, True, split)
-        entry.update(lines_read=n, kept=n, dropped={})
+        entry.update(lines_read=n, kept=n, dropped={}, over_limits=over_limits(*lengths))
         return entry
 
     def manifest(
@@ -290,6 +295,13 @@ def _lengths_stats(lengths: np.ndarray) -> dict[str, Any]:
         **{f"p{p}": int(round(v)) for p, v in zip(PERCENTILES, pct, strict=True)},
         "max": int(lengths.max()),
     }
+
+
+def over_limits(src: np.ndarray, tgt: np.ndarray) -> dict[str, int]:
+    """Lines a model with each common position limit cannot take whole (never filtered in
+    valid/test, so training must cut them): a side's subwords plus its eos/bos exceed the limit."""
+    longest = np.maximum(src, tgt) + 1
+    return {str(limit): int((longest > limit).sum()) for limit in POSITION_LIMITS}
 
 
 def _split_entry(
@@ -332,16 +344,30 @@ def _check_out_dir(out_dir: Path, force: bool) -> None:
         raise NmtError(f"{out_dir}: exists and is not empty (use --force to replace it)")
 
 
+def _check_inputs_outside(out_dir: Path, inputs: dict[str, Pair]) -> None:
+    """Refuse --force when replacing `out_dir` would delete an input file (the user's corpus)."""
+    root = out_dir.resolve()
+    for pair in inputs.values():
+        for path in pair:
+            if path.resolve().is_relative_to(root):
+                raise NmtError(
+                    f"--force would delete {out_dir}, which holds the input {path}; "
+                    "choose another --out"
+                )
+
+
 def _replace_dir(tmp: Path, out_dir: Path) -> None:
     """Move the finished temporary folder into place, replacing an old one only at the very end."""
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private; the result should look like any folder
+    fsync_tree(tmp)  # a power loss after the rename must not leave empty files
     old = None
     if out_dir.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
         os.replace(out_dir, old / "d")
     os.replace(tmp, out_dir)
+    fsync_dir(out_dir.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 

@@ -224,8 +224,10 @@ class Metrics:
         """Drop events newer than the resumed state (written by a run that died later)."""
         from nmt.textio import atomic_write
 
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        kept = [ln for ln in lines if ln.strip() and json.loads(ln).get("step", 0) <= step]
+        lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
+        kept = [
+            ln for ln in lines if (row := _event(ln)) is not None and row.get("step", 0) <= step
+        ]
         with atomic_write(self.path) as f:
             f.write("".join(ln + "\n" for ln in kept))
 
@@ -246,6 +248,15 @@ class Metrics:
         """Release TensorBoard's writer."""
         if self.tb is not None:
             self.tb.close()
+
+
+def _event(line: str) -> dict[str, Any] | None:
+    """One metrics.jsonl event; None for a blank or torn line (disk full, power loss)."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
 
 
 @dataclass

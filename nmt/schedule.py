@@ -7,10 +7,15 @@ so the budget and the schedule live together.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
+import signal
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class Stop(enum.IntEnum):
@@ -123,3 +128,45 @@ class Budget:
             frac = epoch - 1 + position / max(1, self.steps_per_epoch * self.accumulate)
             frac /= self.max_epochs
         return min(frac or 0.0, 1.0)
+
+
+@dataclass
+class SaveClock:
+    """When to save the trainer state between validations: every N steps and every T seconds."""
+
+    every_steps: int = 0  # 0: off
+    every_seconds: float | None = None  # None or 0: off
+    last: float = field(default_factory=time.monotonic)  # when the state was last saved
+
+    def due(self, step: int) -> bool:
+        """Whether step `step` (just finished) should be followed by a save."""
+        if self.every_steps > 0 and step % self.every_steps == 0:
+            return True
+        return bool(self.every_seconds) and time.monotonic() - self.last >= (
+            self.every_seconds or 0
+        )
+
+    def saved(self) -> None:
+        """A save just happened (at an interval, a validation or the end): restart the clock."""
+        self.last = time.monotonic()
+
+
+@contextlib.contextmanager
+def stop_signals(request: Callable[[Stop], None], stopping: Callable[[], bool]) -> Iterator[None]:
+    """SIGINT/SIGTERM call `request(code)` so a run stops after its current step; a second SIGINT
+    while `stopping()` is immediate (KeyboardInterrupt). Outside the main thread: no handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if stopping() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        request(Stop.SIGINT if signum == signal.SIGINT else Stop.SIGTERM)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -3,15 +3,46 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import gzip
 import io
 import os
+import stat
+import sys
 import tempfile
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from nmt.errors import NmtError
+
+STDOUT_NAMES = ("-", "/dev/stdout")
+DIRECT_PREFIXES = ("/dev/fd/", "/proc/self/fd/")
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _named_gzip_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a GzipFile read method so a damaged stream is an error naming the file."""
+
+    @functools.wraps(method)
+    def read(self: gzip.GzipFile, *args: Any) -> Any:
+        try:
+            return method(self, *args)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise NmtError(f"{self.name}: truncated or corrupt gzip file ({e})") from None
+
+    return read
+
+
+class _GzipReader(gzip.GzipFile):
+    """gzip input whose truncation (a cut download, a full disk) is a one-line error, not zlib's."""
+
+    read = _named_gzip_errors(gzip.GzipFile.read)
+    read1 = _named_gzip_errors(gzip.GzipFile.read1)
+    readline = _named_gzip_errors(gzip.GzipFile.readline)
+    peek = _named_gzip_errors(gzip.GzipFile.peek)
 
 
 def open_binary(path: str | Path) -> io.BufferedIOBase:
@@ -20,7 +51,7 @@ def open_binary(path: str | Path) -> io.BufferedIOBase:
     if not path.exists():
         raise NmtError(f"{path}: file not found")
     if path.suffix == ".gz":
-        return gzip.open(path, "rb")
+        return _GzipReader(path, "rb")
     return open(path, "rb")
 
 
@@ -46,24 +77,118 @@ def _file_mode() -> int:
     return 0o666 & ~mask
 
 
-def publish(tmp: str | Path, path: str | Path) -> None:
-    """Give a finished temporary file normal permissions and rename it over `path` atomically."""
-    os.chmod(tmp, _file_mode())
+def fsync_file(path: str | Path) -> None:
+    """Force a written file's data to disk before it is renamed into place."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make renames inside folder `path` durable (a power loss must not undo a publish)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as e:  # some file systems cannot fsync a folder; nothing more to do there
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: str | Path) -> None:
+    """fsync every file and folder below `root`, so a folder renamed into place arrives whole."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            fsync_file(Path(folder) / name)
+        fsync_dir(folder)
+
+
+def publish(tmp: str | Path, path: str | Path, mode: int | None = None) -> None:
+    """Give a finished temporary file its permissions (default: normal ones), make it durable and
+    rename it over `path` atomically."""
+    os.chmod(tmp, _file_mode() if mode is None else mode)
+    fsync_file(tmp)
     os.replace(tmp, path)
+    fsync_dir(Path(path).parent)
+
+
+def _writes_directly(path: str | Path) -> bool:
+    """True for outputs that must not be replaced by a rename: devices, FIFOs, sockets, and the
+    /dev/fd-style names of open descriptors (bash's >(cmd), /dev/stderr)."""
+    name = str(path)
+    if name.startswith(DIRECT_PREFIXES) or name in ("/dev/stderr", "/dev/tty"):
+        return True
+    try:
+        st = os.stat(path)  # follows symlinks: a link to /dev/null is written through
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode))
 
 
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
-    """Write to a temporary file beside `path` and rename it into place only on success."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Open an output so a reader never sees half a file and nothing special gets replaced.
+
+    `-` and /dev/stdout are stdout; devices, FIFOs and /dev/fd/N are written directly; a regular
+    file (or a symlink's target) is written to a temporary file beside it and renamed into place
+    on success only, keeping the old file's mode, fsynced with its folder. A full disk names `path`.
+    """
+    with naming_output(path), _open_output(path, mode, None if "b" in mode else encoding) as f:
+        yield f
+
+
+@contextlib.contextmanager
+def naming_output(path: str | Path) -> Iterator[None]:
+    """Make file-system errors while writing `path` name it: a full disk (write() names no file)
+    and errors about its temporary stand-ins (`.NAME.*` beside it) become `OSError(path)`."""
     try:
-        with open(fd, mode, encoding=None if "b" in mode else encoding) as f:
+        yield
+    except OSError as e:
+        stand_in = f".{Path(path).name}."
+        ours = e.filename is not None and any(
+            part.startswith(stand_in) for part in Path(os.fsdecode(e.filename)).parts
+        )
+        if ours or (e.filename is None and e.errno in DISK_FULL):
+            raise OSError(e.errno, os.strerror(e.errno or 0), str(path)) from e
+        raise
+
+
+@contextlib.contextmanager
+def _open_output(path: str | Path, mode: str, encoding: str | None) -> Iterator[IO]:
+    """The three ways of writing an output (see atomic_write)."""
+    if str(path) in STDOUT_NAMES:
+        out = sys.stdout.buffer if "b" in mode else sys.stdout
+        yield out
+        out.flush()
+    elif _writes_directly(path):
+        with open(path, mode.replace("w", "a"), encoding=encoding) as f:  # never truncate a log
+            yield f
+    else:
+        target = Path(os.path.realpath(path))
+        with naming_output(target), _replace_file(target, path, mode, encoding) as f:
+            yield f
+
+
+@contextlib.contextmanager
+def _replace_file(target: Path, name: str | Path, mode: str, encoding: str | None) -> Iterator[IO]:
+    """Temporary file beside `target`, renamed over it on success (old mode and owner kept)."""
+    if target.is_dir():
+        raise NmtError(f"{name}: is a folder")
+    old = target.stat() if target.exists() else None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except (FileExistsError, NotADirectoryError):
+        raise NmtError(f"{name}: a parent is not a folder") from None
+    try:
+        with open(fd, mode, encoding=encoding) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        publish(tmp, path)
+        if old is not None and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+            with contextlib.suppress(OSError):  # root writing a user's file keeps it theirs
+                os.chown(tmp, old.st_uid, old.st_gid)
+        publish(tmp, target, None if old is None else stat.S_IMODE(old.st_mode))
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

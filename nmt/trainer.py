@@ -14,11 +14,9 @@ import contextlib
 import math
 import os
 import random
-import signal
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,33 +27,25 @@ from torch.nn.parallel import DistributedDataParallel
 
 from nmt import batching, checkpoint, distributed, modeldir
 from nmt.checkpoint import Checkpoints, set_rng_state
-from nmt.config import Config, TrainingConfig, parse_duration
+from nmt.config import Config, parse_duration
 from nmt.device import autocast_for, emulated_bf16_warning, resolve_device
 from nmt.errors import NmtError
 from nmt.loss import label_smoothed_nll
 from nmt.reporting import Log, Metrics, Reporter, TrainSummary, summarize
-from nmt.schedule import Budget, Stop, lr_at
-from nmt.validation import ValidResult, evaluate, load_data
+from nmt.resume import (
+    TrainState,
+    check_position,
+    make_optimizer,
+    position_changes,
+    retune_optimizer,
+    run_settings,
+)
+from nmt.schedule import Budget, SaveClock, Stop, lr_at, stop_signals
+from nmt.validation import ValidResult, evaluate, load_data, over_limit
 
 __all__ = ["TrainState", "TrainSummary", "Trainer", "train"]
 
 MAX_NONFINITE = 10
-
-
-@dataclass
-class TrainState:
-    """Counters that a resumed run must continue from exactly."""
-
-    step: int = 0
-    epoch: int = 1
-    position: int = 0  # batches of this epoch already consumed (per rank)
-    elapsed: float = 0.0  # seconds of this run and the runs it resumes
-    best_score: float | None = None
-    best_step: int = 0
-    bad_validations: int = 0
-    last_valid_step: int = 0
-    nonfinite_streak: int = 0
-    tokens: int = 0  # target tokens trained on, all ranks
 
 
 class Trainer:
@@ -86,20 +76,20 @@ class Trainer:
         self.data = load_data(data_dir, tc.valid_max_sentences)
         self.model = build(cfg.model, self.data.vocab).to(device)  # unwrapped: validation, ckpts
         self.n_params = count_parameters(self.model)
-        self.optimizer = _optimizer(self.model, tc, device)
+        self.optimizer = make_optimizer(self.model, tc, device)
         self.scaler = torch.amp.GradScaler("cuda") if tc.precision == "fp16" else None
         self.src_len = np.asarray(self.data.train.src.lengths)
         self.tgt_len = np.asarray(self.data.train.tgt.lengths)
         self.keep = self._keep_mask()
         self.state = TrainState()
         self.saved_rng: dict[str, Any] | None = None  # RNG states to restore when the run starts
+        self.settings = run_settings(tc, data_dir)  # saved with the state, checked on resume
         if resume:
-            path = modeldir.state_path(model_dir)
-            saved = checkpoint.restore(path, self.model, self.optimizer, self.scaler)
-            self.state, self.saved_rng = TrainState(**saved["train_state"]), saved["rng"]
+            self._restore()
         self.step_model = self._wrap(self.model)  # what the update step calls (compile, DDP)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ckpt = Checkpoints(model_dir, tc.keep_best, tc.keep_last)
+        self.save_clock = SaveClock(tc.save_every, parse_duration(tc.save_every_time))
         self.report = Reporter(self.log, Metrics(model_dir, dist.is_main))
         self.stop_code: int = Stop.NONE  # the largest any process asked for
         self.valid_seconds = 0.0  # the last validation's duration (max_time keeps room for it)
@@ -107,7 +97,8 @@ class Trainer:
         self.tokens_at_start = self.state.tokens
 
     def _keep_mask(self) -> np.ndarray:
-        """Which training pairs fit max_tokens and the model's positions; warn about the rest."""
+        """Which training pairs fit max_tokens and the model's positions; warn about the rest
+        (and about valid pairs that validation will cut)."""
         tc = self.tc
         max_pos = self.model.max_positions
         keep = batching.keep_mask(self.src_len, self.tgt_len, tc.max_tokens, max_pos)
@@ -116,6 +107,13 @@ class Trainer:
             self.log.warn(
                 f"{dropped} training pairs are longer than training.max_tokens or "
                 "model.max_positions allow and are skipped"
+            )
+        valid = self.data.valid
+        over = over_limit(valid, max_pos) if valid is not None else 0
+        if over:
+            self.log.warn(
+                f"valid: {over} sentences over model.max_positions {max_pos} "
+                "truncated for validation"
             )
         bf16_warning = emulated_bf16_warning(tc.precision, self.device)
         if bf16_warning:
@@ -134,10 +132,31 @@ class Trainer:
             wrapped = DistributedDataParallel(wrapped, device_ids=ids)
         return wrapped
 
+    def _restore(self) -> None:
+        """Load the saved state; refuse a data position that now means other batches."""
+        path = modeldir.state_path(self.model_dir)
+        saved = checkpoint.restore(path, self.model, self.optimizer, self.scaler)
+        self.state, self.saved_rng = TrainState(**saved["train_state"]), saved["rng"]
+        changes = position_changes(saved, self.settings, self.dist.world_size)
+        if check_position(changes, self.state.position, self.tc.reset_data_position):
+            self.log.info(f"{'; '.join(changes)}: epoch {self.state.epoch} starts over")
+            self.state.position = 0
+        retuned = retune_optimizer(self.optimizer, saved, self.tc)
+        if retuned:
+            self.log.info(f"optimizer settings changed: {', '.join(retuned)}")
+
     def trainer_state(self) -> dict[str, Any]:
         """Everything `--resume` needs, as tensors and plain types."""
         st, ws = asdict(self.state), self.dist.world_size
-        return checkpoint.capture(self.model, self.optimizer, self.scaler, st, ws)
+        state = checkpoint.capture(self.model, self.optimizer, self.scaler, st, ws)
+        return {**state, "settings": self.settings}
+
+    def save_last(self) -> None:
+        """Write last + the trainer state (main process) and restart the save clock."""
+        self.state.elapsed = self.budget.elapsed()
+        if self.dist.is_main:
+            self.ckpt.save_last(self.model, self.trainer_state())
+        self.save_clock.saved()
 
     # -- the run --
 
@@ -145,16 +164,16 @@ class Trainer:
         """Train until a limit, early stopping or a signal; return the summary."""
         st = self.state
         self._begin()
-        with _signals(self), self.report.live():
+        with stop_signals(self._request_stop, self._interrupted), self.report.live():
             self._loop()
             if not self._interrupted():
                 if self._can_validate() and st.last_valid_step != st.step and st.step > 0:
                     self.validate()
-            st.elapsed = self.budget.elapsed()
-            if self.dist.is_main and st.step > 0:
-                self.ckpt.save_last(self.model, self.trainer_state())
-                if not self._can_validate():  # nothing to rank by: the newest is the best
-                    modeldir.save_weights(self.model, self.ckpt.dir / "best.safetensors")
+            if st.step > 0:
+                self.save_last()
+            if self.dist.is_main and st.step > 0 and not self._can_validate():
+                # nothing to rank by: the newest is the best
+                modeldir.save_weights(self.model, self.ckpt.dir / "best.safetensors")
         self.report.metrics.close()
         return self._summary()
 
@@ -162,7 +181,7 @@ class Trainer:
         """Tidy MODEL_DIR for a resumed state, write its metadata, announce, set RNGs and clock."""
         tc, st, dist = self.tc, self.state, self.dist
         if dist.is_main and self.resume:
-            self.ckpt.truncate_after(st.step)
+            self.ckpt.truncate_after(st.step, st.best_step)
         self.report.metrics.open(st.step if self.resume else None)
         if dist.is_main:
             d = self.data
@@ -287,6 +306,8 @@ class Trainer:
             self.report.train_event(st, self.budget)
         if self._can_validate() and tc.valid_every > 0 and st.step % tc.valid_every == 0:
             self.validate()
+        elif self.save_clock.due(st.step):  # saves between validations, or without any
+            self.save_last()
         code = max(self.stop_code, self._limits_reached())
         self.stop_code = distributed.agree_max(code, self.dist, self.device)
 
@@ -295,6 +316,11 @@ class Trainer:
         st = self.state
         room = self.valid_seconds if st.last_valid_step != st.step else 0.0
         return self.budget.spent(st.step, room)
+
+    def _request_stop(self, code: Stop) -> None:
+        """A signal asked the run to stop after the current step."""
+        self.stop_code = code
+        self.log.info(f"{code.name}: saving last checkpoint and stopping")
 
     def _interrupted(self) -> bool:
         """Whether SIGINT or SIGTERM asked the run to stop."""
@@ -338,7 +364,7 @@ class Trainer:
         st.elapsed = self.budget.elapsed()
         self.report.valid_event(st, result, better, self.valid_seconds)
         self.ckpt.save_step(self.model, st.step, metric, float(score), better)
-        self.ckpt.save_last(self.model, self.trainer_state())
+        self.save_last()
         if tc.patience > 0 and st.bad_validations >= tc.patience:
             self.log.info(f"early stopping: {tc.patience} validations without improvement")
             return Stop.EARLY
@@ -372,45 +398,11 @@ class Trainer:
         return summary
 
 
-def _optimizer(model: nn.Module, tc: TrainingConfig, device: torch.device) -> torch.optim.Optimizer:
-    """Adam with decoupled weight decay (identical to Adam when weight_decay is 0)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    kwargs: dict[str, Any] = {}
-    if device.type in ("cuda", "cpu"):
-        kwargs["fused"] = True
-    betas = (tc.betas[0], tc.betas[1])
-    return torch.optim.AdamW(params, lr=tc.lr, betas=betas, weight_decay=tc.weight_decay, **kwargs)
-
-
 def _seed_all(seed: int) -> None:
     """Seed every RNG a run draws from (initialisation, dropout)."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-@contextlib.contextmanager
-def _signals(trainer: Trainer) -> Iterator[None]:
-    """SIGINT/SIGTERM ask the loop to stop after the current step (a second SIGINT is immediate)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        code = Stop.SIGINT if signum == signal.SIGINT else Stop.SIGTERM
-        if trainer._interrupted() and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        trainer.stop_code = code
-        trainer.log.info(f"{signal.Signals(signum).name}: saving last checkpoint and stopping")
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def train(
@@ -440,13 +432,14 @@ def train(
         torch.set_num_threads(n)
     distributed.init(dist, dev)
     try:
-        modeldir.check_model_dir(model_dir, resume, force)
+        warn = Log(quiet or not dist.is_main).warn
+        has_state = modeldir.check_model_dir(model_dir, resume, force, cfg.model, warn)
         distributed.barrier(dist)
         lock = modeldir.model_dir_lock(model_dir) if dist.is_main else contextlib.nullcontext()
         with lock:
-            if dist.is_main and force:
+            if dist.is_main and (force or resume and not has_state):  # no state: from scratch
                 modeldir.reset_model_dir(model_dir)
-            trainer = Trainer(cfg, data_dir, model_dir, dev, dist, resume, quiet)
+            trainer = Trainer(cfg, data_dir, model_dir, dev, dist, has_state, quiet)
             distributed.barrier(dist)
             summary = trainer.run()
             distributed.barrier(dist)

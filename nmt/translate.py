@@ -9,6 +9,7 @@ positions is truncated with a warning naming its line, never dropped.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -19,17 +20,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from nmt.config import Config
+from nmt.config import Config, DecodingConfig
 from nmt.device import resolve_device
 from nmt.errors import NmtError
 from nmt.models.base import EOS_ID, PAD_ID, Decoder
 from nmt.search import Hypothesis, beam_search, greedy_search
 from nmt.textio import atomic_write
 from nmt.translation_io import (
+    BATCH_LINES,
     check_inputs,
     count_lines,
     format_translation,
-    read_input,
+    is_regular,
+    read_batches,
     warn_to_stderr,
 )
 from nmt.vocab import Tokenizer
@@ -81,6 +84,19 @@ class Translation:
         return record
 
 
+_DECODING_FIELDS = {f.name: f.metadata for f in dataclasses.fields(DecodingConfig)}
+
+
+def _check_option(key: str, value: Any) -> None:
+    """A search option against the range / choices its `decoding` config key declares."""
+    meta, flag = _DECODING_FIELDS[key], "--" + key.replace("_", "-")
+    bounds, choices = meta.get("range"), meta.get("choices")
+    if bounds is not None and value not in bounds:
+        raise NmtError(f"{flag} must be {bounds}, got {value}")
+    if choices is not None and value not in choices:
+        raise NmtError(f"{flag} must be {' or '.join(choices)}, got {value!r}")
+
+
 def _warn(message: str) -> None:
     warnings.warn(message, stacklevel=3)
 
@@ -116,28 +132,12 @@ class Translator:
         return cls(model, cfg, src_tok, tgt_tok, dev)
 
     def options(self, **given: Any) -> dict[str, Any]:
-        """Search options: the given ones, else the model config's decoding section."""
+        """Search options: the given ones, else the model config's decoding section; each checked
+        against the range its config key declares (one-line errors naming the option)."""
         d = self.cfg.decoding
-        defaults: dict[str, Any] = {
-            "beam_size": d.beam_size,
-            "length_penalty": d.length_penalty,
-            "max_len_a": d.max_len_a,
-            "max_len_b": d.max_len_b,
-            "min_len": d.min_len,
-            "batch_tokens": d.batch_tokens,
-            "stop": d.stop,
-        }
-        out: dict[str, Any] = {
-            k: (given.get(k) if given.get(k) is not None else v) for k, v in defaults.items()
-        }
-        if out["beam_size"] < 1:
-            raise NmtError(f"--beam-size must be at least 1, got {out['beam_size']}")
-        if out["batch_tokens"] < 1:
-            raise NmtError(f"--batch-tokens must be at least 1, got {out['batch_tokens']}")
-        if out["min_len"] < 0:
-            raise NmtError(f"--min-len must be at least 0, got {out['min_len']}")
-        if out["stop"] not in ("exact", "early"):
-            raise NmtError(f"--stop must be exact or early, got {out['stop']!r}")
+        out = {k: given[k] if given.get(k) is not None else getattr(d, k) for k in _DECODING_FIELDS}
+        for key, value in out.items():
+            _check_option(key, value)
         return out
 
     def translate(
@@ -341,29 +341,27 @@ def translate_files(
     **search: Any,
 ) -> None:
     """Translate files (or stdin, '-') into `output` (atomically) or stdout, one result per input
-    line, in order, streamed chunk by chunk so memory stays bounded and stdin stays interactive.
+    line, in order, batch by batch so memory stays bounded: full batches of `buffer_size` lines
+    from files, what has arrived from a pipe or terminal, each flushed as soon as it is done.
 
     `search` options go to `Translator.translate`; `progress(stack, total_lines)` returns the
-    per-batch `advance(n)` for file inputs.
+    per-batch `advance(n)` when every input is a regular file.
     """
     paths = check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)
     search.update(nbest=nbest, with_attention=with_attention)
     translator.options(**search)  # bad options fail before any input is read
-    interactive = "-" in paths and (sys.stdin.isatty() or buffer_size == 1)
-    chunk = 1 if interactive else (buffer_size or 10_000)
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         advance = None
-        if progress is not None and "-" not in paths:
+        if progress is not None and all(is_regular(p) for p in paths):
             advance = progress(stack, sum(count_lines(p) for p in paths))
         for path in paths:
-            name = "<stdin>" if path == "-" else path
-            results = translator.translate_stream(
-                read_input(path, errors), buffer_size=chunk, on_warning=warn_to_stderr(name),
-                progress=advance, **search,
-            )  # fmt: skip
-            for i, tr in enumerate(results, start=1):
-                out.write(format_translation(tr, fmt, nbest, with_attention))
-                if interactive or i % chunk == 0:
-                    out.flush()
-        out.flush()
+            warn = warn_to_stderr("<stdin>" if path == "-" else path)
+            first = 1
+            for batch in read_batches(path, errors, buffer_size or BATCH_LINES):
+                results = translator.translate(
+                    batch, first_line=first, on_warning=warn, progress=advance, **search
+                )
+                first += len(batch)
+                out.writelines(format_translation(tr, fmt, nbest, with_attention) for tr in results)
+                out.flush()

@@ -1,13 +1,19 @@
-"""Line-oriented I/O for `nmt translate`: lazy input lines (files, .gz, stdin), line counts for
-progress totals, and the text / JSONL output of one translation (never more lines than asked)."""
+"""Line-oriented I/O for `nmt translate`: input lines in batches (full ones from files, what has
+arrived from a pipe or terminal), line counts for progress totals, and the text / JSONL output of
+one translation (never more lines than asked)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import select
+import stat
 import sys
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from nmt.errors import NmtError
 from nmt.textio import decode_line, open_binary
@@ -17,14 +23,24 @@ if TYPE_CHECKING:
 
 FORMATS = ("text", "jsonl")
 ERROR_MODES = ("strict", "replace")
+BATCH_LINES = 10_000  # lines read (and sorted by length) per batch when input is abundant
+PAUSE_S = 0.005  # a pipe silent this long has paused: translate what has arrived
+MAX_GATHER_S = 0.25  # a steady trickle of lines still gets answers this often
 
 # Characters str.splitlines() breaks on: a translation must never add an output line.
 _LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+# The ones json.dumps(ensure_ascii=False) leaves raw (it escapes those below U+0020).
+_JSON_BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"})
 
 
 def one_line(text: str) -> str:
     """The text with every line-break character turned into a space."""
     return text.translate(_LINE_BREAKS)
+
+
+def jsonl_record(obj: Any) -> str:
+    """One JSON object on one line, newline-terminated, even for readers splitting on U+2028."""
+    return json.dumps(obj, ensure_ascii=False).translate(_JSON_BREAKS) + "\n"
 
 
 def read_input(path: str, errors: str = "strict") -> Iterator[str]:
@@ -54,13 +70,106 @@ def count_lines(path: str) -> int:
     return n + (last != b"\n")
 
 
+def is_regular(path: str) -> bool:
+    """True for a regular file: it can be counted for a progress total and then read again."""
+    return path != "-" and os.path.isfile(path)
+
+
+def read_batches(
+    path: str, errors: str = "strict", limit: int = BATCH_LINES
+) -> Iterator[list[str]]:
+    """Lists of at most `limit` lines of a file (plain or .gz) or of stdin ('-'), in order.
+
+    Files give full batches; a pipe, FIFO or terminal gives what has arrived when the input
+    pauses, so a program that writes one line and waits for its translation gets it.
+    """
+    fd = _stream_fd(path)
+    if fd is None:
+        yield from _chunks(read_input(path, errors), limit)
+        return
+    name = "<stdin>" if path == "-" else path
+    try:
+        lines, first = PipeLines(fd), 1
+        while batch := lines.batch(limit):
+            numbered = enumerate(batch, start=first)
+            yield [decode_line(raw, name, n, errors).rstrip("\r\n") for n, raw in numbered]
+            first += len(batch)
+    finally:
+        if path != "-":
+            os.close(fd)
+
+
+def _stream_fd(path: str) -> int | None:
+    """A raw descriptor to read `path` as it arrives; None where lazy line reading is right
+    (regular and .gz files, a stdin that is a file or has no descriptor, Windows pipes)."""
+    if path.endswith(".gz") or sys.platform == "win32":  # select() there takes sockets only
+        return None
+    if path != "-":
+        return None if os.path.isfile(path) else os.open(path, os.O_RDONLY)
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a stream (tests, embedding)
+        return None
+    return None if stat.S_ISREG(os.fstat(fd).st_mode) else fd
+
+
+def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+class PipeLines:
+    """Complete lines (without newline) of a pipe or terminal as they arrive; a partial last
+    line waits for its newline or for the end of input."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.lines: deque[bytes] = deque()
+        self.partial = bytearray()
+        self.eof = False
+
+    def batch(self, limit: int) -> list[bytes]:
+        """Up to `limit` lines: waits for one, then takes what else comes before a pause."""
+        while not self.lines and self.fill(None):
+            pass
+        start = time.monotonic()
+        while len(self.lines) < limit and time.monotonic() - start < MAX_GATHER_S:
+            if not self.fill(PAUSE_S):
+                break
+        return [self.lines.popleft() for _ in range(min(limit, len(self.lines)))]
+
+    def fill(self, timeout: float | None) -> bool:
+        """Read what is there, waiting up to `timeout` s (None: until something comes);
+        False at the end of input or when nothing came."""
+        if self.eof:
+            return False
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return False
+        block = os.read(self.fd, 1 << 16)
+        if not block:
+            self.eof = True
+            if self.partial:
+                self.lines.append(bytes(self.partial))
+            return False
+        end = block.rfind(b"\n")
+        if end < 0:
+            self.partial += block
+            return True
+        self.partial += block[:end]
+        self.lines.extend(bytes(self.partial).split(b"\n"))
+        self.partial = bytearray(block[end + 1 :])
+        return True
+
+
 def format_translation(
     tr: Translation, fmt: str = "text", nbest: int = 1, with_attention: bool = False
 ) -> str:
     """Output for one input line: `nbest` text lines (best first, padded with empty lines when
     the search found fewer), or one JSON object; always newline-terminated."""
     if fmt == "jsonl":
-        return json.dumps(tr.to_json(with_attention), ensure_ascii=False) + "\n"
+        return jsonl_record(tr.to_json(with_attention))
     texts = [one_line(h.text) for h in tr.hypotheses[:nbest]]
     texts += [""] * (nbest - len(texts))
     return "".join(t + "\n" for t in texts)
@@ -87,9 +196,11 @@ def check_inputs(
     if buffer_size is not None and buffer_size < 1:
         raise NmtError(f"--buffer-size must be at least 1, got {buffer_size}")
     paths = list(inputs or ["-"])
-    for path in paths:
-        if path != "-" and not os.path.isfile(path):
+    for path in paths:  # pipes and devices too: `nmt translate <(cmd)`
+        if path != "-" and not os.path.exists(path):
             raise NmtError(f"{path}: file not found")
+        if os.path.isdir(path):
+            raise NmtError(f"{path}: is a directory, not a text file")
     return paths
 
 

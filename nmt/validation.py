@@ -100,6 +100,16 @@ def references(data_dir: Path, tgt_lang: str, valid: Split, tgt_tok: Tokenizer) 
     return [tgt_tok.decode(valid.tgt[i].tolist()) for i in range(len(valid.tgt))]
 
 
+def over_limit(valid: ValidSet, max_positions: int) -> int:
+    """Valid pairs a side of which (with eos / bos) exceeds `max_positions` (0: no limit)."""
+    if max_positions <= 0:
+        return 0
+    n = len(valid.refs)
+    src = np.asarray(valid.split.src.lengths)[:n] + 1
+    tgt = np.asarray(valid.split.tgt.lengths)[:n] + 1
+    return int(((src > max_positions) | (tgt > max_positions)).sum())
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -111,7 +121,10 @@ def evaluate(
     max_len_b: float,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> ValidResult | None:
-    """Teacher-forced loss/perplexity and greedy sacreBLEU on the valid set; None if interrupted."""
+    """Teacher-forced loss/perplexity and greedy sacreBLEU on the valid set; None if interrupted.
+
+    Pairs longer than the model's positions are cut for the loss and the decode (see
+    `over_limit`); BLEU still compares against the raw references."""
     from nmt import scoring
     from nmt.search import greedy_search
 
@@ -122,11 +135,15 @@ def evaluate(
     model.eval()
     hyps: list[str] = [""] * n
     nll_sum, tokens = 0.0, 0
+    limit = int(decoder.max_positions or 0)  # 0: the architecture has no position limit
+    lengths = np.asarray(src.lengths)[:n]
+    if limit:
+        lengths = np.minimum(lengths, limit - 1)
     try:
-        for idx in batching.source_batches(np.asarray(src.lengths)[:n], max_tokens):
+        for idx in batching.source_batches(lengths, max_tokens):
             if should_stop():
                 return None
-            batch = batching.collate(src, tgt, idx).to(device)
+            batch = batching.collate(src, tgt, idx, limit).to(device)
             with autocast():
                 logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
                 out = greedy_search(decoder, batch.src, batch.src_lengths, max_len_a, max_len_b)

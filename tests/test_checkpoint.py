@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import stat
+import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +17,7 @@ from torch import nn
 
 import nmt.checkpoint as ck
 from nmt.errors import NmtError
+from nmt.modeldir import load_weights, save_weights, weights_step
 
 
 class Tied(nn.Module):
@@ -137,3 +143,64 @@ def test_average_needs_enough_checkpoints(tmp_path):
         ck.average(tmp_path, last=3)
     with pytest.raises(NmtError, match="choose one of --last N or --best N"):
         ck.average(tmp_path, last=1, best=1)
+
+
+def test_resume_forgets_newer_steps_and_repoints_best(tmp_path):
+    # A run saved step 10 (best) with its state, then step 20 (best, indexed) and step 30 (file
+    # only), and died before writing the state again: the resumed history ends at step 10.
+    c = ck.Checkpoints(tmp_path, keep_best=5, keep_last=5)
+    c.save_step(_model(10.0), 10, "bleu", 1.0, is_best=True)
+    c.save_step(_model(20.0), 20, "bleu", 2.0, is_best=True)
+    save_weights(_model(30.0), c.dir / "step-30.safetensors", 30)
+    save_weights(_model(30.0), c.dir / "best.safetensors", 30)
+    c.truncate_after(10, best_step=10)
+    assert sorted(p.name for p in c.dir.glob("step-*")) == ["step-10.safetensors"]
+    assert [e["step"] for e in c.read_index()] == [10]
+    assert torch.all(load_file(str(c.dir / "best.safetensors"))["emb.weight"] == 10.0)
+    assert weights_step(c.dir / "best.safetensors") == 10
+    c.truncate_after(5, best_step=0)  # no best in the resumed history: no best file
+    assert not (c.dir / "best.safetensors").exists()
+
+
+def test_published_files_are_durable_with_normal_permissions(tmp_path, monkeypatch):
+    import nmt.textio
+
+    synced: list[str] = []
+    monkeypatch.setattr(nmt.textio, "fsync_file", lambda p: synced.append(Path(p).name[:6]))
+    monkeypatch.setattr(nmt.textio, "fsync_dir", lambda p: synced.append(f"dir {Path(p).name}"))
+    old = os.umask(0o022)
+    try:
+        c = ck.Checkpoints(tmp_path, keep_best=5, keep_last=5)
+        c.save_last(_model(1.0), {"train_state": {"step": 1}})
+        c.save_step(_model(1.0), 1, "bleu", 1.0, is_best=False)
+        c.save_step(_model(2.0), 2, "bleu", 2.0, is_best=False)
+        ck.average(tmp_path, last=2)
+    finally:
+        os.umask(old)
+    assert synced[:4] == [".last.", "dir checkpoints", ".last.", "dir checkpoints"]
+    assert synced[-2:] == [".avera", "dir checkpoints"]
+    for name in ("last.state.pt", "last.safetensors", "averaged.safetensors"):
+        assert stat.S_IMODE((c.dir / name).stat().st_mode) == 0o644, name
+
+
+def test_damaged_or_mismatched_weights_are_one_line_errors(tmp_path):
+    good = tmp_path / "good.safetensors"
+    save_weights(_model(1.0), good)
+    data = good.read_bytes()
+    (tmp_path / "torn.safetensors").write_bytes(data[: len(data) // 2])
+    header = json.dumps({"emb.weight": {"dtype": "F32", "shape": [6, 4], "data_offsets": [0, 9]}})
+    forged = struct.pack("<Q", len(header)) + header.encode() + b"x" * 9
+    (tmp_path / "forged.safetensors").write_bytes(forged)
+    for name in ("torn", "forged"):
+        path = tmp_path / f"{name}.safetensors"
+        with pytest.raises(NmtError, match=f"^{path}: damaged or not a safetensors file"):
+            load_weights(_model(0.0), path)
+
+    class Wider(Tied):
+        def __init__(self) -> None:
+            super().__init__()
+            self.step = nn.Parameter(torch.zeros(3))
+
+    msg = f"^{good}: weights do not match the model in config.yaml \\(size mismatch for step"
+    with pytest.raises(NmtError, match=msg):
+        load_weights(Wider(), good)

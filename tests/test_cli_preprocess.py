@@ -113,6 +113,29 @@ def test_existing_data_dir_needs_force(tmp_path):
     assert _run("--train", str(p), "-o", str(empty)).exit_code == 0
 
 
+def test_force_refuses_to_delete_the_inputs(tmp_path):
+    data = tmp_path / "data"
+    (data / "corpus").mkdir(parents=True)
+    p = _write(data / "c", GOOD, GUT)  # train inside the output folder
+    v = _write(data / "corpus" / "v", GOOD[:5], GUT[:5])  # valid in a folder below it
+    ok = _write(tmp_path / "ok", GOOD, GUT)
+    (tmp_path / "link").symlink_to(data)
+    cases = [
+        (data, p, ["--train", str(p)]),
+        (data, v, ["--train", str(ok), "--valid", str(v)]),
+        (data / "corpus", v, ["--train", str(ok), "--valid", str(v)]),
+        (tmp_path / "link", p, ["--train", str(p)]),  # the same folder through a symlink
+    ]
+    for out, prefix, args in cases:
+        msg = f"--force would delete {out}, which holds the input {prefix}.en; choose another --out"
+        _fails(tmp_path, out, msg, *args, "--force")
+    for prefix, n in ((p, 40), (v, 5)):  # the corpus survives
+        assert Path(f"{prefix}.en").read_text().splitlines() == GOOD[:n]
+        assert Path(f"{prefix}.de").read_text().splitlines() == GUT[:n]
+    r = _run("--train", str(ok), "-o", str(data / "new"), "--force")  # a sibling is fine
+    assert r.exit_code == 0, r.output
+
+
 def test_bad_options(tmp_path):
     p = _write(tmp_path / "c", GOOD, GUT)
     out = tmp_path / "out"

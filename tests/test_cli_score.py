@@ -337,6 +337,20 @@ def test_evaluate_translates_writes_and_scores(files, tmp_path, fake_translator)
     assert fake_translator["translate"] == {"greedy": False}
 
 
+def test_evaluate_writes_one_line_per_input_like_translate(tmp_path, fake_translator):
+    """An empty line and line breaks inside a translation (here U+2028) never shift -o."""
+    model = tmp_path / "model"
+    model.mkdir()
+    lines = ["a man .", "", "two\u2028dogs\x85play .", "the end ."]
+    src = tmp_path / "src.txt"
+    src.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    out = tmp_path / "hyp.txt"
+    res = nmt("evaluate", "-m", model, "--src", src, "-r", src, "-o", out, "-q")
+    assert res.exit_code == 0, res.output
+    written = out.read_text(encoding="utf-8").splitlines()
+    assert written == ["a man .", "", "two dogs play .", "the end ."]
+
+
 @pytest.mark.parametrize(
     "args,message",
     [

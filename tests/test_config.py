@@ -21,6 +21,7 @@ from nmt.config import (
     TransformerConfig,
     config_from_dict,
     load_config,
+    load_preset,
     parse_duration,
     parse_override,
     preset_names,
@@ -292,6 +293,19 @@ def test_old_flat_saved_config_loads(arch, tmp_path):
         ("training.valid_max_sentences=-1", "training.valid_max_sentences: must be >= 0, got -1"),
         ("training.max_steps=-5", "training.max_steps: must be >= 0, got -5"),
         ("training.max_epochs=-1", "training.max_epochs: must be >= 0, got -1"),
+        ("training.save_every=-1", "training.save_every: must be >= 0, got -1"),
+        (
+            "training.save_every_time=5 minutes",
+            "training.save_every_time: bad duration '5 minutes': expected e.g. 90s, 25m, 1h30m",
+        ),
+        (
+            "training.max_time=1x",
+            "training.max_time: bad duration '1x': expected e.g. 90s, 25m, 1h30m",
+        ),
+        (
+            "training.reset_data_position=1",
+            "training.reset_data_position: expected true or false, got 1",
+        ),
         ("decoding.beam_size=0", "decoding.beam_size: must be in [1, 200], got 0"),
         ("decoding.beam_size=201", "decoding.beam_size: must be in [1, 200], got 201"),
         ("decoding.length_penalty=-0.5", "decoding.length_penalty: must be >= 0, got -0.5"),
@@ -347,3 +361,13 @@ def test_resolve_train_config_fresh_and_resume(tmp_path):
         resolve_train_config(None, None, [], tmp_path, True, {**none, "max_steps": -5})
     with pytest.raises(NmtError, match="training.max_time: bad duration '25 minutes'"):
         resolve_train_config(None, None, [], tmp_path, True, {**none, "max_time": "25 minutes"})
+
+
+def test_save_every_defaults_and_off_values():
+    tc = load_config().training
+    assert (tc.save_every, tc.save_every_time, tc.reset_data_position) == (0, "10m", False)
+    for off in ("0", '""'):
+        cfg = load_config(overrides=[f"training.save_every_time={off}", "training.save_every=50"])
+        assert not parse_duration(cfg.training.save_every_time) and cfg.training.save_every == 50
+    for name in preset_names():
+        assert "save_every_time" in load_preset(name)["training"], name

@@ -3,6 +3,7 @@ config/vocab/weights round trip, and checkpoint averaging (`nmt average`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -54,19 +55,47 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     assert not (tmp_path / ".lock").exists()
 
 
-def test_lock_of_another_host_counts_as_live(tmp_path):
-    (tmp_path / ".lock").write_text("some-other-host 1\n")
-    with pytest.raises(NmtError, match="held by some-other-host 1"):
-        with model_dir_lock(tmp_path):
-            pass
+@pytest.mark.parametrize("owner", ["some-other-host 1", "OWN_PID"])
+def test_lock_file_without_a_live_flock_does_not_block(tmp_path, owner):
+    # An OOM kill in a container leaves a lock naming another hostname, or PID 1 again (ours).
+    owner = f"{socket.gethostname()} {os.getpid()}" if owner == "OWN_PID" else owner
+    (tmp_path / ".lock").write_text(owner + "\n")
+    with model_dir_lock(tmp_path):
+        assert (tmp_path / ".lock").read_text().split() == [socket.gethostname(), str(os.getpid())]
+
+
+def test_lock_held_by_a_live_process_blocks(tmp_path):
+    code = (
+        "import sys; from pathlib import Path; from nmt.modeldir import model_dir_lock\n"
+        "with model_dir_lock(Path(sys.argv[1])):\n"
+        "    print('held', flush=True); sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        msg = (
+            f"{tmp_path}: another process is training into this directory "
+            f"(lock {tmp_path / '.lock'} held by {socket.gethostname()} {holder.pid})"
+        )
+        with pytest.raises(NmtError, match=f"^{re.escape(msg)}$"):
+            with model_dir_lock(tmp_path):
+                pass
+    finally:
+        holder.communicate("", timeout=30)
+    with model_dir_lock(tmp_path):  # released when the holder exits
+        pass
 
 
 def test_check_model_dir_refusals(tmp_path):
     with pytest.raises(NmtError, match=r"^--resume and --force exclude each other$"):
         check_model_dir(tmp_path, resume=True, force=True)
     state = tmp_path / "checkpoints" / "last.state.pt"
-    with pytest.raises(NmtError, match=f"^{re.escape(str(state))}: nothing to resume"):
-        check_model_dir(tmp_path, resume=True, force=False)
+    assert check_model_dir(tmp_path, resume=True, force=False) is False  # nothing saved yet
     check_model_dir(tmp_path, resume=False, force=False)  # a fresh directory is fine
     (tmp_path / "checkpoints").mkdir()
     check_model_dir(tmp_path, resume=False, force=False)  # an empty checkpoints folder too
@@ -76,7 +105,19 @@ def test_check_model_dir_refusals(tmp_path):
         check_model_dir(tmp_path, resume=False, force=False)
     check_model_dir(tmp_path, resume=False, force=True)
     state.write_bytes(b"")
-    check_model_dir(tmp_path, resume=True, force=False)
+    assert check_model_dir(tmp_path, resume=True, force=False) is True
+
+
+def test_resume_before_the_first_save_starts_from_scratch_unless_the_model_differs(tmp_path):
+    cfg = load_config(preset="transformer-tiny")
+    cfg.save(tmp_path / "config.yaml")  # a first run that died before its first save
+    warnings: list[str] = []
+    assert not check_model_dir(tmp_path, True, False, cfg.model, warnings.append)
+    assert warnings == [f"{tmp_path}: no trainer state to resume; starting from scratch"]
+    other = load_config(preset="transformer-tiny", overrides=["model.d_model=32"])
+    msg = f"{tmp_path / 'config.yaml'}: the saved model does not match this config's model section"
+    with pytest.raises(NmtError, match=f"^{re.escape(msg)}"):
+        check_model_dir(tmp_path, True, False, other.model, warnings.append)
 
 
 def test_reset_model_dir_keeps_unrelated_files(tmp_path):
@@ -147,3 +188,40 @@ def test_average_is_the_element_wise_mean_of_the_newest(tmp_path):
     for k, v in avg.items():
         mean = (saved[10][k].double() + saved[20][k].double() + saved[30][k].double()) / 3
         assert torch.allclose(v, mean.float(), atol=1e-7), k
+
+
+def test_resume_drops_a_torn_metrics_line(tmp_path):
+    from nmt.reporting import Metrics
+
+    rows = [json.dumps({"event": "train", "step": s}) for s in (5, 10, 15)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + '\n{"event": "train", "st')
+    metrics = Metrics(tmp_path, enabled=True)
+    metrics.open(resume_step=10)
+    metrics.close()
+    assert (tmp_path / "metrics.jsonl").read_text() == rows[0] + "\n" + rows[1] + "\n"
+
+
+def test_broken_config_or_vocab_is_a_one_line_error(tmp_path):
+    from nmt.modeldir import read_meta
+
+    cfg = load_config(preset="transformer-tiny")
+    cfg.save(tmp_path / "config.yaml")
+    (tmp_path / "vocab.json").write_text('{"src_size": 40,')
+    with pytest.raises(NmtError, match=f"^{re.escape(str(tmp_path / 'vocab.json'))}: invalid JSON"):
+        read_meta(tmp_path)
+    (tmp_path / "config.yaml").write_text("model: [unclosed\n")
+    with pytest.raises(NmtError, match=f"^{re.escape(str(tmp_path))}/config.yaml: invalid YAML"):
+        read_meta(tmp_path)
+
+
+def test_taking_the_lock_removes_temporaries_of_a_killed_run(tmp_path):
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    stale = [ckpts / ".last.state.pt.a1b_2c.tmp", ckpts / ".step-40.safetensors.x9.tmp"]
+    stale.append(tmp_path / ".metrics.jsonl.q7.tmp")
+    kept = [ckpts / ".averaged.safetensors.k3.tmp", tmp_path / "notes.tmp", ckpts / "last.pt"]
+    for path in stale + kept:
+        path.write_bytes(b"x" * 10)
+    with model_dir_lock(tmp_path):
+        assert [p.exists() for p in stale] == [False] * 3
+        assert [p.exists() for p in kept] == [True] * 3

@@ -13,6 +13,7 @@ from nmt import dataset
 from nmt import preprocess as pp
 from nmt.errors import NmtError
 from nmt.preprocess import PreprocessConfig
+from nmt.preprocess_report import summary_notes
 
 WORDS = "dog cat man woman child ball park street water red blue big small runs jumps sits".split()
 
@@ -95,6 +96,27 @@ def test_valid_keeps_every_line_and_raw_text(tmp_path):
     assert (tmp_path / "d/valid.de.txt").read_text() == "god\n  \ntac\t\n"
     src_tok, _ = dataset.tokenizers(tmp_path / "d")
     assert src_tok.decode(v.src[0]) == "dog runs"
+
+
+def test_long_eval_lines_are_counted_and_the_result_is_fsynced(tmp_path, monkeypatch):
+    synced: list[str] = []
+    monkeypatch.setattr(pp, "fsync_tree", lambda p: synced.append(Path(p).name[:3]))
+    monkeypatch.setattr(pp, "fsync_dir", lambda p: synced.append(Path(p).name))
+    train = _synthetic(tmp_path)
+    sizes = (3, 200, 300, 600)  # words of one subword each: under, under, over 256, over both
+    valid = _write(tmp_path / "v", [" ".join(["dog"] * n) for n in sizes], ["god"] * 4)
+    m = _preprocess(train, tmp_path / "d", valid=valid, tests=[valid], vocab_size=100)
+    lengths = dataset.load(tmp_path / "d", "valid").src.lengths
+    assert list(lengths) == list(sizes)
+    for split in ("valid", "v"):
+        assert m["splits"][split]["over_limits"] == {"256": 2, "512": 1}
+    assert "over_limits" not in m["splits"]["train"]
+    assert dataset.read_manifest(tmp_path / "d")["splits"]["valid"]["over_limits"]["512"] == 1
+    assert summary_notes(m)[0] == (
+        "valid: lines longer than a model's max_positions (subwords + eos): 2 over 256, "
+        "1 over 512; validation cuts them to the model's limit"
+    )
+    assert synced == [".d.", tmp_path.name]  # every file, then the renamed folder's parent
 
 
 def test_separate_vocabularies(tmp_path):

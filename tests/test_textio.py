@@ -5,9 +5,12 @@ from __future__ import annotations
 import gzip
 import os
 import stat
+import threading
+from pathlib import Path
 
 import pytest
 
+from nmt import textio
 from nmt.errors import NmtError
 from nmt.textio import atomic_write, decode_line, open_binary, read_lines
 
@@ -77,3 +80,78 @@ def test_atomic_write_leaves_nothing_on_exception(tmp_path):
         raise KeyboardInterrupt
     assert old.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["old.txt"]
+
+
+def _null_device(tmp_path):
+    """A private character device like /dev/null (mknod needs root), else skip."""
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except (PermissionError, AttributeError):
+        pytest.skip("cannot create a device node here")
+    return node
+
+
+def test_atomic_write_writes_devices_directly(tmp_path):
+    node = _null_device(tmp_path)
+    with atomic_write(node) as f:
+        f.write("gone\n")
+    assert stat.S_ISCHR(node.lstat().st_mode)  # as root a rename would turn it into a file
+    link = tmp_path / "to-null"
+    link.symlink_to("/dev/null")
+    with atomic_write(link, "wb") as f:
+        f.write(b"gone\n")
+    assert link.is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null", "to-null"]
+
+
+def test_atomic_write_writes_through_symlinks_keeping_mode(tmp_path):
+    real = tmp_path / "real.txt"
+    real.write_text("old")
+    real.chmod(0o600)
+    link = tmp_path / "link.txt"
+    link.symlink_to(real.name)
+    with atomic_write(link) as f:
+        f.write("new")
+    assert link.is_symlink() and real.read_text() == "new"
+    assert stat.S_IMODE(real.stat().st_mode) == 0o600  # an existing file keeps its mode
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to("sub/made.txt")
+    with atomic_write(dangling) as f:
+        f.write("x")
+    assert dangling.is_symlink() and (tmp_path / "sub" / "made.txt").read_text() == "x"
+    with pytest.raises(NmtError, match=r"sub: is a folder$"):
+        with atomic_write(tmp_path / "sub") as f:
+            f.write("x")
+
+
+def test_atomic_write_writes_fifos_directly(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    with atomic_write(fifo) as f:
+        f.write("through the pipe\n")
+    reader.join(timeout=10)
+    assert got == [b"through the pipe\n"]
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_atomic_write_dash_is_stdout(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("-", "/dev/stdout"):
+        with atomic_write(name) as f:
+            f.write(f"to {name}\n")
+    assert capsys.readouterr().out == "to -\nto /dev/stdout\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_publish_fsyncs_file_and_folder(tmp_path, monkeypatch):
+    synced: list[str] = []
+    monkeypatch.setattr(textio, "fsync_dir", lambda p: synced.append(f"dir {Path(p).name}"))
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append("file") or real_fsync(fd))
+    with atomic_write(tmp_path / "a.txt") as f:
+        f.write("a")
+    assert "file" in synced and synced[-1] == f"dir {tmp_path.name}"

@@ -100,8 +100,11 @@ def test_model_dir_is_self_contained_and_reused_dirs_are_refused(copy_data, tmp_
         assert (out / "checkpoints" / name).exists(), name
     with pytest.raises(NmtError, match="already has checkpoints; use --resume"):
         train(_tiny("training.max_steps=2"), copy_data, out, "cpu", quiet=True, threads=1)
-    with pytest.raises(NmtError, match="nothing to resume"):
-        train(_tiny(), copy_data, tmp_path / "new", "cpu", resume=True, quiet=True, threads=1)
+    # --resume before any save (a preempted first run) starts from scratch.
+    new = train(
+        _tiny("training.max_steps=1"), copy_data, tmp_path / "new", "cpu", resume=True, quiet=True
+    )
+    assert new.steps == 1
     s = train(_tiny("training.max_steps=1"), copy_data, out, "cpu", force=True, quiet=True)
     assert s.steps == 1
     # The translation side can rebuild the model from the directory alone.
@@ -114,15 +117,22 @@ def test_model_dir_is_self_contained_and_reused_dirs_are_refused(copy_data, tmp_
 def test_second_process_is_refused_by_the_lock(copy_data, tmp_path):
     out = tmp_path / "m"
     out.mkdir()
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    code = (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"
+    )
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", code, str(out / ".lock")], stdout=subprocess.PIPE, text=True
+    )
     try:
+        assert sleeper.stdout is not None and sleeper.stdout.readline() == "held\n"
         (out / ".lock").write_text(f"{os.uname().nodename} {sleeper.pid}\n")
         with pytest.raises(NmtError, match="another process is training into this directory"):
             train(_tiny("training.max_steps=1"), copy_data, out, "cpu", quiet=True, threads=1)
     finally:
         sleeper.kill()
         sleeper.wait()
-    # A stale lock (its process is gone) is taken over.
+    # The kernel released the dead holder's lock.
     s = train(_tiny("training.max_steps=1"), copy_data, out, "cpu", quiet=True, threads=1)
     assert s.steps == 1 and not (out / ".lock").exists()
 
@@ -227,3 +237,85 @@ def test_tiny_transformer_learns_to_copy(copy_data, tmp_path):
     )
     s = train(cfg, copy_data, tmp_path / "m", "cpu", quiet=True, threads=1)
     assert s.best_score > 90, s
+
+
+# ---- saves between validations; what --resume must agree on -----------------------------------
+
+
+def _stop_after(monkeypatch, step: int) -> None:
+    """Make the run die right after `step` (as a kill would, nothing saved at the end)."""
+    from nmt.trainer import Trainer
+
+    real = Trainer._after_step
+
+    def after(self) -> None:
+        real(self)
+        if self.state.step == step:
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(Trainer, "_after_step", after)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "saved_step"),
+    [
+        (("training.save_every=5", "training.save_every_time=0"), 5),
+        (("training.save_every=0", "training.save_every_time=0.001s"), 7),
+    ],
+)
+def test_save_every_saves_state_without_validation(
+    copy_data, tmp_path, monkeypatch, overrides, saved_step
+):
+    _stop_after(monkeypatch, 7)
+    out = tmp_path / "m"
+    with pytest.raises(RuntimeError, match="killed"):
+        train(_tiny("training.max_steps=20", *overrides), copy_data, out, "cpu", quiet=True)
+    st = load_state(out / "checkpoints" / "last.state.pt")
+    assert st["train_state"]["step"] == saved_step
+    assert (out / "checkpoints" / "last.safetensors").exists()
+
+
+def test_resume_refuses_other_batching_and_retunes_the_optimizer(copy_data, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "m"
+    train(_tiny("training.max_steps=3"), copy_data, out, "cpu", quiet=True, threads=1)
+    moved = tmp_path / "data2"
+    shutil.copytree(copy_data, moved)
+    changed = _tiny("training.max_steps=5", "training.max_tokens=500", "training.seed=2")
+    with pytest.raises(NmtError) as e:
+        train(changed, moved, out, "cpu", resume=True, quiet=True, threads=1)
+    assert str(e.value) == (
+        "--resume: training.max_tokens changed (600 -> 500), training.seed changed (1 -> 2), "
+        f"data directory changed ({copy_data.resolve()} -> {moved.resolve()}); the saved data "
+        "position would point at different batches "
+        "(set training.reset_data_position=true to start the epoch over)"
+    )
+    assert load_state(out / "checkpoints" / "last.state.pt")["train_state"]["position"] == 3
+    capsys.readouterr()
+    opt_in = _tiny(
+        "training.max_steps=5", "training.max_tokens=500", "training.reset_data_position=true",
+        "training.lr=0.001", "training.betas=[0.8, 0.9]",
+    )  # fmt: skip
+    train(opt_in, copy_data, out, "cpu", resume=True, threads=1)
+    err = capsys.readouterr().err
+    assert "training.max_tokens changed (600 -> 500): epoch 1 starts over" in err
+    assert "optimizer settings changed: training.lr 0.002 -> 0.001, training.betas " in err
+    st = load_state(out / "checkpoints" / "last.state.pt")
+    assert (st["train_state"]["step"], st["train_state"]["position"]) == (5, 2)
+    assert st["settings"]["max_tokens"] == 500
+    assert all(tuple(g["betas"]) == (0.8, 0.9) for g in st["optimizer"]["param_groups"])
+
+
+def test_resume_position_changes_table():
+    from nmt.resume import check_position, position_changes
+
+    now = {"max_tokens": 600, "accumulate": 2, "seed": 1, "data_dir": "/d"}
+    old = {"settings": {**now, "accumulate": 1}, "world_size": 2}
+    changes = position_changes(old, now, 1)
+    assert changes == ["training.accumulate changed (1 -> 2)", "world size changed (2 -> 1)"]
+    assert position_changes({"world_size": 1}, now, 1) == []  # an older state: nothing to compare
+    assert check_position(changes, 0, False) is False  # an epoch boundary means the same batches
+    assert check_position(changes, 4, True) is True
+    with pytest.raises(NmtError, match="world size changed"):
+        check_position(changes, 4, False)

@@ -42,11 +42,15 @@ def synthetic_lines(n: int, seed: int = 0) -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A randomly initialised tiny Transformer model directory, as `nmt train` would write it."""
+    return build_tiny_model_dir(tmp_path_factory.mktemp("tiny"))
+
+
+def build_tiny_model_dir(root: Path) -> Path:
+    """Write ROOT/model: a tiny random Transformer with its SentencePiece model (shared by tests)."""
     from nmt.modeldir import save_weights, write_meta
     from nmt.models import build
     from nmt.vocab import Tokenizer, train_spm
 
-    root = tmp_path_factory.mktemp("tiny")
     spm = train_spm(synthetic_lines(300), root / "spm", vocab_size=200)
     tok = Tokenizer.load(spm)
     vocab = VocabInfo(tok.vocab_size, tok.vocab_size, joint=True)
@@ -239,6 +243,36 @@ def test_cli_jsonl_schema(tiny_model_dir):
     assert len(records[0]["hypotheses"]) == 2
 
 
+def test_cli_jsonl_escapes_unicode_line_breaks(tiny_model_dir):
+    """JSON leaves U+2028, U+2029 and U+0085 raw; readers splitting on them would see more records."""
+    lines = ["a\u2028man\u2029in\x85blue .", "two dogs ."]
+    data = "".join(x + "\n" for x in lines).encode()
+    r = run_cli("translate", "-m", str(tiny_model_dir), "--format", "jsonl", "-q", input=data)
+    assert r.exit_code == 0, r.output
+    records = r.stdout.splitlines()
+    assert len(records) == 2 and [json.loads(x)["source"] for x in records] == lines
+    assert "\\u2028" in records[0] and "\\u2029" in records[0] and "\\u0085" in records[0]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--beam-size", "500"], "--beam-size must be in [1, 200], got 500"),
+        (["--beam-size", "0"], "--beam-size must be in [1, 200], got 0"),
+        (["--length-penalty", "-1"], "--length-penalty must be >= 0, got -1.0"),
+        (["--max-len-a", "-1"], "--max-len-a must be >= 0, got -1.0"),
+        (["--max-len-b", "-2"], "--max-len-b must be >= 0, got -2.0"),
+        (["--min-len", "-1"], "--min-len must be >= 0, got -1"),
+        (["--batch-tokens", "0"], "--batch-tokens must be >= 1, got 0"),
+        (["--stop", "late"], "--stop must be exact or early, got 'late'"),
+        (["--nbest", "0"], "--nbest must be at least 1, got 0"),
+    ],
+)
+def test_cli_out_of_range_decoding_options(tiny_model_dir, args, message):
+    r = run_cli("translate", "-m", str(tiny_model_dir), *args, input=b"a man .\n")
+    assert r.exit_code == 2 and r.output == f"error: {message}\n"
+
+
 def test_cli_invalid_utf8_names_the_line(tiny_model_dir, tmp_path):
     src = tmp_path / "bad.txt"
     src.write_bytes(b"a man .\ntwo dogs .\nbad \xff byte\n")
@@ -264,15 +298,21 @@ def test_cli_bad_options(tiny_model_dir, tmp_path):
         assert r.exit_code == 2 and message in r.output, (args, r.output)
 
 
-def test_cli_streams_stdin_line_by_line(tiny_model_dir):
-    """A subprocess gets each translation back before it sends the next line."""
+def start_translate(*args: str) -> tuple[subprocess.Popen, queue.Queue[bytes]]:
+    """`nmt translate ARGS` in a subprocess fed through a pipe; its output lines in a queue."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nmt", "translate", "-m", str(tiny_model_dir), "--buffer-size", "1"],
+        [sys.executable, "-m", "nmt", "translate", *args],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     lines: queue.Queue[bytes] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+    return proc, lines
+
+
+def test_cli_streams_stdin_line_by_line(tiny_model_dir):
+    """A subprocess gets each translation back before it sends the next line."""
+    proc, lines = start_translate("-m", str(tiny_model_dir), "--buffer-size", "1")
     try:
         for sentence in [b"a man in a blue shirt .\n", b"\n", b"two dogs play .\n"]:
             proc.stdin.write(sentence)

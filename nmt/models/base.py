@@ -59,7 +59,7 @@ class Decoder(Protocol):
     """What search code relies on; both Seq2Seq and Transformer satisfy it."""
 
     vocab: VocabInfo
-    max_positions: int  # longest sequence it takes; search output is capped at this minus one
+    max_positions: int  # longest sequence it takes (0: no limit); search output capped at this - 1
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> Any: ...
 

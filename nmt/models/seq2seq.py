@@ -53,7 +53,8 @@ class Seq2Seq(nn.Module):
 
     def __init__(self, cfg: Seq2SeqConfig, vocab: VocabInfo) -> None:
         super().__init__()
-        self.cfg, self.vocab, self.max_positions = cfg, vocab, cfg.max_positions
+        self.cfg, self.vocab = cfg, vocab
+        self.max_positions = 0  # an RNN has no position limit: no cuts, no drops, no cap
         e, h = cfg.embed_dim, cfg.hidden_size
         self.lstm = cfg.rnn_type == "lstm"
         rnn = nn.LSTM if self.lstm else nn.GRU

@@ -1,0 +1,76 @@
+"""How the command line reports failures: one line on stderr and an exit code, never a traceback
+(unless NMT_DEBUG=1 asks for one)."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import typer
+from typer.exceptions import TyperException
+
+from nmt.errors import NmtError
+
+DEBUG_HINT = "(rerun with NMT_DEBUG=1 for the traceback)"
+# errors a user fixes on their side, shown as `PATH: reason`, exit 2 like NmtError
+OS_REASONS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "read-only file system",
+}
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print a one-line error on stderr and exit, without a traceback."""
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+def debugging() -> bool:
+    """NMT_DEBUG=1 (any value but empty or 0) shows tracebacks instead of one-line errors."""
+    return os.environ.get("NMT_DEBUG", "") not in ("", "0")
+
+
+def os_error_message(e: OSError) -> str | None:
+    """`PATH: reason` for a file-system error the user can act on; None for anything else."""
+    reason = OS_REASONS.get(e.errno) if e.errno is not None else None
+    if reason is None and e.filename is not None and e.strerror:
+        reason = e.strerror[0].lower() + e.strerror[1:]  # e.g. "not a directory"
+    if reason is None:
+        return None
+    return f"{e.filename}: {reason}" if e.filename is not None else reason
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a command: NmtError and file-system errors become one line (exit 2), a broken pipe
+    exits 141, Ctrl-C 130, and anything else one line naming the exception (exit 1)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except NmtError as e:
+            fail(str(e), e.exit_code)
+        except BrokenPipeError:
+            sys.stderr.close()
+            raise SystemExit(141) from None
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except (typer.Exit, typer.Abort, TyperException):
+            raise  # typer reports these itself
+        except Exception as e:
+            if debugging():
+                raise
+            message = os_error_message(e) if isinstance(e, OSError) else None
+            if message is not None:
+                fail(message, 2)
+            fail(f"{type(e).__name__}: {e} {DEBUG_HINT}", 1)
+
+    return wrapper

@@ -1,0 +1,120 @@
+"""What `--resume` carries over and what it must agree on.
+
+The saved data position counts batches of an epoch whose order is a function of the batching
+settings (max_tokens, accumulate, seed, world size, data directory): with any of them changed it
+would point at other batches, so resuming refuses (or, opted in, starts the epoch over). The
+optimizer's settings (lr, betas, weight_decay) may change: they are applied to the loaded state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from nmt.config import TrainingConfig
+from nmt.errors import NmtError
+
+
+@dataclass
+class TrainState:
+    """Counters that a resumed run must continue from exactly."""
+
+    step: int = 0
+    epoch: int = 1
+    position: int = 0  # batches of this epoch already consumed (per rank)
+    elapsed: float = 0.0  # seconds of this run and the runs it resumes
+    best_score: float | None = None
+    best_step: int = 0
+    bad_validations: int = 0
+    last_valid_step: int = 0
+    nonfinite_streak: int = 0
+    tokens: int = 0  # target tokens trained on, all ranks
+
+
+# The batching settings a data position depends on, as saved in the trainer state.
+POSITION_KEYS = ("max_tokens", "accumulate", "seed", "data_dir")
+OPTIMIZER_KEYS = ("lr", "betas", "weight_decay")
+
+
+def make_optimizer(
+    model: nn.Module, tc: TrainingConfig, device: torch.device
+) -> torch.optim.Optimizer:
+    """Adam with decoupled weight decay (identical to Adam when weight_decay is 0)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    kwargs: dict[str, Any] = {}
+    if device.type in ("cuda", "cpu"):
+        kwargs["fused"] = True
+    betas = (tc.betas[0], tc.betas[1])
+    return torch.optim.AdamW(params, lr=tc.lr, betas=betas, weight_decay=tc.weight_decay, **kwargs)
+
+
+def run_settings(tc: TrainingConfig, data_dir: Path) -> dict[str, Any]:
+    """The settings a resumed run is compared against (saved in the trainer state)."""
+    return {
+        "max_tokens": tc.max_tokens,
+        "accumulate": tc.accumulate,
+        "seed": tc.seed,
+        "data_dir": str(Path(data_dir).resolve()),
+        "lr": tc.lr,
+        "betas": list(tc.betas),
+        "weight_decay": tc.weight_decay,
+    }
+
+
+def position_changes(saved: dict[str, Any], now: dict[str, Any], world_size: int) -> list[str]:
+    """'training.KEY changed (old -> new)' for each batching setting that differs.
+
+    `saved` is a loaded trainer state; keys it lacks (older states) are not compared."""
+    old = saved.get("settings") or {}
+    label = {"data_dir": "data directory"}
+    changes = [
+        f"{label.get(k, 'training.' + k)} changed ({old[k]} -> {now[k]})"
+        for k in POSITION_KEYS
+        if k in old and old[k] != now[k]
+    ]
+    old_ws = saved.get("world_size")
+    if old_ws is not None and old_ws != world_size:
+        changes.append(f"world size changed ({old_ws} -> {world_size})")
+    return changes
+
+
+def check_position(changes: list[str], position: int, reset: bool) -> bool:
+    """Whether the epoch must start over; refuses when it would and the user did not opt in."""
+    if not changes or position == 0:
+        return False  # at an epoch boundary the position means the same under any settings
+    if reset:
+        return True
+    raise NmtError(
+        f"--resume: {', '.join(changes)}; the saved data position would point at different "
+        "batches (set training.reset_data_position=true to start the epoch over)"
+    )
+
+
+def retune_optimizer(
+    optimizer: torch.optim.Optimizer, saved: dict[str, Any], tc: TrainingConfig
+) -> list[str]:
+    """Apply betas and weight_decay to the loaded optimizer; return what changed (lr included).
+
+    The schedule sets each step's lr from training.lr, so only the report needs the old one."""
+    groups = optimizer.param_groups
+    betas: tuple[float, float] = groups[0]["betas"]
+    old: dict[str, Any] = {
+        "betas": [float(b) for b in betas],
+        "weight_decay": float(groups[0]["weight_decay"]),
+    }
+    if "lr" in (saved.get("settings") or {}):
+        old["lr"] = saved["settings"]["lr"]
+    new_betas = [float(b) for b in tc.betas]
+    new: dict[str, Any] = {"lr": tc.lr, "betas": new_betas, "weight_decay": tc.weight_decay}
+    for g in groups:
+        g["betas"] = (new_betas[0], new_betas[1])
+        g["weight_decay"] = tc.weight_decay
+    return [
+        f"training.{k} {old[k]} -> {new[k]}"
+        for k in OPTIMIZER_KEYS
+        if k in old and old[k] != new[k]
+    ]
