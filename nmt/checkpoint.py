@@ -30,11 +30,10 @@ from nmt.modeldir import (
     CHECKPOINTS,
     STATE,
     has_checkpoints,
-    publishing,
     save_weights,
     weights_step,
 )
-from nmt.textio import atomic_write
+from nmt.textio import atomic_write, publishing
 
 INDEX = "index.json"
 _STEP = re.compile(r"^step-(\d+)\.safetensors$")

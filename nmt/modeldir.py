@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import socket
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ import yaml
 from nmt.config import Config, ModelConfig, config_from_dict
 from nmt.errors import NmtError
 from nmt.models.base import VocabInfo
-from nmt.textio import atomic_write, publish
+from nmt.textio import atomic_write, publishing
 
 CHECKPOINTS = "checkpoints"
 NAMED = ("best", "last", "averaged")
@@ -115,22 +114,6 @@ def checkpoint_path(model_dir: str | Path, which: str = "best") -> Path:
     if not path.exists():
         raise NmtError(f"{path}: checkpoint not found")
     return path
-
-
-@contextlib.contextmanager
-def publishing(path: str | Path) -> Iterator[str]:
-    """A temporary name beside `path`; on success it gets normal permissions, is fsynced and
-    renamed over `path` (folder fsynced too), on failure removed: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield tmp
-        publish(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_weights(model: Any, path: str | Path, step: int | None = None) -> None:

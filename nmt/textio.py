@@ -103,13 +103,36 @@ def fsync_tree(root: str | Path) -> None:
         fsync_dir(folder)
 
 
-def publish(tmp: str | Path, path: str | Path, mode: int | None = None) -> None:
-    """Give a finished temporary file its permissions (default: normal ones), make it durable and
-    rename it over `path` atomically."""
+def publish(
+    tmp: str | Path, path: str | Path, mode: int | None = None, owner: tuple[int, int] | None = None
+) -> None:
+    """Give a finished temporary file its permissions (default: normal ones) and owner, make it
+    durable and rename it over `path` atomically."""
     os.chmod(tmp, _file_mode() if mode is None else mode)
+    if owner is not None and owner != (os.geteuid(), os.getegid()):
+        with contextlib.suppress(OSError):  # root writing a user's file keeps it theirs
+            os.chown(tmp, *owner)
     fsync_file(tmp)
     os.replace(tmp, path)
     fsync_dir(Path(path).parent)
+
+
+@contextlib.contextmanager
+def publishing(
+    path: str | Path, mode: int | None = None, owner: tuple[int, int] | None = None
+) -> Iterator[str]:
+    """A temporary name beside `path`, published over it on success (see `publish`) and removed
+    on failure: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        publish(tmp, path, mode, owner)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _writes_directly(path: str | Path) -> bool:
@@ -175,21 +198,12 @@ def _replace_file(target: Path, name: str | Path, mode: str, encoding: str | Non
     if target.is_dir():
         raise NmtError(f"{name}: is a folder")
     old = target.stat() if target.exists() else None
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except (FileExistsError, NotADirectoryError):
-        raise NmtError(f"{name}: a parent is not a folder") from None
-    try:
-        with open(fd, mode, encoding=encoding) as f:
+    keep_mode = None if old is None else stat.S_IMODE(old.st_mode)
+    owner = None if old is None else (old.st_uid, old.st_gid)
+    with contextlib.ExitStack() as stack:
+        try:
+            tmp = stack.enter_context(publishing(target, keep_mode, owner))
+        except (FileExistsError, NotADirectoryError):
+            raise NmtError(f"{name}: a parent is not a folder") from None
+        with open(tmp, mode, encoding=encoding) as f:
             yield f
-            f.flush()
-            os.fsync(f.fileno())
-        if old is not None and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
-            with contextlib.suppress(OSError):  # root writing a user's file keeps it theirs
-                os.chown(tmp, old.st_uid, old.st_gid)
-        publish(tmp, target, None if old is None else stat.S_IMODE(old.st_mode))
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
