@@ -131,7 +131,7 @@ class TrainingConfig:
     min_lr: float = num(0.0, 0)
     label_smoothing: float = prob(0.1)
     clip_norm: float = num(1.0, 0)
-    precision: str = choice("fp32", "bf16", "fp16")
+    precision: str = choice("auto", "fp32", "bf16", "fp16")
     compile: bool = False
     valid_every: int = num(1000, 0)
     log_every: int = num(100, 1)

@@ -317,6 +317,13 @@ class Reporter:
         )
         self.bar.update(text, budget.fraction(st.step, st.epoch, st.position) * 1000)
 
+    def start_event(self, st: TrainState, device: str, precision: str, configured: str) -> None:
+        """The run's start in metrics.jsonl: where it runs and the precision `auto` chose."""
+        self.metrics.write(
+            {"event": "start", "step": st.step, "device": device,
+             "precision": precision, "precision_config": configured}
+        )  # fmt: skip
+
     def train_event(self, st: TrainState, budget: Budget) -> None:
         """One log line and one metrics event for the last interval, then a new interval."""
         w = self.window

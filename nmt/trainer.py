@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 from nmt import batching, checkpoint, distributed, modeldir
 from nmt.checkpoint import Checkpoints, set_rng_state
 from nmt.config import Config, parse_duration
-from nmt.device import autocast_for, emulated_bf16_warning, resolve_device
+from nmt.device import autocast_for, emulated_bf16_warning, resolve_device, resolve_precision
 from nmt.errors import NmtError
 from nmt.loss import label_smoothed_nll
 from nmt.reporting import Log, Metrics, Reporter, TrainSummary, summarize
@@ -68,7 +68,8 @@ class Trainer:
         self.data_dir, self.model_dir, self.device, self.dist = data_dir, model_dir, device, dist
         self.resume = resume
         self.log = Log(quiet or not dist.is_main)
-        self.autocast = autocast_for(tc.precision, device)
+        self.precision = resolve_precision(tc.precision, device)  # auto -> fp32/bf16/fp16
+        self.autocast = autocast_for(self.precision, device)
         self.budget = Budget(
             tc.max_steps, tc.max_epochs, parse_duration(tc.max_time), tc.accumulate
         )
@@ -77,7 +78,7 @@ class Trainer:
         self.model = build(cfg.model, self.data.vocab).to(device)  # unwrapped: validation, ckpts
         self.n_params = count_parameters(self.model)
         self.optimizer = make_optimizer(self.model, tc, device)
-        self.scaler = torch.amp.GradScaler("cuda") if tc.precision == "fp16" else None
+        self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
         self.src_len = np.asarray(self.data.train.src.lengths)
         self.tgt_len = np.asarray(self.data.train.tgt.lengths)
         self.keep = self._keep_mask()
@@ -115,7 +116,7 @@ class Trainer:
                 f"valid: {over} sentences over model.max_positions {max_pos} "
                 "truncated for validation"
             )
-        bf16_warning = emulated_bf16_warning(tc.precision, self.device)
+        bf16_warning = emulated_bf16_warning(self.precision, self.device)
         if bf16_warning:
             self.log.warn(bf16_warning)
         if keep.sum() == 0:
@@ -189,6 +190,7 @@ class Trainer:
                 self.model_dir, self.cfg, d.src_lang, d.tgt_lang, d.src_spm, d.tgt_spm, d.vocab
             )
         self._announce()
+        self.report.start_event(st, str(self.device), self.precision, tc.precision)
         if self.saved_rng is not None:
             set_rng_state(self.saved_rng)
             if dist.rank > 0:
@@ -379,9 +381,10 @@ class Trainer:
         limits = [
             f"{k} {v}" for k, v in (("max_steps", tc.max_steps), ("max_epochs", tc.max_epochs)) if v
         ] + ([f"max_time {tc.max_time}"] if self.budget.max_time else [])
+        precision = self.precision + (" (auto)" if tc.precision == "auto" else "")
         self.log.info(
             f"{what} {self.cfg.model.type} ({self.n_params:,} parameters) on {self.device}"
-            f" x{self.dist.world_size}, {tc.precision}, {int(self.keep.sum()):,} training pairs"
+            f" x{self.dist.world_size}, {precision}, {int(self.keep.sum()):,} training pairs"
             + (f", {', '.join(limits)}" if limits else "")
             + f" -> {self.model_dir}"
         )
@@ -425,7 +428,7 @@ def train(
         raise NmtError(f"{data_dir}: data directory not found (run nmt preprocess first)")
     dist = distributed.from_env()
     dev = resolve_device(device, dist.local_rank)
-    autocast_for(cfg.training.precision, dev)  # fail early on fp16 + cpu
+    autocast_for(resolve_precision(cfg.training.precision, dev), dev)  # fail early: fp16 on cpu
     old_threads = torch.get_num_threads()
     if dev.type == "cpu":
         n = threads or max(1, (os.cpu_count() or 1) // dist.local_world_size)

@@ -10,6 +10,9 @@ import torch
 # Two xdist workers share two cores: one thread each keeps them from fighting.
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# precision `auto` means fp32 in the suite on every CPU, so bitwise tests hold on bf16 machines
+# too; bf16 paths have their own explicit tests. NMT_CPU_BF16=1 make test runs auto as bf16.
+os.environ.setdefault("NMT_CPU_BF16", "0")
 
 
 @pytest.fixture(scope="session")

@@ -95,7 +95,7 @@ def test_layering_defaults_preset_file_overrides(tmp_path):
         ("model.tie_embeddings=maybe", "model.tie_embeddings: expected true or false"),
         (
             "training.precision=fp8",
-            "training.precision: expected one of fp32, bf16, fp16, got 'fp8'",
+            "training.precision: expected one of auto, fp32, bf16, fp16, got 'fp8'",
         ),
         ("training.betas=0.9", "training.betas: expected a list of float"),
         ("nonsense", "expected section.key=value"),
