@@ -12,16 +12,24 @@ SRC ?= en
 TGT ?= de
 export NMT_CORPUS_MIRROR ?= $(abspath $(MIRROR))
 
-.PHONY: venv test demo lint bench fetch clean
+.PHONY: venv test demo lint bench fetch clean browser
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,ct2,serve]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-test: $(STAMP)
+# The page test drives a real headless Chromium; install Debian's when missing and we can (root + apt).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver) \
+	      >/dev/null 2>&1 && echo "installed chromium and chromium-driver"; } || \
+	  echo "note: chromium/chromedriver not installed: the browser test will be skipped"
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
