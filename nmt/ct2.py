@@ -1,0 +1,294 @@
+"""`CT2Translator`: translate with an `nmt export` directory through `ctranslate2.Translator`,
+with the results and options of `nmt.translate.Translator`, so `nmt translate -m EXPORT_DIR`
+keeps the same command line.
+
+How the options map (CTranslate2 has no per-sentence maximum and its own length penalty):
+- max_len_a / max_len_b: exact. Beam search: sentences are grouped by their own maximum
+  floor(a*|src| + b) (capped so the eos position fits max_positions), one
+  `max_decoding_length` per group; greedy: one call, each result cut to its own maximum. At that
+  length our search forces eos and counts its log-prob; CTranslate2 stops without it, so we add
+  that term with `score_batch` (scores exact; inside CTranslate2's beam such a hypothesis still
+  competed without it).
+- min_len: exact tokens (eos forbidden before `min_len` tokens), but CTranslate2 masks eos before
+  its softmax, so log-probs of those first steps are renormalized (ours are not).
+- pad and bos are not banned as our search bans them: CTranslate2 would renormalize every step's
+  scores, and a trained model never predicts them.
+- length_penalty: our GNMT penalty ((5 + L) / 6) ** alpha. Greedy: exact (the score only).
+  Beam: CTranslate2 searches with its own L ** alpha normalization and returns its `beam_size`
+  finished hypotheses; we rescore those with the GNMT penalty and keep the best `nbest`.
+- stop: CTranslate2 has one stopping rule (a sentence ends once `beam_size` hypotheses are
+  finished); `--stop` is checked and otherwise ignored.
+- with_attention: the last layer's attention averaged over heads (what the JSONL shows);
+  `TextHypothesis.attention` is (T + 1, 1, 1, S), not every layer and head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nmt.config import DecodingConfig
+from nmt.errors import NmtError
+from nmt.export import PAD_PIECE, is_export, read_export_manifest, require_ctranslate2
+from nmt.vocab import Tokenizer
+
+EOS_PIECE = "</s>"
+FORCED_FLOOR = -1000.0  # as nmt.search: floor of a forced eos the model calls impossible
+_DECODING = {f.name: f.metadata for f in dataclasses.fields(DecodingConfig)}
+
+
+def open_translator(
+    model_dir: str | Path, device: str = "auto", checkpoint: str = "default"
+) -> Any:
+    """A Translator for a model directory, a CT2Translator for an `nmt export` directory; both
+    offer `translate`, `translate_stream` and `options`."""
+    if is_export(model_dir):
+        if checkpoint not in ("default", "best"):
+            raise NmtError(
+                f"--checkpoint does not apply to {model_dir}: an export holds one checkpoint"
+            )
+        return CT2Translator.from_dir(model_dir, device=device)
+    from nmt.translate import Translator
+
+    return Translator.from_dir(model_dir, device=device, checkpoint=checkpoint)
+
+
+def gnmt(length: int, alpha: float) -> float:
+    """GNMT length penalty ((5 + L) / 6) ** alpha, as nmt.search."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _check_option(key: str, value: Any) -> None:
+    """A search option against the range / choices of its `decoding` config key."""
+    meta, flag = _DECODING[key], "--" + key.replace("_", "-")
+    bounds, choices = meta.get("range"), meta.get("choices")
+    if bounds is not None and value not in bounds:
+        raise NmtError(f"{flag} must be {bounds}, got {value}")
+    if choices is not None and value not in choices:
+        raise NmtError(f"{flag} must be {' or '.join(choices)}, got {value!r}")
+
+
+def _ct2_device(device: str, ct2: Any) -> str:
+    """CTranslate2 runs on cpu or cuda (index dropped: it takes device_index separately)."""
+    if device == "auto":
+        return "cuda" if ct2.get_cuda_device_count() > 0 else "cpu"
+    if device == "cpu" or device.startswith("cuda"):
+        return device.split(":")[0]
+    raise NmtError(f"--device {device}: a CTranslate2 export runs on cpu or cuda")
+
+
+class CT2Translator:
+    """A CTranslate2 export with its tokenizers and the decoding defaults of its model."""
+
+    def __init__(
+        self, translator: Any, manifest: dict, src_tok: Tokenizer, tgt_tok: Tokenizer
+    ) -> None:
+        self.ct2, self.manifest, self.src_tok, self.tgt_tok = translator, manifest, src_tok, tgt_tok
+        known = {k: v for k, v in manifest.get("decoding", {}).items() if k in _DECODING}
+        self.decoding = DecodingConfig(**known)
+        self.max_positions = int(manifest["max_positions"])
+        self.max_source = self.max_positions - 1  # eos included
+        self.src_pieces = [src_tok.id_to_piece(i) for i in range(src_tok.vocab_size)]
+        self.src_pieces[0] = PAD_PIECE
+        tgt_pieces = [tgt_tok.id_to_piece(i) for i in range(tgt_tok.vocab_size)]
+        tgt_pieces[0] = PAD_PIECE
+        self.tgt_ids = {p: i for i, p in enumerate(tgt_pieces)}
+
+    @classmethod
+    def from_dir(
+        cls, export_dir: str | Path, device: str = "auto", threads: int = 0
+    ) -> CT2Translator:
+        """Load EXPORT_DIR (CTranslate2 model, SentencePiece, manifest)."""
+        ct2 = require_ctranslate2()
+        export_dir = Path(export_dir)
+        manifest = read_export_manifest(export_dir)
+        src_tok = Tokenizer.load(export_dir / manifest["src_spm"])
+        tgt_tok = src_tok
+        if manifest["tgt_spm"] != manifest["src_spm"]:
+            tgt_tok = Tokenizer.load(export_dir / manifest["tgt_spm"])
+        try:
+            translator = ct2.Translator(
+                str(export_dir), device=_ct2_device(device, ct2), intra_threads=threads
+            )
+        except (RuntimeError, ValueError) as e:
+            raise NmtError(f"{export_dir}: cannot load the CTranslate2 model ({e})") from None
+        return cls(translator, manifest, src_tok, tgt_tok)
+
+    def options(self, **given: Any) -> dict[str, Any]:
+        """Search options: the given ones, else the exported model's decoding defaults; each
+        checked against its config key's range (other keys are ignored)."""
+        d = self.decoding
+        out = {k: given[k] if given.get(k) is not None else getattr(d, k) for k in _DECODING}
+        for key, value in out.items():
+            _check_option(key, value)
+        return out
+
+    def translate(
+        self,
+        lines: Iterable[str],
+        beam_size: int | None = None,
+        greedy: bool = False,
+        length_penalty: float | None = None,
+        nbest: int = 1,
+        max_len_a: float | None = None,
+        max_len_b: float | None = None,
+        min_len: int | None = None,
+        batch_tokens: int | None = None,
+        with_attention: bool = False,
+        stop: str | None = None,
+        first_line: int = 1,
+        on_warning: Callable[[str], None] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Any]:
+        """Translate raw lines; one Translation per line, in input order (as Translator)."""
+        from nmt.translate import TextHypothesis, Translation
+
+        opts = self.options(
+            beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
+            max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, stop=stop,
+        )  # fmt: skip
+        k = 1 if greedy else opts["beam_size"]
+        if not 1 <= nbest <= k:
+            raise NmtError(f"--nbest must be between 1 and the beam size ({k}), got {nbest}")
+        lines = list(lines)
+        encoded = self._encode(lines, first_line, on_warning or _warn)
+        results: list[Any] = [None] * len(lines)
+        groups: dict[int, list[int]] = {}
+        for i, ids in enumerate(encoded):
+            if ids:
+                groups.setdefault(self._max_len(len(ids), opts), []).append(i)
+            else:
+                results[i] = Translation(lines[i], [TextHypothesis("", [], 0.0, 0.0)], [EOS_PIECE])
+        if progress and len(lines) > sum(map(len, groups.values())):
+            progress(len(lines) - sum(map(len, groups.values())))
+        if k == 1 and groups and opts["min_len"] <= min(groups):
+            # greedy choices do not depend on the limit: one call, each result cut to its own
+            groups = {max(groups): [i for todo in groups.values() for i in todo]}
+        for max_len, todo in sorted(groups.items()):
+            batch = [encoded[i] for i in todo]
+            outs = self._search(batch, k, max_len, opts, with_attention)
+            own = [self._max_len(len(ids), opts) for ids in batch]
+            forced = self._forced_eos(batch, outs, own)
+            for j, (i, out) in enumerate(zip(todo, outs, strict=True)):
+                hyps = self._hypotheses(out, forced[j], k, nbest, opts["length_penalty"])
+                source_tokens = [self.src_pieces[t] for t in encoded[i]] + [EOS_PIECE]
+                results[i] = Translation(
+                    lines[i], [TextHypothesis(*h) for h in hyps], source_tokens
+                )
+            if progress:
+                progress(len(todo))
+        return results
+
+    def translate_stream(
+        self, lines: Iterable[str], buffer_size: int = 1000, first_line: int = 1, **kwargs: Any
+    ) -> Iterator[Any]:
+        """Translate an iterable chunk by chunk (`buffer_size` lines), yielding in input order."""
+        if buffer_size < 1:
+            raise NmtError(f"--buffer-size must be at least 1, got {buffer_size}")
+        chunk: list[str] = []
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) >= buffer_size:
+                yield from self.translate(chunk, first_line=first_line, **kwargs)
+                first_line += len(chunk)
+                chunk = []
+        if chunk:
+            yield from self.translate(chunk, first_line=first_line, **kwargs)
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _encode(
+        self, lines: list[str], first_line: int, warn: Callable[[str], None]
+    ) -> list[list[int]]:
+        """Subword ids per line (no eos); empty for blank lines; too long ones truncated."""
+        texts = [line if line.strip() else "" for line in lines]
+        encoded = self.src_tok.encode_batch(texts, threads=1) if texts else []
+        for i, ids in enumerate(encoded):
+            if len(ids) > self.max_source:
+                warn(
+                    f"line {first_line + i}: source has {len(ids)} subword tokens, truncated "
+                    f"to {self.max_source} (the model's max_positions is {self.max_positions})"
+                )
+                encoded[i] = ids[: self.max_source]
+        return encoded
+
+    def _max_len(self, n: int, opts: dict) -> int:
+        """Most output tokens for a source of n subwords, as nmt.search.max_lengths."""
+        m = max(1, math.floor(opts["max_len_a"] * n + opts["max_len_b"]))
+        return min(m, self.max_positions - 1)
+
+    def _search(
+        self, batch: list[list[int]], k: int, max_len: int, opts: dict, with_attention: bool
+    ) -> list[Any]:
+        """One translate_batch call over sentences that share a maximum length."""
+        return self.ct2.translate_batch(
+            [[self.src_pieces[t] for t in ids] + [EOS_PIECE] for ids in batch],
+            beam_size=k,
+            num_hypotheses=k,
+            length_penalty=0.0 if k == 1 else opts["length_penalty"],
+            max_decoding_length=max_len,
+            min_decoding_length=min(opts["min_len"], max_len),
+            max_input_length=0,
+            max_batch_size=opts["batch_tokens"],
+            batch_type="tokens",
+            return_scores=True,
+            return_end_token=True,
+            return_attention=with_attention,
+        )
+
+    def _forced_eos(
+        self, batch: list[list[int]], outs: list[Any], own: list[int]
+    ) -> list[dict[int, tuple[list[str], float]]]:
+        """Per sentence, {hypothesis: (tokens, log-prob)} for hypotheses that reach their own
+        maximum length `own`: cut there, with eos forced and counted as our search does
+        (CTranslate2 stops without it), scored by CTranslate2's `score_batch`."""
+        wanted = []
+        for j, out in enumerate(outs):
+            for r, pieces in enumerate(out.hypotheses):
+                ended = bool(pieces) and pieces[-1] == EOS_PIECE
+                body = list(pieces[:-1] if ended else pieces)
+                if len(body) > own[j] or not ended:
+                    wanted.append((j, r, body[: own[j]]))
+        found: list[dict[int, tuple[list[str], float]]] = [{} for _ in outs]
+        if not wanted:
+            return found
+        scored = self.ct2.score_batch(
+            [[self.src_pieces[t] for t in batch[j]] + [EOS_PIECE] for j, _, _ in wanted],
+            [body for _, _, body in wanted],
+            max_input_length=0,
+        )
+        for (j, r, body), res in zip(wanted, scored, strict=True):
+            lps = [float(x) for x in res.log_probs]  # the tokens', then eos's
+            found[j][r] = (body, sum(lps[:-1]) + max(lps[-1], FORCED_FLOOR))
+        return found
+
+    def _hypotheses(
+        self, out: Any, forced: dict[int, tuple[list[str], float]], k: int, nbest: int, alpha: float
+    ) -> list[tuple]:
+        """(text, tokens, score, log_prob, attention) best first under the GNMT penalty."""
+        found = []
+        for r, pieces in enumerate(out.hypotheses):
+            if r in forced:
+                body, log_prob = forced[r]
+            else:  # ended by eos; CTranslate2's score is normalized by L ** alpha (beam)
+                body = list(pieces[:-1])
+                log_prob = out.scores[r] * (1.0 if k == 1 else float(len(pieces)) ** alpha)
+            ids = [self.tgt_ids.get(p, 1) for p in body]
+            att = None
+            if out.attention:
+                rows = np.asarray(out.attention[r], dtype=np.float32)  # (T', S)
+                att = rows[: len(body) + 1, None, None, :]  # (T + 1, 1, 1, S)
+            score = log_prob / gnmt(len(body) + 1, alpha)
+            found.append((self.tgt_tok.decode(ids), body, score, log_prob, att))
+        found.sort(key=lambda h: -h[2])
+        return found[:nbest]
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=3)

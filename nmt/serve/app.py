@@ -1,0 +1,255 @@
+"""The HTTP API and page of `nmt serve`: `create_app(translator_factory, settings)` returns a
+FastAPI app that loads the model in a thread at start-up (GET /health says loading, then ready),
+micro-batches POST /translate requests (`nmt.serve.batcher`), and serves the page at /."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from nmt.errors import NmtError
+from nmt.serve.batcher import BatchResult, MicroBatcher
+from nmt.serve.request import Limits, bad, parse_request
+from nmt.serve.schema import OPENAPI_BODY, RESPONSES
+
+STATIC = Path(__file__).parent / "static"
+log = logging.getLogger("nmt.serve")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Server limits and batching (the `nmt serve` options)."""
+
+    model_dir: str = ""  # for /info (languages, name); "" when the factory builds a model itself
+    checkpoint: str = "best"
+    max_batch_tokens: int | None = None  # padded source tokens per decoder call; None: model config
+    max_wait_ms: float = 10.0
+    max_request_lines: int = 256
+    max_line_chars: int = 2000
+    timeout: float = 60.0  # seconds a request may wait for its translation
+
+    def check(self) -> None:
+        """Refuse impossible values with the option's name, before any model is loaded."""
+        checks = [
+            (self.max_batch_tokens is None or self.max_batch_tokens >= 1, "--max-batch-tokens", 1),
+            (self.max_wait_ms >= 0, "--max-wait-ms", 0),
+            (self.max_request_lines >= 1, "--max-request-lines", 1),
+            (self.max_line_chars >= 1, "--max-line-chars", 1),
+            (self.timeout > 0, "--timeout", "above 0"),
+        ]
+        for ok, flag, low in checks:
+            if not ok:
+                value = getattr(self, flag[2:].replace("-", "_"))
+                bound = low if isinstance(low, str) else f"at least {low}"
+                raise NmtError(f"{flag} must be {bound}, got {value}")
+
+    @property
+    def limits(self) -> Limits:
+        """What one request may hold."""
+        return Limits(self.max_request_lines, self.max_line_chars)
+
+
+class ServerState:
+    """The loaded translator and its batcher (None while loading), or the load error."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.translator: Any = None
+        self.batcher: MicroBatcher | None = None
+        self.error: str | None = None
+        self.info: dict[str, Any] = {}
+        self.name = model_name(settings.model_dir)
+
+    async def load(self, factory: Callable[[], Any]) -> None:
+        """Build the translator on a thread (the loop keeps answering /health), then start batching."""
+        try:
+            translator = await asyncio.to_thread(factory)
+        except Exception as e:  # noqa: BLE001 - shown by /health and /translate instead of dying
+            self.error = f"the model failed to load: {e}"
+            log.error(self.error)
+            return
+        budget = self.settings.max_batch_tokens or translator.cfg.decoding.batch_tokens
+        self.info = model_info(translator, self.settings, budget, self.name)
+        batcher = MicroBatcher(_decoder(translator, budget), budget, self.settings.max_wait_ms)
+        batcher.start()
+        self.translator, self.batcher = translator, batcher
+        log.info("model loaded: %s", self.name)
+
+    def ready(self) -> MicroBatcher:
+        """The batcher, or a 503 saying why there is none yet."""
+        if self.batcher is None:
+            raise bad(
+                503, self.error or "the model is still loading; retry when GET /health is ready"
+            )
+        return self.batcher
+
+
+def model_name(model_dir: str) -> str:
+    """How answers name the model: its directory's last two path parts ("run1/model")."""
+    return "/".join(Path(model_dir).resolve().parts[-2:]) if model_dir else "model"
+
+
+def _decoder(translator: Any, budget: int) -> Callable[[list[str], dict[str, Any]], list[Any]]:
+    """The worker thread's job: translate lines and turn them into JSONL-shaped records."""
+
+    def decode(lines: list[str], options: dict[str, Any]) -> list[dict[str, Any]]:
+        out = translator.translate(lines, batch_tokens=budget, on_warning=log.warning, **options)
+        return [tr.to_json(options["with_attention"]) for tr in out]
+
+    return decode
+
+
+def model_info(translator: Any, settings: Settings, budget: int, name: str) -> dict[str, Any]:
+    """GET /info: what is served, its languages, architecture, decoding defaults and limits."""
+    languages = {"source": None, "target": None}
+    if settings.model_dir:
+        from nmt.modeldir import read_meta
+
+        _, _, meta = read_meta(settings.model_dir)
+        languages = {"source": meta.get("src_lang"), "target": meta.get("tgt_lang")}
+    params = sum(p.numel() for p in translator.model.parameters())
+    return {
+        "model": name,
+        "model_dir": str(Path(settings.model_dir).resolve()) if settings.model_dir else None,
+        "checkpoint": settings.checkpoint,
+        "languages": languages,
+        "architecture": {**dataclasses.asdict(translator.cfg.model), "parameters": params},
+        "decoding": dataclasses.asdict(translator.cfg.decoding),
+        "device": str(translator.device),
+        "limits": {
+            "max_batch_tokens": budget,
+            "max_wait_ms": settings.max_wait_ms,
+            "max_request_lines": settings.max_request_lines,
+            "max_line_chars": settings.max_line_chars,
+            "timeout_s": settings.timeout,
+        },
+    }
+
+
+def create_app(translator_factory: Callable[[], Any], settings: Settings | None = None) -> FastAPI:
+    """The app: the factory runs on a thread at start-up and returns a `Translator`."""
+    settings = settings or Settings()
+    settings.check()
+    state = ServerState(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loading = asyncio.create_task(state.load(translator_factory))
+        try:
+            yield
+        finally:
+            await asyncio.gather(loading, return_exceptions=True)
+            if state.batcher is not None:
+                await state.batcher.stop()
+
+    from nmt import __version__
+
+    app = FastAPI(
+        title="nmt serve",
+        version=__version__,
+        summary="Neural machine translation over HTTP, micro-batched.",
+        lifespan=lifespan,
+    )
+    app.state.nmt = state
+
+    @app.get("/health", responses={503: {"description": "loading or failed"}})
+    async def health() -> JSONResponse:
+        """ready (200) once the model is loaded; loading or failed (503) before."""
+        if state.batcher is not None:
+            return JSONResponse({"status": "ready", "model": state.name})
+        if state.error:
+            return JSONResponse({"status": "failed", "detail": state.error}, status_code=503)
+        return JSONResponse({"status": "loading", "model": state.name}, status_code=503)
+
+    @app.get("/info")
+    async def info() -> dict[str, Any]:
+        """Model, languages, architecture, decoding defaults and server limits."""
+        state.ready()
+        return state.info
+
+    @app.post("/translate", openapi_extra=OPENAPI_BODY, responses=RESPONSES)
+    async def translate(request: Request) -> Response:
+        """Translate one line (`text`: a string) or several (a list), in order, one entry per line:
+        the records of `nmt translate --format jsonl`."""
+        start = time.perf_counter()
+        batcher = state.ready()
+        body = await _read_body(request, settings.limits.max_body_bytes)
+        req = parse_request(body, settings.limits, state.translator.cfg.decoding)
+        lengths = _lengths(state.translator, req.lines)
+        result = await _wait(request, batcher.submit(req.lines, req.options, lengths), settings)
+        if result is None:
+            return Response(status_code=499)  # the client is gone: nobody reads this
+        return JSONResponse(
+            {
+                "translations": result.results,
+                "model": state.name,
+                "elapsed_ms": round((time.perf_counter() - start) * 1000, 1),
+                "decode_ms": round(result.decode_ms, 1),
+                "batch": {"lines": result.batch_lines, "requests": result.batch_requests},
+            }
+        )
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it passes `limit` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise bad(413, f"the body has {declared} bytes; the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise bad(413, f"the body is over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _lengths(translator: Any, lines: list[str]) -> list[int]:
+    """Source tokens per line as the model will see them (eos included, truncation applied)."""
+    limit = getattr(translator, "max_source", 0)
+    ids = translator.src_tok.encode_batch(lines, threads=1)
+    return [1 + (min(len(x), limit) if limit > 0 else len(x)) for x in ids]
+
+
+async def _wait(request: Request, work: Any, settings: Settings) -> BatchResult | None:
+    """The batch result; None if the client went away first; 504 past `--timeout`."""
+    job = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    done, _ = await asyncio.wait(
+        {job, gone}, timeout=settings.timeout, return_when=asyncio.FIRST_COMPLETED
+    )
+    gone.cancel()
+    if job in done:
+        try:
+            return job.result()
+        except Exception as e:  # noqa: BLE001 - one line for the client, traceback in the log
+            log.exception("decoding failed")
+            raise HTTPException(500, f"decoding failed: {type(e).__name__}: {e}") from None
+    job.cancel()  # drops the lines if they were not decoded yet
+    if gone in done:
+        return None
+    raise bad(504, f"no translation within {settings.timeout:g} s (--timeout); the server is busy")
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has closed its connection."""
+    while not await request.is_disconnected():
+        await asyncio.sleep(0.1)

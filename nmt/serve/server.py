@@ -1,0 +1,73 @@
+"""Run the app under uvicorn: check everything a user can get wrong first (one-line errors, exit 2),
+then load the model in the background while the port already answers /health."""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from nmt.errors import NmtError
+from nmt.serve.app import Settings, create_app
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def translator_factory(
+    model_dir: str, device: str = "auto", checkpoint: str = "best", precision: str = "auto"
+) -> Callable[[], Any]:
+    """A deferred `Translator.from_dir`; precision is passed where the Translator takes it."""
+    from nmt.translate import Translator
+
+    if precision not in PRECISIONS:
+        raise NmtError(f"--precision must be {', '.join(PRECISIONS)}, got {precision!r}")
+    kwargs: dict[str, Any] = {"device": device, "checkpoint": checkpoint}
+    if "precision" in inspect.signature(Translator.from_dir).parameters:
+        kwargs["precision"] = precision
+    elif precision not in ("auto", "fp32"):
+        raise NmtError(f"--precision {precision}: this Translator decodes in fp32 only")
+    return lambda: Translator.from_dir(model_dir, **kwargs)
+
+
+def check_port(host: str, port: int) -> None:
+    """Fail with one line when the address cannot be bound (in use, not local, no permission)."""
+    if not 0 <= port <= 65535:
+        raise NmtError(f"--port must be in [0, 65535], got {port}")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            reason = "address already in use" if e.errno == errno.EADDRINUSE else e.strerror
+            raise NmtError(f"{host}:{port}: {reason}") from None
+
+
+def serve(
+    model_dir: str,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    settings: Settings | None = None,
+    *,
+    device: str = "auto",
+    precision: str = "auto",
+    quiet: bool = False,
+) -> None:
+    """Serve MODEL_DIR until Ctrl-C / SIGTERM."""
+    import uvicorn
+
+    from nmt.modeldir import read_meta
+
+    settings = settings or Settings(model_dir=model_dir)
+    settings.check()
+    read_meta(model_dir)  # a wrong path or a non-model directory fails now, not in the background
+    factory = translator_factory(model_dir, device, settings.checkpoint, precision)
+    check_port(host, port)
+    app = create_app(factory, settings)
+    if not quiet:
+        print(
+            f"nmt serve: http://{host}:{port}/ (API docs at /docs), loading {model_dir}", flush=True
+        )
+    uvicorn.run(app, host=host, port=port, log_level="warning" if quiet else "info")

@@ -1,0 +1,163 @@
+// nmt serve page: POST /translate with attention, list the translations, draw the chosen
+// sentence's attention (target rows x source columns) on a canvas. No libraries, no build step.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+let answer = null; // the last /translate answer
+
+async function loadInfo() {
+  const res = await fetch("/info").catch(() => null);
+  if (!res || res.status === 503) {
+    const health = res ? await fetch("/health").then((r) => r.json()).catch(() => ({})) : {};
+    setStatus(health.status === "failed" ? "failed" : "loading", health.detail);
+    if (health.status !== "failed") setTimeout(loadInfo, 1000);
+    return;
+  }
+  const info = await res.json();
+  const arch = info.architecture;
+  const langs = info.languages.source ? `${info.languages.source} → ${info.languages.target} · ` : "";
+  const layers = arch.encoder_layers !== undefined ? ` ${arch.encoder_layers}+${arch.decoder_layers} layers` : "";
+  const params = (arch.parameters / 1e6).toFixed(1);
+  $("model").textContent = `${info.model} · ${langs}${arch.type}${layers} · ${params}M parameters · ${info.device}`;
+  $("beam").value = info.decoding.beam_size;
+  setStatus("ready");
+}
+
+function setStatus(status, detail) {
+  const el = $("status");
+  el.className = `status ${status}`;
+  el.textContent = status;
+  el.title = detail || "";
+}
+
+function showError(message) {
+  $("error").textContent = message;
+  $("error").hidden = !message;
+}
+
+async function translate() {
+  const lines = $("source").value.split("\n").map((s) => s.trim()).filter((s) => s);
+  if (!lines.length) return showError("Type at least one sentence.");
+  showError("");
+  const button = $("translate");
+  button.disabled = true;
+  $("timings").textContent = "translating…";
+  const body = { text: lines, with_attention: true };
+  const beam = parseInt($("beam").value, 10);
+  if (beam > 0) body.beam_size = beam;
+  const t0 = performance.now();
+  try {
+    const res = await fetch("/translate", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const data = await res.json().catch(() => ({ detail: res.statusText }));
+    if (!res.ok) {
+      $("timings").textContent = "";
+      return showError(`${res.status}: ${data.detail}`);
+    }
+    render(data, performance.now() - t0);
+  } catch (e) {
+    $("timings").textContent = "";
+    showError(`request failed: ${e.message}`);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function render(data, roundTripMs) {
+  answer = data;
+  const n = data.translations.length;
+  $("timings").textContent =
+    `${n} sentence${n === 1 ? "" : "s"}: server ${data.elapsed_ms} ms ` +
+    `(decoding ${data.decode_ms} ms, batch of ${data.batch.lines} lines from ${data.batch.requests} ` +
+    `request${data.batch.requests === 1 ? "" : "s"}), round trip ${roundTripMs.toFixed(0)} ms`;
+  const list = $("results");
+  list.replaceChildren();
+  data.translations.forEach((record, i) => {
+    const li = document.createElement("li");
+    li.className = "result";
+    li.dataset.index = i;
+    const best = record.hypotheses[0];
+    li.append(span("src", record.source), document.createElement("br"));
+    li.append(span("translation", best.translation), span("score", `score ${best.score.toFixed(3)}`));
+    li.addEventListener("click", () => select(i));
+    list.append(li);
+  });
+  select(0);
+}
+
+function span(cls, text) {
+  const el = document.createElement("span");
+  el.className = cls;
+  el.textContent = text;
+  return el;
+}
+
+function select(i) {
+  document.querySelectorAll("#results li").forEach((li) => li.classList.toggle("selected", +li.dataset.index === i));
+  const record = answer.translations[i];
+  const hyp = record.hypotheses[0];
+  $("attention").hidden = false;
+  $("attention-title").textContent = `(sentence ${i + 1})`;
+  drawHeatmap($("heatmap"), record.source_tokens, [...hyp.tokens, "</s>"], hyp.attention);
+}
+
+// Rows are target pieces, columns source pieces; darker = more weight (0..1, row sums are 1).
+function drawHeatmap(canvas, cols, rows, weights) {
+  const ctx = canvas.getContext("2d");
+  const font = "12px system-ui, sans-serif";
+  ctx.font = font;
+  const widest = (labels) => Math.max(0, ...labels.map((s) => ctx.measureText(s).width));
+  const cell = 24;
+  const left = Math.ceil(widest(rows)) + 10;
+  const top = Math.ceil(widest(cols)) + 10;
+  const width = left + cols.length * cell + 2;
+  const height = top + rows.length * cell + 2;
+  const ratio = window.devicePixelRatio || 1;
+  canvas.width = width * ratio;
+  canvas.height = height * ratio;
+  canvas.style.width = `${width}px`;
+  canvas.style.height = `${height}px`;
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  ctx.fillStyle = "#fff";
+  ctx.fillRect(0, 0, width, height);
+  ctx.font = font;
+  ctx.fillStyle = "#1d2430";
+  ctx.textBaseline = "middle";
+  ctx.textAlign = "right";
+  rows.forEach((label, r) => ctx.fillText(label, left - 6, top + r * cell + cell / 2));
+  cols.forEach((label, c) => {
+    ctx.save();
+    ctx.translate(left + c * cell + cell / 2, top - 6);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textAlign = "left";
+    ctx.fillText(label, 0, 0);
+    ctx.restore();
+  });
+  const top1 = Math.max(1e-6, ...weights.flat()); // the darkest cell: the largest weight
+  weights.forEach((row, r) =>
+    row.forEach((w, c) => {
+      const shade = Math.round(255 * (1 - Math.min(1, Math.max(0, w / top1))));
+      ctx.fillStyle = `rgb(${shade}, ${Math.round(shade * 0.9 + 25)}, 255)`;
+      ctx.fillRect(left + c * cell, top + r * cell, cell - 1, cell - 1);
+    }),
+  );
+  $("scale").textContent = `white = 0, darkest = ${top1.toFixed(3)}`;
+  canvas.dataset.rows = rows.length;
+  canvas.dataset.cols = cols.length;
+  canvas.onmousemove = (e) => {
+    const box = canvas.getBoundingClientRect();
+    const c = Math.floor((e.clientX - box.left - left) / cell);
+    const r = Math.floor((e.clientY - box.top - top) / cell);
+    const inside = r >= 0 && r < rows.length && c >= 0 && c < cols.length;
+    $("cell").textContent = inside ? `${rows[r]} ← ${cols[c]}: ${weights[r][c].toFixed(3)}` : "\u00a0";
+  };
+}
+
+$("translate").addEventListener("click", translate);
+$("source").addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) translate();
+});
+loadInfo();

@@ -1,0 +1,104 @@
+"""The `nmt serve` page in a real headless Chromium (Debian's chromium + chromium-driver): type a
+sentence, press Translate, read the translation (equal to the API's) and see the heatmap drawn."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+selenium = pytest.importorskip("selenium")
+import httpx  # noqa: E402
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from test_serve import start_server, stop_server  # noqa: E402
+from test_translate import build_tiny_model_dir  # noqa: E402
+
+CHROMIUM = os.environ.get("NMT_CHROMIUM", "/usr/bin/chromium")
+DRIVER = os.environ.get("NMT_CHROMEDRIVER", "/usr/bin/chromedriver")
+SENTENCES = ["a man in a blue shirt is riding his bike .", "two dogs play in the snow ."]
+
+# the canvas pixels that are not white, and the cells the page says it drew
+INK = """
+const c = document.getElementById('heatmap');
+const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+let ink = 0;
+for (let i = 0; i < d.length; i += 4) if (d[i] < 250 || d[i + 1] < 250) ink++;
+return [ink, +c.dataset.rows, +c.dataset.cols];
+"""
+
+
+def find_binary(path: str) -> str | None:
+    return path if Path(path).exists() else shutil.which(Path(path).name)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium, driver = find_binary(CHROMIUM), find_binary(DRIVER)
+    if chromium is None or driver is None:
+        pytest.skip(
+            f"needs Debian's chromium and chromium-driver ({CHROMIUM}, {DRIVER}); "
+            "`make test` installs them (apt-get install chromium chromium-driver)"
+        )
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1100,1000", "--force-device-scale-factor=1"):  # fmt: skip
+        opts.add_argument(arg)
+    drv = webdriver.Chrome(service=Service(executable_path=driver), options=opts)
+    drv.set_page_load_timeout(30)
+    yield drv
+    drv.quit()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    proc, url = start_server(build_tiny_model_dir(tmp_path_factory.mktemp("page")))
+    yield url
+    stop_server(proc)
+
+
+def test_page_translates_and_draws_the_heatmap(browser, server):
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 30)
+    wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "ready"))
+    box = browser.find_element(By.ID, "source")
+    box.clear()
+    box.send_keys("\n".join(SENTENCES))
+    browser.find_element(By.ID, "translate").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results li .translation")) == 2)
+
+    shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#results li .translation")]
+    api = httpx.post(server + "/translate", json={"text": SENTENCES}).json()["translations"]
+    assert shown == [t["hypotheses"][0]["translation"] for t in api]
+    assert "server" in browser.find_element(By.ID, "timings").text
+
+    ink, rows, cols = browser.execute_script(INK)
+    record = httpx.post(server + "/translate", json={"text": SENTENCES[0], "with_attention": True})
+    hyp = record.json()["translations"][0]
+    assert (rows, cols) == (len(hyp["hypotheses"][0]["tokens"]) + 1, len(hyp["source_tokens"]))
+    assert ink > rows * cols * 100  # coloured cells (24 px squares) and labels, not a blank canvas
+
+    browser.find_elements(By.CSS_SELECTOR, "#results li")[1].click()  # the other sentence's map
+    assert browser.find_element(By.ID, "attention-title").text == "(sentence 2)"
+    assert "selected" in browser.find_elements(By.CSS_SELECTOR, "#results li")[1].get_attribute(
+        "class"
+    )
+
+
+def test_page_shows_api_errors(browser, server):
+    browser.get(server + "/")
+    WebDriverWait(browser, 30).until(ec.text_to_be_present_in_element((By.ID, "status"), "ready"))
+    box = browser.find_element(By.ID, "source")
+    browser.execute_script("arguments[0].value = 'x'.repeat(2001)", box)
+    browser.find_element(By.ID, "translate").click()
+    error = WebDriverWait(browser, 30).until(ec.visibility_of_element_located((By.ID, "error")))
+    assert error.text == (
+        "413: 'text'[0] has 2001 characters; the limit is 2000 (--max-line-chars)"
+    )
