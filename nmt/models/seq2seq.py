@@ -5,6 +5,12 @@ Decoder step t: attend from the previous top hidden state s_{t-1} (keys projecte
 sentence), feed [e(y_{t-1}); c_t] to the RNN, read out tanh(W [s_t; c_t; e(y_{t-1})]) and project
 to the vocabulary. The context is recomputed from the previous state at every step, so the
 incremental state is the recurrent state alone.
+
+`attention: none` is the attention-free baseline of Cho et al. (2014): the context is one fixed
+vector for the whole sentence, the last encoder layer's final states [h_fwd; h_bwd] (the same
+vector the bridge turns into the decoder's initial state), fed at every step to the RNN and the
+readout exactly where the attentional model feeds c_t. Only the per-step context differs, so the
+two are compared at (nearly) equal sizes; the fixed vector is the whole source the decoder sees.
 """
 
 from __future__ import annotations
@@ -18,8 +24,11 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.config import Seq2SeqConfig
+from nmt.errors import NmtError
 from nmt.models.attention import make_rnn_attention
 from nmt.models.base import VocabInfo, make_embeddings
+
+NO_ATTENTION = "this model has no attention (model.attention: none)"
 
 
 def _fp32_rnn(x: torch.Tensor) -> contextlib.AbstractContextManager:
@@ -34,9 +43,9 @@ def _fp32_rnn(x: torch.Tensor) -> contextlib.AbstractContextManager:
 class RNNEncoderOut:
     """Encoder states and what the decoder derives from them once per sentence."""
 
-    memory: torch.Tensor  # (B, S, M) attention values
-    proj_keys: torch.Tensor  # (B, S, A) attention keys, already projected
-    mask: torch.Tensor  # (B, S) bool, True on real tokens
+    memory: torch.Tensor  # (B, S, M) attention values; attention none: the summary, (B, 1, 2H)
+    proj_keys: torch.Tensor  # (B, S, A) attention keys, already projected (none: = memory)
+    mask: torch.Tensor  # (B, S) bool, True on real tokens (none: (B, 1) all True)
     lengths: torch.Tensor  # (B,)
     final: tuple[torch.Tensor, ...]  # last-layer final states [fwd; bwd], (B, 2H) each (h[, c])
 
@@ -70,7 +79,8 @@ class Seq2Seq(nn.Module):
         # Dot attention needs keys of the decoder's size: map the 2H encoder states to H once.
         self.memory_proj = nn.Linear(2 * h, h, bias=False) if cfg.attention == "dot" else None
         mem = h if self.memory_proj is not None else 2 * h
-        self.attention = make_rnn_attention(cfg.attention, h, mem)
+        self.has_attention = cfg.attention != "none"
+        self.attention = make_rnn_attention(cfg.attention, h, mem) if self.has_attention else None
         self.bridge = nn.ModuleList(
             nn.Linear(2 * h, cfg.decoder_layers * h) for _ in range(2 if self.lstm else 1)
         )
@@ -96,12 +106,16 @@ class Seq2Seq(nn.Module):
                 x.float(), src_lengths.cpu(), batch_first=True, enforce_sorted=False
             )
             out, final = self.encoder(packed)
+        finals = final if self.lstm else (final,)
+        last = tuple(torch.cat([f[-2], f[-1]], dim=-1) for f in finals)  # (B, 2H) each
+        if self.attention is None:  # the fixed-length summary is all the decoder will see
+            summary = self.drop(last[0]).unsqueeze(1)  # (B, 1, 2H)
+            mask = torch.ones(summary.shape[:2], dtype=torch.bool, device=src.device)  # (B, 1)
+            return RNNEncoderOut(summary, summary, mask, src_lengths, last)
         memory, _ = pad_packed_sequence(out, batch_first=True, total_length=s)  # (B, S, 2H)
         memory = self.drop(memory)
         if self.memory_proj is not None:
             memory = self.memory_proj(memory)  # (B, S, H)
-        finals = final if self.lstm else (final,)
-        last = tuple(torch.cat([f[-2], f[-1]], dim=-1) for f in finals)  # (B, 2H) each
         mask = torch.arange(s, device=src.device) < src_lengths.unsqueeze(1)  # (B, S)
         proj_keys = self.attention.project_keys(memory)
         return RNNEncoderOut(memory, proj_keys, mask, src_lengths, last)
@@ -118,10 +132,14 @@ class Seq2Seq(nn.Module):
 
     def _step(
         self, emb: torch.Tensor, enc: RNNEncoderOut, state: RNNState
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, RNNState]:
-        """One decoder step from emb (B, E): top hidden (B, H), context (B, M), weights (B, S)."""
-        query = state.hidden[0][-1]  # (B, H) previous top-layer state
-        context, weights = self.attention(query, enc.proj_keys, enc.memory, enc.mask)
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, RNNState]:
+        """One decoder step from emb (B, E): top hidden (B, H), context (B, M), weights (B, S)
+        (None without attention: the context is the fixed summary)."""
+        if self.attention is None:
+            context, weights = enc.memory[:, 0], None  # (B, 2H)
+        else:
+            query = state.hidden[0][-1]  # (B, H) previous top-layer state
+            context, weights = self.attention(query, enc.proj_keys, enc.memory, enc.mask)
         rnn_in = torch.cat([emb, context.to(emb.dtype)], dim=-1).unsqueeze(1)  # (B, 1, E+M)
         hx = state.hidden if self.lstm else state.hidden[0]
         with _fp32_rnn(rnn_in):
@@ -141,11 +159,12 @@ class Seq2Seq(nn.Module):
         state: RNNState,
         need_attn: bool = False,
     ) -> tuple[torch.Tensor, RNNState, torch.Tensor | None]:
-        """Log-probs (B, V) float32 of the next token; attention as (B, 1, 1, S)."""
+        """Log-probs (B, V) float32 of the next token; attention as (B, 1, 1, S) (always None
+        for attention none: there are no weights to show)."""
         emb = self.drop(self.tgt_embed(prev_tokens))  # (B, E)
         h, context, weights, state = self._step(emb, encoder_out, state)
         log_probs = F.log_softmax(self._logits(h, context, emb).float(), dim=-1)  # (B, V)
-        attn = weights[:, None, None] if need_attn else None  # (B, 1, 1, S)
+        attn = weights[:, None, None] if need_attn and weights is not None else None  # (B,1,1,S)
         return log_probs, state, attn
 
     def reorder_encoder_out(self, encoder_out: RNNEncoderOut, order: torch.Tensor) -> RNNEncoderOut:
@@ -166,13 +185,23 @@ class Seq2Seq(nn.Module):
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> torch.Tensor:
         """Teacher forcing: logits (B, T, V)."""
-        return self.forward_with_attention(src, src_lengths, tgt_in)[0]
+        return self._teacher_forcing(src, src_lengths, tgt_in)[0]
 
     def forward_with_attention(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher forcing: logits (B, T, V) and the attention weights (B, 1, 1, T, S).
-        The recurrence runs step by step; readout and projection run once over all steps."""
+        """Teacher forcing: logits (B, T, V) and the attention weights (B, 1, 1, T, S); a user
+        error for attention none, which has no weights to return."""
+        logits, weights = self._teacher_forcing(src, src_lengths, tgt_in)
+        if weights is None:
+            raise NmtError(NO_ATTENTION)
+        return logits, weights
+
+    def _teacher_forcing(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits (B, T, V) and weights (B, 1, 1, T, S) or None. The recurrence runs step by
+        step; readout and projection run once over all steps."""
         enc = self.encode(src, src_lengths)
         state = self.init_state(enc)
         emb = self.drop(self.tgt_embed(tgt_in))  # (B, T, E)
@@ -181,6 +210,9 @@ class Seq2Seq(nn.Module):
             h, context, w, state = self._step(emb[:, t], enc, state)
             hs.append(h)
             contexts.append(context)
-            weights.append(w)
+            if w is not None:
+                weights.append(w)
         logits = self._logits(torch.stack(hs, 1), torch.stack(contexts, 1), emb)  # (B, T, V)
+        if not weights:
+            return logits, None
         return logits, torch.stack(weights, 1)[:, None, None]  # (B, 1, 1, T, S)

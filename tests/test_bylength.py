@@ -1,0 +1,218 @@
+"""`nmt score --by-length`: every line in exactly one bucket, per-bucket scores equal to sacrebleu on
+that subset, empty buckets reported, bucket parsing, labels, the PNG; and the synthetic long-sentence
+test set of scripts/make_long_test.py (its joins and counts)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import struct
+from pathlib import Path
+
+import pytest
+import sacrebleu
+from typer.testing import CliRunner
+
+from nmt import bylength
+from nmt.bylength import Bucket, parse_buckets
+from nmt.cli import app
+from nmt.errors import NmtError
+
+REPO = Path(__file__).resolve().parent.parent
+WORDS = "a man in the blue shirt rides his bike down street two dogs play snow".split()
+
+
+def corpus(n: int = 120, seed: int = 3) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Sources of 1..70 words, references, and two noisy 'systems' (word drops / swaps)."""
+    rng = random.Random(seed)
+    src = [" ".join(rng.choices(WORDS, k=rng.randint(1, 70))) for _ in range(n)]
+    ref = [" ".join(rng.choices(WORDS, k=rng.randint(3, 30))) for _ in range(n)]
+    sys1 = [" ".join(w for w in r.split() if rng.random() > 0.2) for r in ref]
+    sys2 = [" ".join(rng.sample(r.split(), len(r.split()))) for r in ref]
+    return src, ref, sys1, sys2
+
+
+def write(path: Path, lines: list[str]) -> str:
+    path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    return str(path)
+
+
+def test_parse_buckets_and_errors():
+    assert parse_buckets("0-5,5-20,20+") == [Bucket(0, 5), Bucket(5, 20), Bucket(20, None)]
+    assert [b.label for b in parse_buckets(None)] == bylength.DEFAULT_BUCKETS.split(",")
+    for spec, message in [
+        ("0-10,12-20", "--buckets: 0-10 and 12-20 must meet (gap or overlap)"),
+        ("0-10,5-20", "--buckets: 0-10 and 5-20 must meet (gap or overlap)"),
+        ("10-10", "--buckets: '10-10' is empty (the end must exceed the start)"),
+        ("0-10,10+,20-30", "--buckets: 10+ is open-ended, so it must come last"),
+        ("short", "--buckets: 'short' is not LO-HI or LO+"),
+    ]:
+        with pytest.raises(NmtError, match="^" + message.replace("+", r"\+").replace("(", r"\(")
+                           .replace(")", r"\)")):  # fmt: skip
+            parse_buckets(spec)
+
+
+def test_buckets_are_half_open_and_cover_each_line_once():
+    lengths = [0, 9, 10, 19, 20, 49, 50, 500]
+    groups, outside = bylength.assign(lengths, parse_buckets("0-10,10-20,20-50,50+"))
+    assert groups == [[0, 1], [2, 3], [4, 5], [6, 7]] and outside == 0
+    groups, outside = bylength.assign(lengths, parse_buckets("10-20,20-50"))
+    assert groups == [[2, 3], [4, 5]] and outside == 4
+
+
+def test_per_bucket_scores_equal_sacrebleu_on_the_subset():
+    src, ref, sys1, sys2 = corpus()
+    buckets = parse_buckets(None)
+    report = bylength.score_by_length(src, [("s1", sys1), ("s2", sys2)], [ref], buckets,
+                                      metrics=["bleu", "chrf"])  # fmt: skip
+    lines = [i for b in report.buckets for i in b.lines]
+    assert sorted(lines) == list(range(len(src))) and report.outside == 0  # each line once
+    for b in report.buckets:
+        assert all(b.bucket.holds(len(src[i].split())) for i in b.lines)
+        for s, hyps in enumerate((sys1, sys2)):
+            sub_h, sub_r = [hyps[i] for i in b.lines], [[ref[i] for i in b.lines]]
+            bleu, chrf = b.scores[s]
+            assert bleu.score == pytest.approx(sacrebleu.corpus_bleu(sub_h, sub_r).score, abs=1e-9)
+            assert chrf.score == pytest.approx(sacrebleu.corpus_chrf(sub_h, sub_r).score, abs=1e-9)
+
+
+def test_empty_bucket_has_no_score():
+    hyp = ["a man rides his bike", "two dogs play in the snow"]
+    report = bylength.score_by_length(["a b", "a b c"], [("x", hyp)], [hyp],
+                                      parse_buckets("0-5,5-10,10+"))  # fmt: skip
+    rows = report.to_json()
+    assert [(r["bucket"], r["lines"], r["score"]) for r in rows] == [
+        ("0-5", 2, 100.0), ("5-10", 0, None), ("10+", 0, None)
+    ]  # fmt: skip
+
+
+def test_subword_lengths_and_length_errors(tmp_path):
+    from nmt.vocab import Tokenizer, train_spm
+
+    src, *_ = corpus(60)
+    spm = train_spm(src, tmp_path / "spm", vocab_size=40)
+    tok = Tokenizer.load(spm)
+    assert bylength.source_lengths(src, "subword", spm) == [len(tok.encode(x)) for x in src]
+    with pytest.raises(NmtError, match="^--length-unit subword needs --spm"):
+        bylength.source_lengths(src, "subword")
+    with pytest.raises(NmtError, match="^--length-unit: expected one of word, subword"):
+        bylength.source_lengths(src, "char")
+    with pytest.raises(NmtError, match="^line counts differ: src.txt has 2 lines, the refer"):
+        bylength.score_by_length(["a", "b"], [("x", ["a"])], [["a"]], parse_buckets(None),
+                                 source_name="src.txt")  # fmt: skip
+
+
+def test_labels():
+    assert bylength.system_labels(["a/hyp.de", "b/other.de"], None) == ["hyp.de", "other.de"]
+    assert bylength.system_labels(["a/hyp.de", "b/hyp.de"], None) == ["a/hyp.de", "b/hyp.de"]
+    assert bylength.system_labels(["a", "b"], ["X", "Y"]) == ["X", "Y"]
+    with pytest.raises(NmtError, match=r"^--label given 1 times for 2 hypothesis file\(s\)$"):
+        bylength.system_labels(["a", "b"], ["X"])
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_cli_json_counts_and_plot(tmp_path):
+    src, ref, sys1, sys2 = corpus()
+    paths = [write(tmp_path / n, x) for n, x in
+             [("src.en", src), ("ref.de", ref), ("s1.de", sys1), ("s2.de", sys2)]]  # fmt: skip
+    png = tmp_path / "by_length.png"
+    r = CliRunner().invoke(
+        app,
+        [
+            "score",
+            "--by-length",
+            paths[0],
+            paths[2],
+            paths[3],
+            "-r",
+            paths[1],
+            "--json",
+            "--plot",
+            str(png),
+            "--label",
+            "A",
+            "--label",
+            "B",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert {row["system"] for row in rows} == {"A", "B"}
+    a = [row for row in rows if row["system"] == "A"]
+    assert [row["bucket"] for row in a] == bylength.DEFAULT_BUCKETS.split(",")
+    assert sum(row["lines"] for row in a) == len(src)
+    for row in a:
+        idx = [i for i, s in enumerate(src) if Bucket(row["lo"], row["hi"]).holds(len(s.split()))]
+        assert row["lines"] == len(idx)
+        expected = sacrebleu.corpus_bleu([sys1[i] for i in idx], [[ref[i] for i in idx]])
+        assert row["score"] == pytest.approx(round(expected.score, 1))
+    assert png_size(png) == (700, 450)
+    # the plain table: one row per bucket, then the notes and signatures
+    r = CliRunner().invoke(app, ["score", "--by-length", paths[0], paths[2], "-r", paths[1]])
+    body = [ln for ln in r.stdout.splitlines() if not ln.startswith("#")]
+    assert body[0].split("\t") == ["bucket", "lines", "mean len", "BLEU"] and len(body) == 7
+
+
+def test_cli_option_errors(tmp_path):
+    src, ref, sys1, _ = corpus(10)
+    s, rf, h = (write(tmp_path / n, x) for n, x in [("s", src), ("r", ref), ("h", sys1)])
+    run = CliRunner().invoke
+    r = run(app, ["score", h, "-r", rf, "--plot", str(tmp_path / "x.png")])
+    assert r.exit_code == 2 and "--plot and --label go with --by-length SRC_FILE" in r.output
+    r = run(app, ["score", "--by-length", s, h, "-r", rf, "--paired-bs"])
+    assert r.exit_code == 2 and "--by-length cannot be combined" in r.output
+    r = run(app, ["score", "--by-length", s, h, "-r", rf, "--plot", str(tmp_path / "x.jpg")])
+    assert r.exit_code == 2 and "the plot is written as PNG" in r.output
+
+
+# ---- scripts/make_long_test.py --------------------------------------------------------------
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location(
+        "make_long_test", REPO / "scripts/make_long_test.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_long_test_groups_cycle_k():
+    mlt = load_script()
+    assert [list(g) for g in mlt.groups(12)] == [[0], [1, 2], [3, 4, 5], [6, 7, 8, 9], [10], [11]]
+    assert [len(g) for g in mlt.groups(1000)] == [1, 2, 3, 4] * 100
+
+
+def test_long_test_joins_both_sides_alike(tmp_path):
+    mlt = load_script()
+    n = 23
+    en = [f"en sentence {i} ." for i in range(n)]
+    de = [f"de satz {i} ." for i in range(n)]
+    write(tmp_path / "t.en", en)
+    write(tmp_path / "t.de", de)
+    assert mlt.main([str(tmp_path / "t"), "-o", str(tmp_path / "out/long"), "--quiet"]) == 0
+    out_en = (tmp_path / "out/long.en").read_text(encoding="utf-8").splitlines()
+    out_de = (tmp_path / "out/long.de").read_text(encoding="utf-8").splitlines()
+    spans = mlt.groups(n)
+    assert len(out_en) == len(out_de) == len(spans) == 10
+    for span, e, d in zip(spans, out_en, out_de, strict=True):
+        assert e == " ".join(en[i] for i in span) and d == " ".join(de[i] for i in span)
+    write(tmp_path / "bad.en", en)
+    write(tmp_path / "bad.de", de[:-1])
+    assert mlt.main([str(tmp_path / "bad"), "-o", str(tmp_path / "x"), "--quiet"]) == 2
+
+
+def test_long_test_on_multi30k_reaches_60_words(multi30k, tmp_path):
+    mlt = load_script()
+    lines = mlt.make_long_test(
+        str(multi30k / "test_2016_flickr"), str(tmp_path / "long"), ["en", "de"]
+    )
+    en = (tmp_path / "long.en").read_text(encoding="utf-8").splitlines()
+    assert len(en) == 400 and max(len(x.split()) for x in en) >= 60
+    assert lines[0] == "400 lines; per k: k=1: 100, k=2: 100, k=3: 100, k=4: 100"
