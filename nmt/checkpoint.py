@@ -6,7 +6,10 @@ MODEL_DIR/checkpoints/
     best.safetensors                  best validation score so far
     step-N.safetensors                kept when among the `keep_best` best or `keep_last` newest
     index.json                        step, metric and score of every kept step-N file
-    averaged.safetensors              written by `nmt average`
+    averaged.safetensors              written by `nmt average`, or at the end of training
+                                      (training.average_last N: the N newest step-N files)
+    default.json                      which of best / averaged `--checkpoint default` loads:
+                                      training validates averaged and picks the better one
 
 Every file is written to a temporary name and renamed, so a crash mid-write leaves the previous
 file intact. State is loaded with `torch.load(weights_only=True)`: tensors and plain types only,
@@ -29,6 +32,7 @@ from nmt.errors import NmtError
 from nmt.modeldir import (
     CHECKPOINTS,
     STATE,
+    clear_default,
     has_checkpoints,
     save_weights,
     weights_step,
@@ -249,4 +253,5 @@ def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, 
     out = ckpt.dir / "averaged.safetensors"
     with publishing(out) as tmp:
         save_file(averaged, tmp, metadata=metadata)
+    clear_default(model_dir, only="averaged")  # the new average has not been validated
     return out, steps

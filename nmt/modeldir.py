@@ -33,6 +33,7 @@ from nmt.textio import atomic_write, publishing
 CHECKPOINTS = "checkpoints"
 NAMED = ("best", "last", "averaged")
 STATE = "last.state.pt"  # the resumable trainer state, in CHECKPOINTS
+DEFAULT = "default.json"  # in CHECKPOINTS: which named checkpoint `default` means (else best)
 
 
 def write_meta(
@@ -105,8 +106,34 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def checkpoint_path(model_dir: str | Path, which: str = "best") -> Path:
-    """Resolve best|last|averaged (or a file path) to a weights file that exists."""
+def default_checkpoint(model_dir: str | Path) -> str:
+    """What `default` means: the name training chose on validation (averaged or best), else best."""
+    path = Path(model_dir) / CHECKPOINTS / DEFAULT
+    try:
+        name = json.loads(path.read_text(encoding="utf-8")).get("checkpoint")
+    except (OSError, ValueError, AttributeError):
+        return "best"
+    chosen = Path(model_dir) / CHECKPOINTS / f"{name}.safetensors"
+    return name if name in NAMED and chosen.exists() else "best"
+
+
+def write_default(model_dir: str | Path, choice: dict[str, Any]) -> None:
+    """Record which checkpoint `default` means (and why: its step, metric and score)."""
+    with atomic_write(Path(model_dir) / CHECKPOINTS / DEFAULT) as f:
+        json.dump(choice, f, indent=1)
+
+
+def clear_default(model_dir: str | Path, only: str | None = None) -> None:
+    """Forget the choice (`only`: if it names that checkpoint), so `default` means best again."""
+    path = Path(model_dir) / CHECKPOINTS / DEFAULT
+    if path.exists() and (only is None or default_checkpoint(model_dir) == only):
+        path.unlink()
+
+
+def checkpoint_path(model_dir: str | Path, which: str = "default") -> Path:
+    """Resolve default|best|last|averaged (or a file path) to a weights file that exists."""
+    if which == "default":
+        which = default_checkpoint(model_dir)
     if which in NAMED or not which.endswith(".safetensors"):
         path = Path(model_dir) / CHECKPOINTS / f"{which}.safetensors"
     else:
@@ -166,7 +193,7 @@ def _unwrap(model: Any) -> Any:
 
 
 def load_model(
-    model_dir: str | Path, checkpoint: str = "best", device: str = "cpu"
+    model_dir: str | Path, checkpoint: str = "default", device: str = "cpu"
 ) -> tuple[Any, Config, VocabInfo, dict[str, Any]]:
     """Build the model from MODEL_DIR's config and load a checkpoint; returns (model, cfg, vocab, meta)."""
     from nmt.models import build

@@ -1,0 +1,281 @@
+"""The small-corpus recipe: presets, end-of-training averaging and the `default` checkpoint, early
+stopping on BLEU, decoding tuned on valid (nmt.tuning, scripts/tune_decoding.py) and the sweep
+(scripts/sweep.py), on a generated copy task."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nmt import tuning
+from nmt.checkpoint import average
+from nmt.config import load_config
+from nmt.errors import NmtError
+from nmt.modeldir import checkpoint_path, read_meta, write_default
+from nmt.trainer import train
+
+REPO = Path(__file__).resolve().parent.parent
+WORDS = "red green blue cyan black white pink gold grey teal".split()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """A preprocessed copy task with valid and a `test` split (raw .txt kept for BLEU)."""
+    from nmt.preprocess import PreprocessConfig, preprocess
+
+    root = tmp_path_factory.mktemp("recipe")
+    rng = random.Random(3)
+    for split, n in (("train", 2000), ("valid", 60), ("test", 40)):
+        lines = [" ".join(rng.choices(WORDS, k=rng.randint(3, 7))) for _ in range(n)]
+        for lang in ("en", "de"):
+            (root / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = PreprocessConfig(
+        "en", "de", root / "train", valid=root / "valid", tests=[root / "test"],
+        vocab_size=40, threads=1,
+    )  # fmt: skip
+    preprocess(cfg, root / "data", quiet=True)
+    return root / "data"
+
+
+def _tiny(*overrides: str):
+    base = ["training.log_every=5", "training.warmup=10", "training.max_tokens=600"]
+    return load_config(preset="transformer-tiny", overrides=[*base, *overrides])
+
+
+def _events(model_dir: Path, kind: str) -> list[dict]:
+    rows = [json.loads(x) for x in (model_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["event"] == kind]
+
+
+@pytest.fixture(scope="module")
+def averaged_run(data, tmp_path_factory):
+    """20 updates validated every 5, the newest 3 step checkpoints averaged at the end."""
+    out = tmp_path_factory.mktemp("avg") / "m"
+    cfg = _tiny(
+        "training.max_steps=20", "training.valid_every=5", "training.keep_last=3",
+        "training.average_last=3", "training.early_stop_metric=bleu", "training.lr=0.005",
+    )  # fmt: skip
+    summary = train(cfg, data, out, "cpu", quiet=True, threads=1)
+    return out, summary
+
+
+# ---- presets and config ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["transformer-multi30k", "seq2seq-multi30k"])
+def test_small_corpus_presets_regularise_average_and_stop_on_bleu(name):
+    tc = load_config(preset=name).training
+    assert load_config(preset=name).model.dropout >= 0.3
+    assert tc.label_smoothing > 0 and tc.weight_decay > 0
+    assert 2 <= tc.average_last <= tc.keep_last
+    assert (tc.early_stop_metric, tc.patience > 0, tc.max_time) == ("bleu", True, "25m")
+    assert load_config(preset=name).training.precision == "auto"
+
+
+def test_average_last_needs_as_many_kept_step_checkpoints():
+    with pytest.raises(NmtError) as e:
+        load_config(overrides=["training.keep_last=4", "training.average_last=6"])
+    assert str(e.value) == (
+        "training.average_last 6 needs training.keep_last >= 6 "
+        "(the step checkpoints it averages), got 4"
+    )
+
+
+# ---- end-of-training averaging, the default checkpoint ---------------------------------------
+
+
+def test_training_ends_with_a_validated_average_and_a_default_choice(averaged_run):
+    out, s = averaged_run
+    (ev,) = _events(out, "averaged")
+    assert ev["steps"] == [10, 15, 20] and ev["step"] == 20
+    assert (out / "checkpoints" / "averaged.safetensors").exists()
+    choice = json.loads((out / "checkpoints" / "default.json").read_text())
+    assert choice["checkpoint"] == ev["chosen"] == s.final_checkpoint
+    better = choice["averaged_score"] > choice["best_score"] == s.best_score
+    assert choice["checkpoint"] == ("averaged" if better else "best")
+    assert s.final_score >= s.best_score  # the chosen checkpoint is never worse than best
+    assert max(v["bleu"] for v in _events(out, "valid")) <= round(s.final_score, 2) + 0.005
+    (end,) = _events(out, "end")
+    assert end["final_checkpoint"] == s.final_checkpoint and end["steps"] == 20
+    default = checkpoint_path(out, "default")
+    assert default.name == f"{s.final_checkpoint}.safetensors"
+    assert checkpoint_path(out, "best").name == "best.safetensors"  # explicit names still work
+
+
+def test_default_means_the_recorded_choice_else_best(averaged_run, tmp_path):
+    import shutil
+
+    out = tmp_path / "m"
+    shutil.copytree(averaged_run[0], out)
+    write_default(out, {"checkpoint": "averaged"})
+    assert checkpoint_path(out, "default").name == "averaged.safetensors"
+    average(out, last=2)  # a new, unvalidated average: the choice is forgotten
+    assert not (out / "checkpoints" / "default.json").exists()
+    assert checkpoint_path(out, "default").name == "best.safetensors"
+    write_default(out, {"checkpoint": "averaged"})
+    (out / "checkpoints" / "averaged.safetensors").unlink()
+    assert checkpoint_path(out, "default").name == "best.safetensors"
+
+
+def test_averaging_is_skipped_with_fewer_than_two_step_checkpoints(data, tmp_path):
+    cfg = _tiny("training.max_steps=4", "training.valid_every=0", "training.keep_last=5",
+                "training.average_last=5")  # fmt: skip
+    s = train(cfg, data, tmp_path / "m", "cpu", quiet=True, threads=1)
+    assert _events(tmp_path / "m", "averaged") == [] and s.final_checkpoint == "best"
+    assert not (tmp_path / "m" / "checkpoints" / "averaged.safetensors").exists()
+
+
+def test_early_stopping_on_bleu_stops_a_run_that_no_longer_improves(data, tmp_path):
+    # lr 1e-9: the weights (and the greedy outputs) do not change, so BLEU never improves
+    cfg = _tiny("training.max_steps=200", "training.valid_every=2", "training.patience=2",
+                "training.early_stop_metric=bleu", "training.lr=1e-9", "training.keep_last=2",
+                "training.average_last=2")  # fmt: skip
+    s = train(cfg, data, tmp_path / "m", "cpu", quiet=True, threads=1)
+    assert (s.stopped, s.steps, s.best_step) == ("early stopping", 6, 2)
+    assert [v["step"] for v in _events(tmp_path / "m", "valid")] == [2, 4, 6]
+    assert _events(tmp_path / "m", "averaged")[0]["steps"] == [4, 6]
+
+
+def test_the_time_budget_keeps_room_for_validating_the_average(data, tmp_path):
+    from nmt import distributed
+    from nmt.schedule import Stop
+    from nmt.trainer import Trainer
+
+    cfg = _tiny("training.max_time=100s", "training.keep_last=2", "training.average_last=2")
+    out = tmp_path / "m"
+    out.mkdir()
+    t = Trainer(cfg, data, out, __import__("torch").device("cpu"), distributed.from_env(), False,
+                True)  # fmt: skip
+    t.budget.start -= 85  # 15 s left
+    t.state.step = t.state.last_valid_step = 10  # just validated: only the average's validation
+    t.valid_seconds = 10.0
+    assert t._limits_reached() == Stop.NONE
+    t.valid_seconds = 16.0
+    assert t._limits_reached() == Stop.TIME
+    t.tc.average_last = 0
+    assert t._limits_reached() == Stop.NONE
+
+
+# ---- decoding tuned on valid -----------------------------------------------------------------
+
+
+def test_grid_runs_greedy_once_and_best_prefers_the_faster_of_ties():
+    assert tuning.grid([5, 1, 4], [1.0, 0.6]) == [(1, None), (4, 0.6), (4, 1.0), (5, 0.6), (5, 1.0)]
+    rows = [
+        tuning.TuneRow(1, None, 30.0, 300.0, "sig"),
+        tuning.TuneRow(4, 1.0, 31.02, 80.0, "sig"),
+        tuning.TuneRow(8, 1.2, 31.05, 40.0, "sig"),
+    ]
+    assert tuning.best(rows) is rows[1]  # 0.03 below the top: a tie, and faster
+    rows[2].bleu = 31.2
+    assert tuning.best(rows) is rows[2]
+    with pytest.raises(NmtError, match="beam sizes must be >= 1, got 0"):
+        tuning.grid([0], [1.0])
+
+
+def test_tune_scores_each_grid_point_and_writes_the_choice(averaged_run, tmp_path):
+    import shutil
+
+    from nmt.translate import Translator
+
+    out = tmp_path / "m"
+    shutil.copytree(averaged_run[0], out)
+    src, ref = tuning.valid_files(out, None)  # DATA_DIR recorded in the trainer state
+    assert (src.name, ref.name) == ("valid.en.txt", "valid.de.txt")
+    lines = src.read_text().splitlines()[:20]
+    refs = ref.read_text().splitlines()[:20]
+    translator = Translator.from_dir(out, device="cpu")
+    rows = tuning.tune(translator, lines, refs, [(1, None), (2, 0.6)])
+    greedy = [t.text for t in translator.translate(lines, greedy=True)]
+    from nmt.scoring import score
+
+    assert rows[0].bleu == score(greedy, [refs], ["bleu"])[0].score  # what nmt score would say
+    assert [(r.beam_size, r.length_penalty) for r in rows] == [(1, None), (2, 0.6)]
+    tuning.write_decoding(out, tuning.TuneRow(2, 0.6, 0.0, 1.0, ""))
+    cfg, _, _ = read_meta(out)
+    assert (cfg.decoding.beam_size, cfg.decoding.length_penalty) == (2, 0.6)
+    assert cfg.model == read_meta(averaged_run[0])[0].model  # nothing else changed
+
+
+@pytest.mark.slow
+def test_tune_decoding_script_prints_json_and_writes_config(averaged_run, tmp_path):
+    import shutil
+
+    out = tmp_path / "m"
+    shutil.copytree(averaged_run[0], out)
+    proc = subprocess.run(
+        [sys.executable, "scripts/tune_decoding.py", "-m", str(out), "--beams", "1,2",
+         "--penalties", "1.0", "--max-sentences", "10", "--device", "cpu", "--json", "--write"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["sentences"] == 10 and len(res["rows"]) == 2
+    cfg, _, _ = read_meta(out)
+    assert cfg.decoding.beam_size == res["chosen"]["beam_size"]
+    bad = subprocess.run(
+        [sys.executable, "scripts/tune_decoding.py", "-m", str(out), "--src", "x"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (bad.returncode, bad.stderr) == (2, "error: --src and --ref go together\n")
+
+
+# ---- the sweep -------------------------------------------------------------------------------
+
+
+def _sweep_module():
+    spec = importlib.util.spec_from_file_location("sweep", REPO / "scripts" / "sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_sweep_grid_is_the_product_of_axes_and_names_say_what_changed(tmp_path):
+    sweep = _sweep_module()
+    runs = sweep.parse_grid(["model.dropout=0.1,0.3", "training.lr=1e-3,5e-3"], None)
+    assert runs[1] == {"model.dropout": 0.1, "training.lr": 0.005} and len(runs) == 4
+    assert sweep.run_name(runs[1]) == "dropout=0.1_lr=0.005"
+    assert sweep.run_name({}) == "baseline"
+    grid = tmp_path / "g.yaml"
+    grid.write_text("- {model.d_model: 64}\n- {model.d_model: 128, model.ff_dim: 256}\n")
+    runs = sweep.parse_grid(["training.lr=1e-3,2e-3"], str(grid))
+    assert len(runs) == 4 and runs[3] == {"model.d_model": 128, "model.ff_dim": 256,
+                                          "training.lr": 0.002}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sweep_trains_evaluates_tabulates_and_resumes(data, tmp_path, capsys):
+    # the step limit ends each run (a wall-clock budget would make the test depend on the load)
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "scripts/sweep.py", "--data", str(data), "--out", str(out),
+           "--preset", "transformer-tiny", "--max-time", "5m", "--device", "cpu",
+           "--set", "training.max_steps=8", "--set", "training.valid_every=4",
+           "--set", "training.max_tokens=600", "--grid", "training.lr=0.002,0.005",
+           "--test", "test"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert [r["name"] for r in results] == ["lr=0.002", "lr=0.005"]
+    for r in results:
+        assert (r["updates"], r["stopped"], r["epochs"]) == (8, "max_steps reached", 0)
+        assert r["valid_bleu_best"] is not None and r["checkpoint"] in ("best", "averaged")
+        t = r["test"]["test"]
+        assert "case:mixed" in t["signature"] and "case:lc" in t["signature_lc"]
+    table = (out / "results.md").read_text()
+    assert (
+        table.startswith("| run | updates | epochs | valid best |") and "| lr=0.005 | 8 |" in table
+    )
+    sweep = _sweep_module()
+    assert sweep.main(cmd[2:]) == 0  # resumed: nothing left to run, no subprocess started
+    assert capsys.readouterr().err.count("done before, skipped") == 2
+    with pytest.raises(SystemExit, match="made with another preset, --max-time or --set"):
+        sweep.main([*cmd[2:], "--set", "model.dropout=0.0"])
