@@ -23,7 +23,12 @@ app = typer.Typer(
 ModelDirOpt = Annotated[str, typer.Option("--model", "-m", help="MODEL_DIR written by nmt train.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or mps.")]
 CheckpointOpt = Annotated[
-    str, typer.Option("--checkpoint", help="best, last, averaged, or a .safetensors path.")
+    str,
+    typer.Option(
+        "--checkpoint",
+        help="default (averaged when it beat best on valid at the end of training, else best), "
+        "best, last, averaged, or a .safetensors path.",
+    ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
 NoProgressOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
@@ -217,7 +222,7 @@ def translate_cmd(
         help="jsonl only: add 'source_tokens' and per hypothesis 'attention' (target x source, "
         "last layer, mean over heads; eos row and column included).",
     ),
-    checkpoint: CheckpointOpt = "best",
+    checkpoint: CheckpointOpt = "default",
     device: DeviceOpt = "auto",
     quiet: NoProgressOpt = False,
     buffer_size: int = typer.Option(
@@ -235,15 +240,26 @@ def translate_cmd(
     from nmt.translation_io import check_inputs
 
     check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)  # before the model loads
-    from nmt.translate import Translator, translate_files
+    from nmt.ct2 import open_translator  # a model directory, or an `nmt export` of one
+    from nmt.translate import translate_files
 
-    translator = Translator.from_dir(model_dir, device=device, checkpoint=checkpoint)
+    translator = open_translator(model_dir, device=device, checkpoint=checkpoint)
+    if with_attention:
+        require_attention(translator, model_dir)
     translate_files(
         translator, inputs, output, fmt=fmt, nbest=nbest, with_attention=with_attention,
         errors=errors, buffer_size=buffer_size, progress=None if quiet else count_progress,
         beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, max_len_a=max_len_a,
         max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, stop=stop,
     )  # fmt: skip
+
+
+def require_attention(translator: object, model_dir: str) -> None:
+    """One line instead of a failed search when the model has no attention to show."""
+    from nmt.errors import NmtError
+
+    if not getattr(getattr(translator, "model", None), "has_attention", True):
+        raise NmtError(f"{model_dir}: this model has no attention (model.attention: none)")
 
 
 @app.command("attention")
@@ -265,7 +281,7 @@ def attention_cmd(
     beam_size: int = typer.Option(
         None, "--beam-size", "-b", help="Beam width (default: model config)."
     ),
-    checkpoint: CheckpointOpt = "best",
+    checkpoint: CheckpointOpt = "default",
     device: DeviceOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
@@ -275,6 +291,7 @@ def attention_cmd(
     from nmt.viz import plot_attention
 
     translator = Translator.from_dir(model_dir, device=device, checkpoint=checkpoint)
+    require_attention(translator, model_dir)
     weights, src_pieces, tgt_pieces, translation = translator.attention(
         source, target=target, beam_size=beam_size
     )
@@ -284,6 +301,71 @@ def attention_cmd(
     )  # fmt: skip
     if not quiet:
         print(f"{translation}\nwrote {path}")
+
+
+# ---- serve (nmt.serve) -----------------------------------------------------------------------
+
+
+@app.command("serve")
+@user_errors
+def serve_cmd(
+    *,
+    model_dir: ModelDirOpt,
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8080, "--port", help="TCP port (0: any free one)."),
+    max_batch_tokens: int = typer.Option(
+        None, "--max-batch-tokens", help="Padded source tokens per decoder call [default: model's]."
+    ),
+    max_wait_ms: float = typer.Option(
+        10.0, "--max-wait-ms", help="How long a request waits for others to share its batch."
+    ),
+    max_request_lines: int = typer.Option(256, "--max-request-lines", help="Lines per request."),
+    max_line_chars: int = typer.Option(2000, "--max-line-chars", help="Characters per line."),
+    timeout: float = typer.Option(
+        60.0, "--timeout", help="Seconds a request may wait for its translation (then 504)."
+    ),
+    precision: str = typer.Option("auto", "--precision", help="auto, fp32, bf16 or fp16."),
+    checkpoint: CheckpointOpt = "default",
+    device: DeviceOpt = "auto",
+    quiet: QuietOpt = False,
+) -> None:
+    """Serve MODEL_DIR over HTTP: POST /translate (micro-batched), GET /health, GET /info, the
+    OpenAPI docs at /docs, and a page at / with translations and attention heatmaps."""
+    from nmt.serve import Settings, serve
+
+    settings = Settings(
+        model_dir=model_dir, checkpoint=checkpoint, max_batch_tokens=max_batch_tokens,
+        max_wait_ms=max_wait_ms, max_request_lines=max_request_lines,
+        max_line_chars=max_line_chars, timeout=timeout,
+    )  # fmt: skip
+    serve(model_dir, host, port, settings, device=device, precision=precision, quiet=quiet)
+
+
+# ---- export (nmt.export) ---------------------------------------------------------------------
+
+
+@app.command("export")
+@user_errors
+def export_cmd(
+    *,
+    model_dir: ModelDirOpt,
+    out_dir: str = typer.Option(..., "--output", "-o", help="EXPORT_DIR to create."),
+    fmt: str = typer.Option("ctranslate2", "--format", help="Export format: ctranslate2."),
+    quantization: str = typer.Option(
+        "float32", "--quantization", help="Weights: float32, int8, int8_float32 or bfloat16."
+    ),
+    checkpoint: CheckpointOpt = "default",
+    force: bool = typer.Option(False, "--force", help="Replace an existing non-empty EXPORT_DIR."),
+    quiet: QuietOpt = False,
+) -> None:
+    """Export a Transformer to a self-contained CTranslate2 directory (needs the ct2 extra);
+    `nmt translate -m EXPORT_DIR` translates with it."""
+    from nmt.errors import NmtError
+    from nmt.export import FORMATS, export_ctranslate2
+
+    if fmt not in FORMATS:
+        raise NmtError(f"--format must be {' or '.join(FORMATS)}, got {fmt!r}")
+    export_ctranslate2(model_dir, out_dir, quantization, checkpoint, force=force, quiet=quiet)
 
 
 # ---- score / evaluate (nmt.scoring) ----------------------------------------------------------
@@ -317,6 +399,32 @@ def score_cmd(
         0, "--paired-n", help="Resamples (bs, default 1000) or trials (ar, default 10000)."
     ),
     width: int = typer.Option(1, "--width", "-w", help="Decimals printed, as sacrebleu's -w."),
+    by_length: str = typer.Option(
+        None,
+        "--by-length",
+        metavar="SRC_FILE",
+        help="Score per bucket of this source file's line lengths (Bahdanau et al. 2015, Fig. 2).",
+    ),
+    buckets: str = typer.Option(
+        None,
+        "--buckets",
+        help="--by-length buckets, LO-HI holds LO <= n < HI "
+        "[default: 0-10,10-20,20-30,30-40,40-50,50+].",
+    ),
+    length_unit: str = typer.Option(
+        "word", "--length-unit", help="--by-length: word, or subword (pieces of --spm)."
+    ),
+    spm: str = typer.Option(
+        None, "--spm", help="--length-unit subword: a SentencePiece .model, DATA_DIR or MODEL_DIR."
+    ),
+    plot: str = typer.Option(
+        None, "--plot", help="--by-length: also draw the first metric by length to this PNG."
+    ),
+    label: list[str] = typer.Option(
+        None,
+        "--label",
+        help="--by-length: system name per HYP file, in order [default: file name].",
+    ),
 ) -> None:
     """Score hypotheses against references with sacrebleu's BLEU, chrF(++) and TER.
 
@@ -327,12 +435,29 @@ def score_cmd(
     As in sacrebleu, --tokenize applies to BLEU and TER ignores case (--ter-case-sensitive).
     """
     from nmt import scoring, scoring_report
+    from nmt.errors import NmtError
 
     paired = scoring_report.report_kind(paired_bs, paired_ar, sentence, width)
     metrics = scoring.parse_metrics(metric)
     opts = scoring.Options(tokenize, lowercase, chrf_word_order, ter_case_sensitive)
     scoring.make_metric("bleu", opts)  # validates --tokenize before any file is read
+    if by_length is None and (plot or label or buckets or spm):
+        raise NmtError("--buckets, --spm, --plot and --label go with --by-length SRC_FILE")
+    if by_length is not None and (paired or sentence):
+        raise NmtError("--by-length cannot be combined with --sentence or --paired-bs/--paired-ar")
     systems, ref_lines = scoring.read_systems(list(hyps or ["-"]), refs)
+    if by_length is not None:
+        from nmt import bylength
+
+        names = bylength.system_labels(list(hyps or ["-"]), label)
+        report = bylength.score_by_length(
+            scoring.read_text(by_length), [(n, s) for n, (_, s) in zip(names, systems, strict=True)],
+            ref_lines, bylength.parse_buckets(buckets), metrics, opts, length_unit, spm, by_length,
+        )  # fmt: skip
+        bylength.print_report(report, as_json, width)
+        if plot:
+            bylength.plot_by_length(report, plot)
+        return
     if sentence:
         scoring_report.print_sentence_scores(systems, ref_lines, metrics, opts, width)
     elif paired:
@@ -363,7 +488,7 @@ def evaluate_cmd(
     batch_tokens: int = typer.Option(
         None, "--batch-tokens", help="Source tokens per batch [default: model config]."
     ),
-    checkpoint: CheckpointOpt = "best",
+    checkpoint: CheckpointOpt = "default",
     device: DeviceOpt = "auto",
     tokenize: str = typer.Option(None, "--tokenize", help="BLEU tokenizer (default 13a)."),
     lowercase: bool = typer.Option(False, "--lowercase", help="Case-insensitive BLEU and chrF."),
@@ -388,3 +513,36 @@ def evaluate_cmd(
             greedy=greedy, length_penalty=length_penalty, batch_tokens=batch_tokens,
         )  # fmt: skip
     print_scores([(output or src, results)], as_json, width)
+
+
+# ---- plot (nmt.curves) -----------------------------------------------------------------------
+
+
+@app.command("plot")
+@user_errors
+def plot_cmd(
+    model_dirs: list[str] = typer.Argument(..., help="MODEL_DIRs written by nmt train."),
+    output: str = typer.Option(None, "--output", "-o", help="PNG file to write."),
+    x: str = typer.Option("minutes", "--x", help="minutes (wall clock), steps or epochs."),
+    y: str = typer.Option(
+        "bleu", "--y", help="bleu (validation), loss or ppl (training solid, validation dashed)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the plotted series as JSON."),
+    quiet: QuietOpt = False,
+) -> None:
+    """Training curves of one or several models in one figure, from their metrics.jsonl."""
+    from nmt.curves import check_axes, curves, plot_curves
+    from nmt.errors import NmtError
+
+    check_axes(x, y)
+    if output is None and not as_json:
+        raise NmtError("nothing to do: give -o FILE.png and/or --json")
+    series = curves(model_dirs, x, y)
+    if output is not None:
+        path = plot_curves(series, output, x, y)
+        if not quiet and not as_json:
+            print(f"wrote {path}")
+    if as_json:
+        import json
+
+        print(json.dumps([s.to_json() for s in series], indent=1))

@@ -107,7 +107,7 @@ class Seq2SeqConfig(ModelConfig):
     rnn_type: str = choice("gru", "lstm")
     embed_dim: int = num(256, 1)
     hidden_size: int = num(256, 1)
-    attention: str = choice("bahdanau", "dot", "general")
+    attention: str = choice("bahdanau", "dot", "general", "none")
 
 
 # model.type -> its config class; nmt.models.MODELS maps the same names to the model classes.
@@ -139,6 +139,7 @@ class TrainingConfig:
     early_stop_metric: str = choice("bleu", "loss")
     keep_best: int = num(3, 1)
     keep_last: int = num(5, 0)
+    average_last: int = num(0, 0)  # at the end, average the N newest step checkpoints; 0: off
     valid_max_sentences: int = num(0, 0)
     max_steps: int = num(0, 0)
     max_epochs: int = num(0, 0)
@@ -184,6 +185,12 @@ class Config:
     def check(self) -> None:
         """Cross-field checks, run once every layer is applied; durations parse."""
         self.model.check()
+        tc = self.training
+        if tc.average_last > tc.keep_last:
+            raise NmtError(
+                f"training.average_last {tc.average_last} needs training.keep_last >= "
+                f"{tc.average_last} (the step checkpoints it averages), got {tc.keep_last}"
+            )
         for key in DURATIONS:
             try:
                 parse_duration(getattr(self.training, key))

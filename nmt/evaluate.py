@@ -45,7 +45,7 @@ def evaluate(
     metrics: Sequence[str] = ("bleu",),
     options: Options | None = None,
     device: str = "auto",
-    checkpoint: str = "best",
+    checkpoint: str = "default",
     progress: Callable[[int, int], None] | None = None,
     **translate_kwargs: Any,
 ) -> list[Result]:

@@ -1,5 +1,10 @@
 """Label-smoothed cross entropy that ignores padding (learning-rate schedules: nmt.schedule).
 
+Training uses `LossHead`: the output projection and the loss fused and chunked over non-pad rows,
+so neither the (N, V) logits nor their float32 copy exists for the whole batch (on an 8k
+vocabulary that was the largest tensor of a step, and in bf16 the cast and the float32
+log-softmax were much of the time outside matrix products).
+
 Smoothing spreads `eps` uniformly over the whole vocabulary (as torch's
 `cross_entropy(label_smoothing=eps)` does): loss = (1 - eps) * nll + eps * mean_v(-log p_v).
 Both sums are returned so training can log the true NLL (perplexity) next to the loss.
@@ -7,9 +12,14 @@ Both sums are returned so training can log the true NLL (perplexity) next to the
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from torch import nn
 
 from nmt.models.base import PAD_ID
+
+CHUNK_ROWS = 1024  # rows of logits alive at once: (1024, 8k) float32 is 32 MB, fast in cache
 
 
 class _SmoothedNLL(torch.autograd.Function):
@@ -61,3 +71,105 @@ def label_smoothed_nll(
     mask = target != pad_id  # (N,)
     loss, nll_sum = _SmoothedNLL.apply(flat, target, mask, float(eps))
     return loss, nll_sum.detach(), int(mask.sum())
+
+
+class _LinearSmoothedNLL(torch.autograd.Function):
+    """Projection + smoothed loss, chunk by chunk; the gradients are made in the forward pass.
+
+    Per chunk: logits = h W^T in the compute dtype, log-softmax in float32, then the closed-form
+    gradient (softmax - q) projected back at once, so only (chunk, V) floats live at a time.
+    Backward just scales the stored gradients by the incoming one (the loss is a sum).
+    """
+
+    @staticmethod
+    def forward(
+        ctx, hidden, weight, target, eps, dtype
+    ):  # hidden (N, d); weight (V, d); target (N,)
+        with torch.autocast(hidden.device.type, enabled=False):
+            h_all, w = hidden.to(dtype), weight.to(dtype)
+            vocab = weight.size(0)
+            grad_h = torch.empty_like(hidden)
+            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            nll = torch.zeros_like(loss)
+            for s in range(0, hidden.size(0), CHUNK_ROWS):
+                h, t = h_all[s : s + CHUNK_ROWS], target[s : s + CHUNK_ROWS, None]
+                lprobs = torch.mm(h, w.t()).float()  # (c, V)
+                lprobs -= torch.logsumexp(lprobs, dim=-1, keepdim=True)
+                chunk_nll = -lprobs.gather(1, t).sum()
+                nll += chunk_nll
+                loss += (1.0 - eps) * chunk_nll
+                if eps > 0:
+                    loss -= eps / vocab * lprobs.sum()
+                grad = lprobs.exp_()  # softmax
+                if eps > 0:
+                    grad.sub_(eps / vocab)
+                grad.scatter_add_(1, t, torch.full_like(grad[:, :1], -(1.0 - eps)))  # p - q
+                g = grad.to(dtype)
+                grad_h[s : s + CHUNK_ROWS] = torch.mm(g, w)
+                if dtype == torch.float32:
+                    grad_w.addmm_(g.t(), h)
+                else:
+                    grad_w += torch.mm(g.t(), h).float()
+        ctx.save_for_backward(grad_h, grad_w.to(weight.dtype))
+        ctx.done = False
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_nll):
+        if ctx.done:
+            raise RuntimeError("linear_smoothed_nll: backward through the same loss twice")
+        ctx.done = True
+        grad_h, grad_w = ctx.saved_tensors
+        return grad_h.mul_(grad_loss), grad_w.mul_(grad_loss), None, None, None
+
+
+def compute_dtype_now(device_type: str, fallback: torch.dtype) -> torch.dtype:
+    """The dtype autocast would run a matmul in here, or `fallback` outside autocast."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return fallback
+
+
+def linear_smoothed_nll(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    eps: float,
+    pad_id: int = PAD_ID,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """`label_smoothed_nll(hidden @ weight.T, target, eps)` without the whole logits tensor.
+
+    hidden: (B, T, d) decoder features; weight: (V, d) output matrix; padding rows are skipped
+    before the projection (no FLOPs on them). Matmuls run in the autocast dtype, softmax in fp32.
+    """
+    flat = hidden.reshape(-1, hidden.size(-1))
+    target = target.reshape(-1)
+    mask = target != pad_id
+    rows = flat[mask]  # (N, d) non-pad rows only
+    dtype = compute_dtype_now(hidden.device.type, weight.dtype)
+    loss, nll = _LinearSmoothedNLL.apply(rows, weight, target[mask], float(eps), dtype)
+    return loss, nll.detach(), int(rows.size(0))
+
+
+class LossHead(nn.Module):
+    """The training forward: model features -> fused projection + loss, in one module.
+
+    Wrapping the model (no copy of it) lets DDP and torch.compile see one forward that ends in
+    the loss. Models without `features` (the Decoder Protocol's optional fast path) fall back
+    to their logits and `label_smoothed_nll`.
+    """
+
+    def __init__(self, model: nn.Module, eps: float) -> None:
+        super().__init__()
+        self.model, self.eps = model, eps
+
+    def forward(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, tgt_out: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Summed smoothed loss, summed NLL (detached) and the target token count."""
+        model: Any = self.model
+        if hasattr(model, "features"):
+            hidden = model.features(src, src_lengths, tgt_in)  # (B, T, d)
+            return linear_smoothed_nll(hidden, model.output.weight, tgt_out, self.eps)
+        return label_smoothed_nll(model(src, src_lengths, tgt_in), tgt_out, self.eps)

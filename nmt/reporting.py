@@ -10,7 +10,7 @@ import contextlib
 import json
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +108,8 @@ class TrainSummary:
     exit_code: int  # 0, or 130 / 143 after SIGINT / SIGTERM
     model_dir: str
     gpu_peak_mb: int | None = None
+    final_checkpoint: str = "best"  # what `--checkpoint default` loads: best or averaged
+    final_score: float | None = None  # its validation score (best_metric)
 
 
 def summarize(
@@ -179,9 +181,12 @@ class Log:
             if s.best_score is not None
             else "no validation"
         )
+        final = ""
+        if s.final_checkpoint != "best" and s.final_score is not None:
+            final = f"; translate uses {s.final_checkpoint} ({s.best_metric} {s.final_score:.2f})"
         self.info(
             f"done: {s.steps} steps in {hms(s.seconds)}, {s.tok_s:,.0f} tgt tok/s, "
-            f"{best}; {s.stopped}; model in {s.model_dir}"
+            f"{best}{final}; {s.stopped}; model in {s.model_dir}"
             + (f"; GPU peak {s.gpu_peak_mb:,} MB" if s.gpu_peak_mb is not None else "")
         )
 
@@ -348,6 +353,25 @@ class Reporter:
             + (f" | ETA {hms(eta)}" if eta is not None else "")
         )
         self.window = Window()
+
+    def averaged_event(
+        self, st: TrainState, steps: list[int], result: ValidResult, chosen: str, seconds: float
+    ) -> None:
+        """The end-of-training average's validation, and which checkpoint `default` now means."""
+        self.metrics.write(
+            {"event": "averaged", "step": st.step, "steps": steps,
+             "valid_loss": round(result.loss, 4), "valid_ppl": round(result.ppl, 2),
+             "bleu": round(result.bleu, 2), "valid_seconds": round(seconds, 1),
+             "chosen": chosen, "bleu_signature": result.signature}
+        )  # fmt: skip
+        self.log.info(
+            f"averaged steps {', '.join(map(str, steps))} | loss {result.loss:.3f} | "
+            f"BLEU {result.bleu:.2f} | {seconds:.0f}s | default checkpoint: {chosen}"
+        )
+
+    def end_event(self, summary: TrainSummary) -> None:
+        """The run's summary as the last metrics event (what sweeps read back)."""
+        self.metrics.write({"event": "end", "step": summary.steps, **asdict(summary)})
 
     def epoch_event(self, st: TrainState, batches: list[Any], ratio: float) -> None:
         """Padding waste of this epoch's batches: the price of the bucketing."""

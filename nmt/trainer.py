@@ -11,6 +11,7 @@ learning-rate schedule and budget in nmt.schedule, the MODEL_DIR lock and checks
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 import random
@@ -30,7 +31,7 @@ from nmt.checkpoint import Checkpoints, set_rng_state
 from nmt.config import Config, parse_duration
 from nmt.device import autocast_for, emulated_bf16_warning, resolve_device, resolve_precision
 from nmt.errors import NmtError
-from nmt.loss import label_smoothed_nll
+from nmt.loss import LossHead
 from nmt.reporting import Log, Metrics, Reporter, TrainSummary, summarize
 from nmt.resume import (
     TrainState,
@@ -87,7 +88,8 @@ class Trainer:
         self.settings = run_settings(tc, data_dir)  # saved with the state, checked on resume
         if resume:
             self._restore()
-        self.step_model = self._wrap(self.model)  # what the update step calls (compile, DDP)
+        # What the update step calls: the model with its fused loss, under compile / DDP.
+        self.step_model = self._wrap(LossHead(self.model, tc.label_smoothing))
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ckpt = Checkpoints(model_dir, tc.keep_best, tc.keep_last)
         self.save_clock = SaveClock(tc.save_every, parse_duration(tc.save_every_time))
@@ -96,6 +98,7 @@ class Trainer:
         self.valid_seconds = 0.0  # the last validation's duration (max_time keeps room for it)
         self.train_seconds = 0.0  # time in update steps, this process
         self.tokens_at_start = self.state.tokens
+        self.final: tuple[str, float | None] = ("best", None)  # `default` checkpoint, its score
 
     def _keep_mask(self) -> np.ndarray:
         """Which training pairs fit max_tokens and the model's positions; warn about the rest
@@ -175,14 +178,51 @@ class Trainer:
             if self.dist.is_main and st.step > 0 and not self._can_validate():
                 # nothing to rank by: the newest is the best
                 modeldir.save_weights(self.model, self.ckpt.dir / "best.safetensors")
+            if self.dist.is_main and st.step > 0 and not self._interrupted():
+                self.average_and_choose()
+        summary = self._summary()
+        self.report.end_event(summary)
         self.report.metrics.close()
-        return self._summary()
+        return summary
+
+    def average_and_choose(self) -> None:
+        """Average the newest `average_last` step checkpoints, validate the average, and make it
+        what `--checkpoint default` loads when it beats best on the early-stopping metric."""
+        n = min(self.tc.average_last, len(self.ckpt.read_index()))
+        if n < 2 or self.data.valid is None:
+            return
+        t0 = time.monotonic()
+        path, steps = checkpoint.average(self.model_dir, last=n)
+        averaged = copy.deepcopy(self.model)
+        modeldir.load_weights(averaged, path, device=str(self.device))
+        dec = self.cfg.decoding
+        result = evaluate(
+            averaged, self.data.valid, self.device, self.autocast, self.tc.max_tokens,
+            dec.max_len_a, dec.max_len_b,
+        )  # fmt: skip
+        if result is None:
+            return
+        st, metric = self.state, self.tc.early_stop_metric
+        score = result.bleu if metric == "bleu" else result.loss
+        better = st.best_score is None or (
+            score > st.best_score if metric == "bleu" else score < st.best_score
+        )
+        chosen = "averaged" if better else "best"
+        self.final = (chosen, float(score) if better else st.best_score)
+        modeldir.write_default(
+            self.model_dir,
+            {"checkpoint": chosen, "metric": metric, "score": self.final[1], "steps": steps,
+             "best_step": st.best_step, "best_score": st.best_score, "averaged_score": score},
+        )  # fmt: skip
+        self.report.averaged_event(st, steps, result, chosen, time.monotonic() - t0)
 
     def _begin(self) -> None:
         """Tidy MODEL_DIR for a resumed state, write its metadata, announce, set RNGs and clock."""
         tc, st, dist = self.tc, self.state, self.dist
         if dist.is_main and self.resume:
             self.ckpt.truncate_after(st.step, st.best_step)
+        if dist.is_main:
+            modeldir.clear_default(self.model_dir)  # chosen again at the end of this run
         self.report.metrics.open(st.step if self.resume else None)
         if dist.is_main:
             d = self.data
@@ -245,8 +285,9 @@ class Trainer:
             batch = batch.to(self.device)
             with self._no_sync(i < len(batches) - 1):
                 with self.autocast():
-                    logits = self.step_model(batch.src, batch.src_lengths, batch.tgt_in)
-                    loss, nll, _ = label_smoothed_nll(logits, batch.tgt_out, tc.label_smoothing)
+                    loss, nll, _ = self.step_model(
+                        batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out
+                    )
                 scaled = loss / tokens
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             loss_sum = loss_sum + loss.detach()
@@ -314,9 +355,12 @@ class Trainer:
         self.stop_code = distributed.agree_max(code, self.dist, self.device)
 
     def _limits_reached(self) -> int:
-        """Which budget, if any, is spent (max_time keeps room for the final validation)."""
+        """Which budget, if any, is spent (max_time keeps room for the final validation and
+        for validating the end-of-training average)."""
         st = self.state
         room = self.valid_seconds if st.last_valid_step != st.step else 0.0
+        if self.tc.average_last > 1:
+            room += self.valid_seconds
         return self.budget.spent(st.step, room)
 
     def _request_stop(self, code: Stop) -> None:
@@ -397,6 +441,8 @@ class Trainer:
         st, metric, where = self.state, self.tc.early_stop_metric, str(self.model_dir)
         run_tokens = st.tokens - self.tokens_at_start
         summary = summarize(st, run_tokens, self.train_seconds, metric, self.stop_code, where, peak)
+        summary.final_checkpoint = self.final[0]
+        summary.final_score = self.final[1] if self.final[1] is not None else st.best_score
         self.log.summary(summary)
         return summary
 

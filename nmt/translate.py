@@ -118,7 +118,7 @@ class Translator:
 
     @classmethod
     def from_dir(
-        cls, model_dir: str | Path, device: str = "auto", checkpoint: str = "best"
+        cls, model_dir: str | Path, device: str = "auto", checkpoint: str = "default"
     ) -> Translator:
         """Load MODEL_DIR (config, SentencePiece, weights) for translation."""
         from nmt.modeldir import load_model

@@ -5,6 +5,11 @@ seq2seq-bahdanau in fp32 and bf16. Each configuration runs in its own process (s
 its own) through the trainer's real `train_step` (collation, forward, loss, backward, clipping,
 Adam), after a few warm-up steps. Reports the median over timed steps.
 
+Every figure comes with the machine's own limit: each configuration's process also times a
+4096x1024x1024 matrix product of its dtype (scripts/benchlib.py), counts the model's matmul FLOPs
+on the timed batches (torch.utils.flop_counter: forward + backward), and prints the achieved
+model GFLOP/s and its ratio to that GEMM rate, which means the same on every machine.
+
     python scripts/bench_train.py              # full: 20 timed steps per configuration
     python scripts/bench_train.py --quick      # 4 timed steps, for checking the script
     python scripts/bench_train.py --threads 2 --json results.json
@@ -23,6 +28,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+from benchlib import gemm_gflops, machine_line  # noqa: E402
+
 CONFIGS = [
     ("transformer-small", "fp32"),
     ("transformer-small", "bf16"),
@@ -76,7 +84,7 @@ def run_one(preset: str, precision: str, data: Path, steps: int, warmup: int, ma
     batches = batching.epoch_batches(
         trainer.src_len, trainer.tgt_len, max_tokens, cfg.training.seed, 1, trainer.keep
     )
-    times, tokens = [], []
+    times, tokens, timed = [], [], []
     for i in range(warmup + steps):
         group = [batches[i % len(batches)]]
         t0 = time.perf_counter()
@@ -85,8 +93,12 @@ def run_one(preset: str, precision: str, data: Path, steps: int, warmup: int, ma
         if i >= warmup:
             times.append(dt)
             tokens.append(int((trainer.tgt_len[group[0]] + 1).sum()))
+            timed.append(group)
     rates = [n / t for n, t in zip(tokens, times, strict=True)]
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    flops = sum(step_flops(trainer, g) for g in timed)
+    model_gflops = flops / sum(times) / 1e9
+    gemm = gemm_gflops(precision)
     print(
         json.dumps(
             {
@@ -98,9 +110,30 @@ def run_one(preset: str, precision: str, data: Path, steps: int, warmup: int, ma
                 "tok_s_median": round(statistics.median(rates), 1),
                 "peak_rss_mb": round(rss_mb),
                 "params": trainer.n_params,
+                "mflop_per_tok": round(flops / sum(tokens) / 1e6, 1),
+                "model_gflops": round(model_gflops, 1),
+                "gemm_gflops": round(gemm, 1),
+                "gemm_ratio": round(model_gflops / gemm, 3),
             }
         )
     )
+
+
+def step_flops(trainer, group) -> int:
+    """Matmul FLOPs of one update on `group` (forward + backward), as torch's counter sees them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from nmt import batching
+    from nmt.loss import label_smoothed_nll
+
+    train = trainer.data.train
+    batch = batching.collate(train.src, train.tgt, group[0]).to(trainer.device)
+    with FlopCounterMode(display=False) as counter, trainer.autocast():
+        logits = trainer.model(batch.src, batch.src_lengths, batch.tgt_in)
+        loss, _, _ = label_smoothed_nll(logits, batch.tgt_out, trainer.tc.label_smoothing)
+        loss.backward()
+    trainer.model.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
 
 
 def main() -> None:
@@ -126,6 +159,7 @@ def main() -> None:
         return
     data = data_dir(Path(args.work))
     results = []
+    print(machine_line(args.threads or os.cpu_count() or 1), flush=True)
     from nmt.device import cpu_has_native_bf16
 
     for preset, precision in CONFIGS:
@@ -150,7 +184,9 @@ def main() -> None:
         print(
             f"{preset:18s} {precision}  threads {r['threads']}  "
             f"{r['tgt_tokens_per_batch']:,} tgt tok/batch  step {r['step_s_median']:.2f}s  "
-            f"{r['tok_s_median']:,.0f} tgt tok/s  peak RSS {r['peak_rss_mb']:,} MB",
+            f"{r['tok_s_median']:,.0f} tgt tok/s  peak RSS {r['peak_rss_mb']:,} MB  "
+            f"{r['model_gflops']:,.0f} GFLOP/s = {100 * r['gemm_ratio']:.0f}% of "
+            f"{precision} GEMM {r['gemm_gflops']:,.0f}",
             flush=True,
         )
     if args.json:

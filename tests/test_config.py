@@ -290,6 +290,7 @@ def test_old_flat_saved_config_loads(arch, tmp_path):
         ("training.patience=-1", "training.patience: must be >= 0, got -1"),
         ("training.keep_best=0", "training.keep_best: must be >= 1, got 0"),
         ("training.keep_last=-1", "training.keep_last: must be >= 0, got -1"),
+        ("training.average_last=-1", "training.average_last: must be >= 0, got -1"),
         ("training.valid_max_sentences=-1", "training.valid_max_sentences: must be >= 0, got -1"),
         ("training.max_steps=-5", "training.max_steps: must be >= 0, got -5"),
         ("training.max_epochs=-1", "training.max_epochs: must be >= 0, got -1"),

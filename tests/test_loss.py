@@ -93,3 +93,79 @@ def test_cosine_linear_constant_schedules():
     assert lr_at("constant", 5000, 1e-3, 10, progress=0.9) == pytest.approx(1e-3)
     # Without a known budget, decaying schedules hold the peak after warmup.
     assert lr_at("cosine", 500, 1e-3, 10, progress=None) == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("chunk", [3, 1024])
+def test_fused_projection_loss_equals_logits_path(monkeypatch, eps, chunk):
+    """Loss, NLL, count and both gradients match the unfused path, padding skipped, any chunking."""
+    import nmt.loss as loss_mod
+    from nmt.loss import linear_smoothed_nll
+
+    monkeypatch.setattr(loss_mod, "CHUNK_ROWS", chunk)
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 5, 8, dtype=torch.float64)
+    weight = torch.randn(13, 8, dtype=torch.float64)
+    target = torch.randint(1, 13, (3, 5))
+    target[0, 2:] = 0
+    target[2, 4:] = 0
+    h1, w1 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    ref_loss, ref_nll, ref_n = label_smoothed_nll(h1 @ w1.t(), target, eps)
+    (2.0 * ref_loss).backward()
+    h2, w2 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss, nll, n = linear_smoothed_nll(h2, w2, target, eps)
+    (2.0 * loss).backward()
+    assert n == ref_n == int((target != 0).sum())
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-6)
+    assert float(nll) == pytest.approx(float(ref_nll), rel=1e-6)
+    assert torch.allclose(h2.grad, h1.grad, atol=1e-6)
+    assert torch.allclose(w2.grad, w1.grad, atol=1e-6)
+    assert float(h2.grad[0, 3].abs().sum()) == 0.0  # a padding row gets no gradient
+
+
+def test_fused_loss_computes_in_the_autocast_dtype():
+    """Under bf16 autocast the projection runs in bf16 (close to fp32), gradients stay fp32."""
+    from nmt.loss import linear_smoothed_nll
+
+    torch.manual_seed(1)
+    hidden = torch.randn(4, 6, 16, requires_grad=True)
+    weight = torch.randn(50, 16, requires_grad=True)
+    target = torch.randint(1, 50, (4, 6))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _, _ = linear_smoothed_nll(hidden, weight, target, 0.1)
+    loss.backward()
+    ref, _, _ = label_smoothed_nll(hidden.detach() @ weight.detach().t(), target, 0.1)
+    assert hidden.grad.dtype == weight.grad.dtype == torch.float32
+    assert loss.item() == pytest.approx(ref.item(), rel=2e-2)
+    assert loss.item() != pytest.approx(ref.item(), rel=1e-7)  # it really ran in bf16
+
+
+def test_loss_head_uses_features_when_the_model_has_them():
+    """LossHead gives the same loss whether a model exposes features or only logits."""
+    from torch import nn
+
+    from nmt.loss import LossHead
+
+    class Logits(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(20, 8)
+            self.output = nn.Linear(8, 20, bias=False)
+
+        def forward(self, src, src_lengths, tgt_in):
+            return self.output(self.embed(tgt_in))
+
+    class Features(Logits):
+        def features(self, src, src_lengths, tgt_in):
+            return self.embed(tgt_in)
+
+    torch.manual_seed(2)
+    a, b = Logits(), Features()
+    b.load_state_dict(a.state_dict())
+    tgt_in, tgt_out = torch.randint(1, 20, (2, 7)), torch.randint(1, 20, (2, 7))
+    tgt_out[1, 5:] = 0
+    la, na, ca = LossHead(a, 0.1)(None, None, tgt_in, tgt_out)
+    lb, nb, cb = LossHead(b, 0.1)(None, None, tgt_in, tgt_out)
+    assert ca == cb == 12
+    assert float(la) == pytest.approx(float(lb), rel=1e-5)
+    assert float(na) == pytest.approx(float(nb), rel=1e-5)

@@ -138,17 +138,17 @@ def test_second_process_is_refused_by_the_lock(copy_data, tmp_path):
 
 
 def test_nonfinite_losses_skip_updates_then_abort(copy_data, tmp_path, monkeypatch):
-    import nmt.trainer as trainer_mod
+    import nmt.loss as loss_mod
 
-    real = trainer_mod.label_smoothed_nll
+    real = loss_mod.linear_smoothed_nll
     calls = {"n": 0}
 
-    def flaky(logits, target, eps, pad_id=0):
-        loss, nll, n = real(logits, target, eps, pad_id)
+    def flaky(hidden, weight, target, eps, pad_id=0):
+        loss, nll, n = real(hidden, weight, target, eps, pad_id)
         calls["n"] += 1
         return (loss * float("nan") if calls["n"] in (2, 3) else loss), nll, n
 
-    monkeypatch.setattr(trainer_mod, "label_smoothed_nll", flaky)
+    monkeypatch.setattr(loss_mod, "linear_smoothed_nll", flaky)
     out = tmp_path / "a"
     s = train(_tiny("training.max_steps=4"), copy_data, out, "cpu", quiet=True, threads=1)
     assert s.steps == 4
@@ -159,7 +159,7 @@ def test_nonfinite_losses_skip_updates_then_abort(copy_data, tmp_path, monkeypat
     assert {float(v["step"]) for v in adam.values()} == {2.0}
 
     monkeypatch.setattr(
-        trainer_mod, "label_smoothed_nll", lambda lg, t, e, p=0: (lg.sum() * float("inf"), 0, 1)
+        loss_mod, "linear_smoothed_nll", lambda h, w, t, e, p=0: (h.sum() * float("inf"), 0, 1)
     )
     with pytest.raises(NmtError, match="training diverged: 10 non-finite losses in a row"):
         train(_tiny("training.max_steps=50"), copy_data, tmp_path / "b", "cpu", quiet=True)

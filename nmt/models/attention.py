@@ -213,12 +213,17 @@ class MultiHeadAttention(nn.Module):
         return self._merge(out), weights
 
     def step(
-        self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """One incremental self-attention step: x (B, 1, d); the cache grows by one position."""
+        self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, t: int
+    ) -> torch.Tensor:
+        """One incremental self-attention step from x (B, 1, d) at position t.
+
+        `keys` / `values` (capacity, B, H, Dh) are preallocated time-major caches: this step's
+        key and value are written in place at position t, and attention reads positions 0..t as
+        a (B, H, t + 1, Dh) view (no copy, no growing tensor).
+        """
         q, k, v = self._split(self.qkv_proj(x), 3)  # (B, H, 1, Dh)
-        if cache is not None:
-            k = torch.cat([cache[0], k], dim=2)  # (B, H, t+1, Dh)
-            v = torch.cat([cache[1], v], dim=2)
-        out, _ = dot_product_attention(q, k, v)
-        return self._merge(out), (k, v)
+        keys[t] = k[:, :, 0]
+        values[t] = v[:, :, 0]
+        k_all = keys[: t + 1].permute(1, 2, 0, 3)  # (B, H, t + 1, Dh)
+        out, _ = dot_product_attention(q, k_all, values[: t + 1].permute(1, 2, 0, 3))
+        return self._merge(out)

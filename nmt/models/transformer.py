@@ -1,7 +1,10 @@
 """The Transformer (Vaswani et al. 2017) behind the incremental-decoding contract of base.py.
 
-Incremental state: per decoder layer a self-attention key/value cache that grows one position a
-step; the encoder-decoder keys/values are computed once per sentence in `encode`.
+Incremental state: one preallocated self-attention key/value cache for all decoder layers,
+written in place one position a step and grown in chunks of CACHE_CHUNK positions; the
+encoder-decoder keys/values are computed once per sentence in `encode`. Reordering (beams
+changing rows) is one row gather into a reused second buffer: a fresh multi-megabyte tensor
+per step costs more in page faults than the copy itself.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from nmt.models.attention import MultiHeadAttention
 from nmt.models.base import VocabInfo, make_embeddings
 
 KV = tuple[torch.Tensor, torch.Tensor]
+CACHE_CHUNK = 8  # positions added to the cache at a time: reordering copies the whole capacity
 
 
 @dataclass
@@ -34,10 +38,54 @@ class TransformerEncoderOut:
 
 @dataclass
 class TransformerState:
-    """Per decoder layer self-attention caches (B, H, t, Dh) and the number of steps taken."""
+    """Self-attention caches of every decoder layer and the number of steps taken.
 
-    cache: list[KV]
+    `kv` (2 * layers, capacity, B, H, Dh) holds layer i's keys at 2i and values at 2i + 1, filled
+    up to `step`. Time-major, so reordering copies only the `step` filled positions, and a
+    layer's keys kv[2i, :t].permute(1, 2, 0, 3) are a (B, H, t, Dh) view whose (B, H) strides
+    merge (matmul reads it without a copy). `spare` is a same-shaped buffer reordering writes
+    into. The buffers are updated in place, so a state is used once: pass on the one
+    decode_step / reorder_state returns (as search does), never an older one.
+    """
+
+    kv: torch.Tensor | None = None
     step: int = 0
+    spare: torch.Tensor | None = None
+
+    def ensure_capacity(self, like: torch.Tensor, layers: int, heads: int) -> torch.Tensor:
+        """The cache, grown by CACHE_CHUNK positions when full; `like` (B, 1, d) is this step's
+        input: its rows, device and dtype (bf16 weights: a bf16 cache)."""
+        kv, t = self.kv, self.step
+        if kv is not None and t < kv.size(1):
+            return kv
+        b, _, d = like.shape
+        grown = like.new_empty(2 * layers, t + CACHE_CHUNK, b, heads, d // heads)
+        if kv is not None:
+            grown[:, :t] = kv[:, :t]
+        self.kv, self.spare = grown, None
+        return grown
+
+    def select(self, order: torch.Tensor) -> TransformerState:
+        """The state of rows `order`: the filled positions gathered into the spare buffer,
+        which then swaps roles with the current one (no fresh multi-megabyte tensor a step)."""
+        kv, t = self.kv, self.step
+        if kv is None:
+            return TransformerState(None, t)
+        shape = (kv.size(0), kv.size(1), order.numel(), *kv.shape[3:])
+        spare = self.spare
+        out = spare if spare is not None and spare.shape == shape else kv.new_empty(shape)
+        for src, dst in zip(kv, out, strict=True):  # (capacity, B, H, Dh) each, contiguous
+            torch.index_select(src[:t].flatten(2), 1, order, out=dst[:t].view(t, shape[2], -1))
+        return TransformerState(out, t, kv if kv.shape == shape else None)
+
+
+def _select_rows(x: torch.Tensor, order: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """x's rows `order` along `dim`, gathered as whole contiguous rows (a 2-D index_select is
+    several times faster than a 4-D one on CPU)."""
+    x = x.contiguous()
+    lead = x.shape[:dim]
+    flat = x.view(*lead, x.size(dim), -1)
+    return flat.index_select(dim, order).view(*lead, order.numel(), *x.shape[dim + 1 :])
 
 
 def sinusoids(length: int, dim: int) -> torch.Tensor:
@@ -122,16 +170,17 @@ class DecoderLayer(_Sublayers):
     def step(
         self,
         x: torch.Tensor,
-        cache: KV | None,
+        cache: KV,
+        t: int,
         kv: KV,
         mask: torch.Tensor | None,
         need_weights: bool,
-    ) -> tuple[torch.Tensor, KV, torch.Tensor | None]:
-        """One position (B, 1, d) against the layer's cache; returns the grown cache."""
-        h, cache = self.self_attn.step(self._in(x, 0), cache)
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One position (B, 1, d) at step t; its key/value are written into `cache` in place."""
+        h = self.self_attn.step(self._in(x, 0), cache[0], cache[1], t)
         x = self._out(x, h, 0)
         h, weights = self.cross_attn(self._in(x, 1), kv=kv, mask=mask, need_weights=need_weights)
-        return self._feed_forward(self._out(x, h, 1)), cache, weights
+        return self._feed_forward(self._out(x, h, 1)), weights
 
 
 def _stack_layers(weights: list[torch.Tensor | None]) -> torch.Tensor:
@@ -214,8 +263,8 @@ class Transformer(nn.Module):
         return cast(list[DecoderLayer], list(self.decoder_layers))
 
     def init_state(self, encoder_out: TransformerEncoderOut) -> TransformerState:
-        """Empty caches: nothing decoded yet."""
-        return TransformerState(cache=[], step=0)
+        """Empty caches: nothing decoded yet (allocated at the first step)."""
+        return TransformerState()
 
     def decode_step(
         self,
@@ -225,17 +274,19 @@ class Transformer(nn.Module):
         need_attn: bool = False,
     ) -> tuple[torch.Tensor, TransformerState, torch.Tensor | None]:
         """Log-probs (B, V) float32 of the next token given the previous one (B,)."""
-        x = self._embed(self.tgt_embed, prev_tokens.unsqueeze(1), start=state.step)  # (B, 1, d)
-        caches, attns = [], []
-        for i, layer in enumerate(self._decoders()):
-            cache = state.cache[i] if state.cache else None
-            x, cache, w = layer.step(x, cache, encoder_out.cross_kv[i], encoder_out.mask, need_attn)
-            caches.append(cache)
+        t = state.step
+        x = self._embed(self.tgt_embed, prev_tokens.unsqueeze(1), start=t)  # (B, 1, d)
+        layers = self._decoders()
+        kv = state.ensure_capacity(x, len(layers), self.cfg.heads)
+        attns = []
+        for i, layer in enumerate(layers):
+            cache = (kv[2 * i], kv[2 * i + 1])  # (capacity, B, H, Dh) each
+            x, w = layer.step(x, cache, t, encoder_out.cross_kv[i], encoder_out.mask, need_attn)
             attns.append(w)
         logits = self.output(self.decoder_norm(x[:, 0]))  # (B, V)
         log_probs = F.log_softmax(logits.float(), dim=-1)
         attn = _stack_layers(attns)[:, :, :, 0] if need_attn else None  # (B, L, H, S)
-        return log_probs, TransformerState(caches, state.step + 1), attn
+        return log_probs, TransformerState(kv, t + 1, state.spare), attn
 
     def reorder_encoder_out(
         self, encoder_out: TransformerEncoderOut, order: torch.Tensor
@@ -243,24 +294,28 @@ class Transformer(nn.Module):
         """Select / repeat sentences (beam expansion, dropping finished ones)."""
         mask = encoder_out.mask
         return TransformerEncoderOut(
-            memory=encoder_out.memory.index_select(0, order),
+            memory=_select_rows(encoder_out.memory, order),
             mask=None if mask is None else mask.index_select(0, order),
             lengths=encoder_out.lengths.index_select(0, order),
             cross_kv=[
-                (k.index_select(0, order), v.index_select(0, order))
-                for k, v in encoder_out.cross_kv
+                (_select_rows(k, order), _select_rows(v, order)) for k, v in encoder_out.cross_kv
             ],
         )
 
     def reorder_state(self, state: TransformerState, order: torch.Tensor) -> TransformerState:
         """Reorder the self-attention caches to follow the surviving hypotheses."""
-        cache = [(k.index_select(0, order), v.index_select(0, order)) for k, v in state.cache]
-        return TransformerState(cache, state.step)
+        return state.select(order)
 
     def forward(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> torch.Tensor:
         """Teacher forcing: logits (B, T, V)."""
+        return self.output(self.features(src, src_lengths, tgt_in))
+
+    def features(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> torch.Tensor:
+        """Teacher forcing up to the output projection: (B, T, d) (nmt.loss fuses the rest)."""
         return self._teacher_forced(src, src_lengths, tgt_in, need_weights=False)[0]
 
     def forward_with_attention(
@@ -268,17 +323,17 @@ class Transformer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher forcing: logits (B, T, V) and the encoder-decoder attention of every layer
         and head, (B, L, H, T, S)."""
-        logits, attns = self._teacher_forced(src, src_lengths, tgt_in, need_weights=True)
-        return logits, _stack_layers(attns)  # (B, L, H, T, S)
+        hidden, attns = self._teacher_forced(src, src_lengths, tgt_in, need_weights=True)
+        return self.output(hidden), _stack_layers(attns)  # (B, L, H, T, S)
 
     def _teacher_forced(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """Logits (B, T, V) and, if `need_weights`, each layer's cross-attention (B, H, T, S)."""
+        """Features (B, T, d) and, if `need_weights`, each layer's cross-attention (B, H, T, S)."""
         enc = self.encode(src, src_lengths)
         x = self._embed(self.tgt_embed, tgt_in)  # (B, T, d)
         attns = []
         for layer, kv in zip(self.decoder_layers, enc.cross_kv, strict=True):
             x, w = layer(x, kv, enc.mask, need_weights=need_weights)
             attns.append(w)
-        return self.output(self.decoder_norm(x)), attns  # (B, T, V)
+        return self.decoder_norm(x), attns  # (B, T, d)
