@@ -64,16 +64,6 @@ def gnmt(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _check_option(key: str, value: Any) -> None:
-    """A search option against the range / choices of its `decoding` config key."""
-    meta, flag = _DECODING[key], "--" + key.replace("_", "-")
-    bounds, choices = meta.get("range"), meta.get("choices")
-    if bounds is not None and value not in bounds:
-        raise NmtError(f"{flag} must be {bounds}, got {value}")
-    if choices is not None and value not in choices:
-        raise NmtError(f"{flag} must be {' or '.join(choices)}, got {value!r}")
-
-
 def _ct2_device(device: str, ct2: Any) -> str:
     """CTranslate2 runs on cpu or cuda (index dropped: it takes device_index separately)."""
     if device == "auto":
@@ -123,11 +113,9 @@ class CT2Translator:
     def options(self, **given: Any) -> dict[str, Any]:
         """Search options: the given ones, else the exported model's decoding defaults; each
         checked against its config key's range (other keys are ignored)."""
-        d = self.decoding
-        out = {k: given[k] if given.get(k) is not None else getattr(d, k) for k in _DECODING}
-        for key, value in out.items():
-            _check_option(key, value)
-        return out
+        from nmt.translate import decoding_options
+
+        return decoding_options(self.decoding, given)
 
     def translate(
         self,

@@ -97,6 +97,17 @@ def _check_option(key: str, value: Any) -> None:
         raise NmtError(f"{flag} must be {' or '.join(choices)}, got {value!r}")
 
 
+def decoding_options(defaults: DecodingConfig, given: dict[str, Any]) -> dict[str, Any]:
+    """Search options: the given ones, else `defaults`; each checked against the range its
+    config key declares (one-line errors naming the option). Shared with nmt.ct2."""
+    out = {
+        k: given[k] if given.get(k) is not None else getattr(defaults, k) for k in _DECODING_FIELDS
+    }
+    for key, value in out.items():
+        _check_option(key, value)
+    return out
+
+
 def _warn(message: str) -> None:
     warnings.warn(message, stacklevel=3)
 
@@ -132,13 +143,8 @@ class Translator:
         return cls(model, cfg, src_tok, tgt_tok, dev)
 
     def options(self, **given: Any) -> dict[str, Any]:
-        """Search options: the given ones, else the model config's decoding section; each checked
-        against the range its config key declares (one-line errors naming the option)."""
-        d = self.cfg.decoding
-        out = {k: given[k] if given.get(k) is not None else getattr(d, k) for k in _DECODING_FIELDS}
-        for key, value in out.items():
-            _check_option(key, value)
-        return out
+        """Search options: the given ones, else the model config's decoding section."""
+        return decoding_options(self.cfg.decoding, given)
 
     def translate(
         self,
