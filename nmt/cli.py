@@ -30,6 +30,13 @@ CheckpointOpt = Annotated[
         "best, last, averaged, or a .safetensors path.",
     ),
 ]
+PrecisionOpt = Annotated[
+    str,
+    typer.Option(
+        "--precision",
+        help="auto (bf16 on GPUs and native-bf16 CPUs, else fp32), fp32, bf16 or fp16 (GPU).",
+    ),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
 NoProgressOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 
@@ -224,6 +231,7 @@ def translate_cmd(
     ),
     checkpoint: CheckpointOpt = "default",
     device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "auto",
     quiet: NoProgressOpt = False,
     buffer_size: int = typer.Option(
         None,
@@ -243,7 +251,7 @@ def translate_cmd(
     from nmt.ct2 import open_translator  # a model directory, or an `nmt export` of one
     from nmt.translate import translate_files
 
-    translator = open_translator(model_dir, device=device, checkpoint=checkpoint)
+    translator = open_translator(model_dir, device, checkpoint, precision)
     if with_attention:
         require_attention(translator, model_dir)
     translate_files(
@@ -283,6 +291,7 @@ def attention_cmd(
     ),
     checkpoint: CheckpointOpt = "default",
     device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
     """Draw the source-target attention of one sentence as a PNG heatmap (subword pieces on both
@@ -290,7 +299,7 @@ def attention_cmd(
     from nmt.translate import Translator
     from nmt.viz import plot_attention
 
-    translator = Translator.from_dir(model_dir, device=device, checkpoint=checkpoint)
+    translator = Translator.from_dir(model_dir, device, checkpoint, precision)
     require_attention(translator, model_dir)
     weights, src_pieces, tgt_pieces, translation = translator.attention(
         source, target=target, beam_size=beam_size
@@ -490,6 +499,7 @@ def evaluate_cmd(
     ),
     checkpoint: CheckpointOpt = "default",
     device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "auto",
     tokenize: str = typer.Option(None, "--tokenize", help="BLEU tokenizer (default 13a)."),
     lowercase: bool = typer.Option(False, "--lowercase", help="Case-insensitive BLEU and chrF."),
     chrf_word_order: int = typer.Option(None, "--chrf-word-order", help="2 = chrF++."),
@@ -509,7 +519,8 @@ def evaluate_cmd(
         progress = None if quiet else batch_progress(stack)
         results = evaluate(
             model_dir, src, refs, hyp_out=output, metrics=metric, options=opts,
-            device=device, checkpoint=checkpoint, progress=progress, beam_size=beam_size,
+            device=device, checkpoint=checkpoint, precision=precision, progress=progress,
+            beam_size=beam_size,
             greedy=greedy, length_penalty=length_penalty, batch_tokens=batch_tokens,
         )  # fmt: skip
     print_scores([(output or src, results)], as_json, width)

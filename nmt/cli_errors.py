@@ -7,6 +7,7 @@ import errno
 import functools
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -48,6 +49,11 @@ def os_error_message(e: OSError) -> str | None:
     return f"{e.filename}: {reason}" if e.filename is not None else reason
 
 
+def _warning_line(message: Warning | str, *_: Any, **__: Any) -> None:
+    """Library warnings as one `warning: ...` line on stderr (no file:line, no source echo)."""
+    sys.stderr.write(f"warning: {message}\n")
+
+
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Run a command: NmtError and file-system errors become one line (exit 2), a broken pipe
     exits 141, Ctrl-C 130, and anything else one line naming the exception (exit 1)."""
@@ -55,7 +61,9 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.showwarning = _warning_line
+                return fn(*args, **kwargs)
         except NmtError as e:
             fail(str(e), e.exit_code)
         except BrokenPipeError:

@@ -44,7 +44,10 @@ _DECODING = {f.name: f.metadata for f in dataclasses.fields(DecodingConfig)}
 
 
 def open_translator(
-    model_dir: str | Path, device: str = "auto", checkpoint: str = "default"
+    model_dir: str | Path,
+    device: str = "auto",
+    checkpoint: str = "default",
+    precision: str = "auto",
 ) -> Any:
     """A Translator for a model directory, a CT2Translator for an `nmt export` directory; both
     offer `translate`, `translate_stream` and `options`."""
@@ -53,10 +56,15 @@ def open_translator(
             raise NmtError(
                 f"--checkpoint does not apply to {model_dir}: an export holds one checkpoint"
             )
+        if precision != "auto":
+            raise NmtError(
+                f"--precision does not apply to {model_dir}: an export's compute type is its "
+                "`nmt export --quantization`"
+            )
         return CT2Translator.from_dir(model_dir, device=device)
     from nmt.translate import Translator
 
-    return Translator.from_dir(model_dir, device=device, checkpoint=checkpoint)
+    return Translator.from_dir(model_dir, device=device, checkpoint=checkpoint, precision=precision)
 
 
 def gnmt(length: int, alpha: float) -> float:

@@ -107,11 +107,32 @@ def cpu_has_native_bf16() -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
-def emulated_bf16_warning(precision: str, device: torch.device) -> str | None:
+def emulated_bf16_warning(
+    precision: str, device: torch.device, fix: str = "--set training.precision=fp32"
+) -> str | None:
     """The warning for bf16 asked for on a CPU that can only emulate it; None when fine."""
     if precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         return (
-            "this CPU has no native bf16 (avx512_bf16/AMX): bf16 autocast is emulated and "
-            "10-40x slower than fp32 here; use --set training.precision=fp32"
+            "this CPU has no native bf16 (avx512_bf16/AMX): bf16 is emulated and "
+            f"10-40x slower than fp32 here; use {fix}"
         )
     return None
+
+
+def inference_precision(precision: str, device: torch.device) -> str:
+    """The resolved precision a model decodes in (its weights and cache are cast to it)."""
+    resolved = resolve_precision(precision, device)
+    if resolved == "fp16" and device.type == "cpu":
+        raise NmtError("--precision fp16 needs a GPU; use bf16 or fp32 on CPU")
+    return resolved
+
+
+def cpu_threads() -> int:
+    """Threads this process may use: OMP_NUM_THREADS if set, else the CPUs it is pinned to (taskset)."""
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows: no affinity API
+        return os.cpu_count() or 1

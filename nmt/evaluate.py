@@ -46,6 +46,7 @@ def evaluate(
     options: Options | None = None,
     device: str = "auto",
     checkpoint: str = "default",
+    precision: str = "auto",
     progress: Callable[[int, int], None] | None = None,
     **translate_kwargs: Any,
 ) -> list[Result]:
@@ -60,7 +61,7 @@ def evaluate(
 
     from nmt.translate import Translator  # torch is imported only when a model is really used
 
-    translator = Translator.from_dir(model_dir, device=device, checkpoint=checkpoint)
+    translator = Translator.from_dir(model_dir, device, checkpoint, precision)
     kwargs = {k: v for k, v in translate_kwargs.items() if v is not None}
     if progress is not None:
         kwargs["progress"] = lambda n: progress(n, len(src_lines))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import os
 import random
 import sys
 import time
@@ -29,7 +28,13 @@ from torch.nn.parallel import DistributedDataParallel
 from nmt import batching, checkpoint, distributed, modeldir
 from nmt.checkpoint import Checkpoints, set_rng_state
 from nmt.config import Config, parse_duration
-from nmt.device import autocast_for, emulated_bf16_warning, resolve_device, resolve_precision
+from nmt.device import (
+    autocast_for,
+    cpu_threads,
+    emulated_bf16_warning,
+    resolve_device,
+    resolve_precision,
+)
 from nmt.errors import NmtError
 from nmt.loss import LossHead
 from nmt.reporting import Log, Metrics, Reporter, TrainSummary, summarize
@@ -477,7 +482,7 @@ def train(
     autocast_for(resolve_precision(cfg.training.precision, dev), dev)  # fail early: fp16 on cpu
     old_threads = torch.get_num_threads()
     if dev.type == "cpu":
-        n = threads or max(1, (os.cpu_count() or 1) // dist.local_world_size)
+        n = threads or max(1, cpu_threads() // dist.local_world_size)
         torch.set_num_threads(n)
     distributed.init(dist, dev)
     try:

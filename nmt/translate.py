@@ -21,7 +21,13 @@ import numpy as np
 import torch
 
 from nmt.config import Config, DecodingConfig
-from nmt.device import resolve_device
+from nmt.device import (
+    autocast_for,
+    compute_dtype,
+    emulated_bf16_warning,
+    inference_precision,
+    resolve_device,
+)
 from nmt.errors import NmtError
 from nmt.models.base import EOS_ID, PAD_ID, Decoder
 from nmt.search import Hypothesis, beam_search, greedy_search
@@ -122,25 +128,42 @@ class Translator:
         src_tok: Tokenizer,
         tgt_tok: Tokenizer,
         device: torch.device,
+        precision: str = "fp32",
     ) -> None:
         self.model, self.cfg, self.src_tok, self.tgt_tok = model, cfg, src_tok, tgt_tok
-        self.device = device
+        self.device, self.precision = device, precision
+        # Models that keep fp32 parts (Seq2Seq's recurrences) decode under autocast instead.
+        use_autocast = precision != "fp32" and getattr(model, "autocast_inference", False)
+        self._autocast = autocast_for(precision, device) if use_autocast else contextlib.nullcontext
         self.max_source = model.max_positions - 1  # eos included
 
     @classmethod
     def from_dir(
-        cls, model_dir: str | Path, device: str = "auto", checkpoint: str = "default"
+        cls,
+        model_dir: str | Path,
+        device: str = "auto",
+        checkpoint: str = "default",
+        precision: str = "auto",
     ) -> Translator:
-        """Load MODEL_DIR (config, SentencePiece, weights) for translation."""
+        """Load MODEL_DIR (config, SentencePiece, weights) for translation.
+
+        `precision` auto: bf16 on GPUs and native-bf16 CPUs, else fp32; bf16/fp16 cast the
+        weights once (so the decoder cache follows), scores stay fp32 (log-softmax in fp32).
+        """
         from nmt.modeldir import load_model
 
         dev = resolve_device(device)
+        prec = inference_precision(precision, dev)
+        if message := emulated_bf16_warning(prec, dev, fix="--precision fp32"):
+            _warn(message)
         model, cfg, _, meta = load_model(model_dir, checkpoint=checkpoint, device=str(dev))
+        if prec != "fp32" and not getattr(model, "autocast_inference", False):
+            model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
         model_dir = Path(model_dir)
         src_tok = Tokenizer.load(model_dir / meta["src_spm"])
         tgt_tok = src_tok if meta["tgt_spm"] == meta["src_spm"] else None
         tgt_tok = tgt_tok or Tokenizer.load(model_dir / meta["tgt_spm"])
-        return cls(model, cfg, src_tok, tgt_tok, dev)
+        return cls(model, cfg, src_tok, tgt_tok, dev, prec)
 
     def options(self, **given: Any) -> dict[str, Any]:
         """Search options: the given ones, else the model config's decoding section."""
@@ -239,7 +262,7 @@ class Translator:
         dev = self.device
         src = torch.tensor([ids + [EOS_ID]], device=dev)  # (1, S)
         tgt_in = torch.tensor([[self.model.vocab.bos_id] + tgt], device=dev)  # (1, T)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._autocast():
             lengths = torch.tensor([src.size(1)], device=dev)  # (1,)
             _, attn = self.model.forward_with_attention(src, lengths, tgt_in)
         weights = attn[0].float().cpu().numpy()  # (L, H, T, S)
@@ -280,15 +303,17 @@ class Translator:
             max_len_a=opts["max_len_a"], max_len_b=opts["max_len_b"], min_len=opts["min_len"],
             need_attn=with_attention,
         )  # fmt: skip
-        if k == 1:
-            hyps = greedy_search(
-                self.model, src, src_lengths, length_penalty_alpha=opts["length_penalty"], **common
-            )
-            return [[h] for h in hyps]
-        return beam_search(
-            self.model, src, src_lengths, beam_size=k, length_penalty=opts["length_penalty"],
-            nbest=nbest, stop=opts["stop"], **common,
-        )  # fmt: skip
+        with self._autocast():
+            if k == 1:
+                hyps = greedy_search(
+                    self.model, src, src_lengths, length_penalty_alpha=opts["length_penalty"],
+                    **common,
+                )  # fmt: skip
+                return [[h] for h in hyps]
+            return beam_search(
+                self.model, src, src_lengths, beam_size=k, length_penalty=opts["length_penalty"],
+                nbest=nbest, stop=opts["stop"], **common,
+            )  # fmt: skip
 
     def _pieces(self, ids: list[int]) -> list[str]:
         return [self.src_tok.id_to_piece(i) for i in ids] + [EOS_PIECE]

@@ -60,6 +60,8 @@ class RNNState:
 class Seq2Seq(nn.Module):
     """Bidirectional RNN encoder, attentional RNN decoder with input feeding of the context."""
 
+    autocast_inference = True  # bf16 decoding keeps fp32 weights: the recurrences run in fp32
+
     def __init__(self, cfg: Seq2SeqConfig, vocab: VocabInfo) -> None:
         super().__init__()
         self.cfg, self.vocab = cfg, vocab

@@ -1,0 +1,105 @@
+"""Decoding precision (`--precision`): bf16 (Transformer: cast weights and cache; Seq2Seq: autocast
+around fp32 recurrences) gives the fp32 translations on almost every line, scores stay fp32, an emulated-bf16 CPU is warned about, fp16 on CPU is refused."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from test_translate import build_tiny_model_dir, synthetic_lines
+from typer.testing import CliRunner
+
+from nmt.cli import app
+from nmt.config import Config, model_config
+from nmt.errors import NmtError
+from nmt.models.base import VocabInfo
+from nmt.translate import Translator
+from nmt.vocab import Tokenizer
+
+EMULATED = (
+    "this CPU has no native bf16 (avx512_bf16/AMX): bf16 is emulated and 10-40x slower than fp32 "
+    "here; use --precision fp32"
+)
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory) -> dict[str, Path]:
+    """The tiny random Transformer of test_translate and a tiny Bahdanau Seq2Seq with its spm."""
+    from nmt.modeldir import save_weights, write_meta
+    from nmt.models import build
+
+    transformer = build_tiny_model_dir(tmp_path_factory.mktemp("t"))
+    root = tmp_path_factory.mktemp("s")
+    spm = transformer.parent / "spm.model"
+    size = Tokenizer.load(spm).vocab_size
+    vocab = VocabInfo(size, size, joint=True)
+    cfg = Config()
+    cfg.model = model_config(
+        type="seq2seq", embed_dim=16, hidden_size=24, encoder_layers=1, decoder_layers=1,
+        attention="bahdanau", dropout=0.0, max_positions=64,
+    )  # fmt: skip
+    cfg.decoding.max_len_b = 5
+    torch.manual_seed(0)
+    seq2seq = root / "model"
+    write_meta(seq2seq, cfg, "en", "de", spm, spm, vocab)
+    save_weights(build(cfg.model, vocab), seq2seq / "checkpoints" / "best.safetensors")
+    return {"transformer": transformer, "seq2seq": seq2seq}
+
+
+@pytest.mark.parametrize("arch", ["transformer", "seq2seq"])
+@pytest.mark.parametrize("beam", [1, 4])
+def test_bf16_decoding_matches_fp32(model_dirs, arch, beam):
+    lines = synthetic_lines(60, seed=3)
+    fp32 = Translator.from_dir(model_dirs[arch], device="cpu", precision="fp32")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bf16 = Translator.from_dir(model_dirs[arch], device="cpu", precision="bf16")
+    assert [str(w.message) for w in caught] == [EMULATED]  # conftest pins NMT_CPU_BF16=0
+    assert bf16.precision == "bf16" and fp32.precision == "fp32"
+    # Transformer: weights (and so the KV cache) cast; Seq2Seq: fp32 weights under autocast
+    want = torch.float32 if arch == "seq2seq" else torch.bfloat16
+    assert {p.dtype for p in bf16.model.parameters()} == {want}
+    a, b = fp32.translate(lines, beam_size=beam), bf16.translate(lines, beam_size=beam)
+    assert len(b) == len(lines)
+    same = sum(x.text == y.text for x, y in zip(a, b, strict=True))
+    assert same >= 0.9 * len(lines), f"{same}/{len(lines)} identical"
+    assert all(isinstance(t.hypotheses[0].log_prob, float) for t in b)
+    close = [
+        abs(x.hypotheses[0].log_prob - y.hypotheses[0].log_prob) < 0.5
+        for x, y in zip(a, b, strict=True)
+        if x.text == y.text
+    ]
+    assert all(close)
+
+
+def test_auto_is_fp32_without_native_bf16_and_bf16_with_it(model_dirs, monkeypatch):
+    assert Translator.from_dir(model_dirs["transformer"], device="cpu").precision == "fp32"
+    monkeypatch.setenv("NMT_CPU_BF16", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # native: no warning
+        tr = Translator.from_dir(model_dirs["transformer"], device="cpu")
+    assert tr.precision == "bf16"
+
+
+def test_fp16_on_cpu_is_refused(model_dirs):
+    with pytest.raises(NmtError, match=r"^--precision fp16 needs a GPU; use bf16 or fp32 on CPU$"):
+        Translator.from_dir(model_dirs["transformer"], device="cpu", precision="fp16")
+    res = CliRunner().invoke(
+        app, ["translate", "-m", str(model_dirs["transformer"]), "--precision", "fp16", "-q"],
+        input="a man .\n",
+    )  # fmt: skip
+    assert res.exit_code == 2
+    assert res.output.strip().endswith("--precision fp16 needs a GPU; use bf16 or fp32 on CPU")
+
+
+def test_cli_bf16_one_line_per_input(model_dirs):
+    lines = synthetic_lines(7, seed=5)
+    res = CliRunner().invoke(
+        app, ["translate", "-m", str(model_dirs["seq2seq"]), "--precision", "bf16", "-q"],
+        input="\n".join(lines) + "\n",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = [x for x in res.stdout.splitlines() if not x.startswith("warning")]
+    assert len(out) == len(lines)
