@@ -169,3 +169,28 @@ def test_loss_head_uses_features_when_the_model_has_them():
     assert ca == cb == 12
     assert float(la) == pytest.approx(float(lb), rel=1e-5)
     assert float(na) == pytest.approx(float(nb), rel=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["seq2seq", "transformer"])
+def test_real_models_fused_loss_and_grads_equal_the_logits_path(arch):
+    """Both architectures expose `features`: the fused loss and its gradients match the logits."""
+    from nmt.config import model_config
+    from nmt.loss import LossHead
+    from nmt.models import build
+    from nmt.models.base import VocabInfo
+
+    sizes = {"seq2seq": dict(embed_dim=16, hidden_size=24), "transformer": dict(d_model=16)}
+    cfg = model_config(type=arch, dropout=0.0, encoder_layers=1, decoder_layers=1, **sizes[arch])
+    torch.manual_seed(4)
+    model = build(cfg, VocabInfo(30, 30, joint=True))
+    src, tgt_in, tgt_out = (torch.randint(4, 30, (3, 6)) for _ in range(3))
+    lengths = torch.tensor([6, 6, 6])
+    tgt_out[2, 4:] = 0
+    fused, nll, n = LossHead(model, 0.1)(src, lengths, tgt_in, tgt_out)
+    (g_fused,) = torch.autograd.grad(fused, model.output.weight)
+    ref, ref_nll, ref_n = label_smoothed_nll(model(src, lengths, tgt_in), tgt_out, 0.1)
+    (g_ref,) = torch.autograd.grad(ref, model.output.weight)
+    assert n == ref_n == 16
+    assert float(fused) == pytest.approx(float(ref), rel=1e-5)
+    assert float(nll) == pytest.approx(float(ref_nll), rel=1e-5)
+    torch.testing.assert_close(g_fused, g_ref, rtol=1e-4, atol=1e-6)

@@ -149,10 +149,14 @@ class Seq2Seq(nn.Module):
         hidden = tuple(hx) if self.lstm else (hx,)
         return out[:, 0], context, weights, RNNState(hidden)
 
-    def _logits(self, h: torch.Tensor, context: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
-        """Readout tanh(W [s; c; e]) then the output projection: (..., V)."""
+    def _readout(self, h: torch.Tensor, context: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        """Readout tanh(W [s; c; e]) (dropped out): what the output projection sees, (..., E)."""
         r = torch.tanh(self.readout(torch.cat([self.drop(h), context.to(h.dtype), emb], dim=-1)))
-        return self.output(self.drop(r))
+        return self.drop(r)
+
+    def _logits(self, h: torch.Tensor, context: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        """The readout then the output projection: (..., V)."""
+        return self.output(self._readout(h, context, emb))
 
     def decode_step(
         self,
@@ -187,6 +191,12 @@ class Seq2Seq(nn.Module):
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> torch.Tensor:
         """Teacher forcing: logits (B, T, V)."""
+        return self.output(self._teacher_forcing(src, src_lengths, tgt_in)[0])
+
+    def features(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> torch.Tensor:
+        """Teacher forcing up to the output projection: (B, T, E) (nmt.loss fuses the rest)."""
         return self._teacher_forcing(src, src_lengths, tgt_in)[0]
 
     def forward_with_attention(
@@ -194,16 +204,16 @@ class Seq2Seq(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher forcing: logits (B, T, V) and the attention weights (B, 1, 1, T, S); a user
         error for attention none, which has no weights to return."""
-        logits, weights = self._teacher_forcing(src, src_lengths, tgt_in)
+        features, weights = self._teacher_forcing(src, src_lengths, tgt_in)
         if weights is None:
             raise NmtError(NO_ATTENTION)
-        return logits, weights
+        return self.output(features), weights
 
     def _teacher_forcing(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits (B, T, V) and weights (B, 1, 1, T, S) or None. The recurrence runs step by
-        step; readout and projection run once over all steps."""
+        """Readout features (B, T, E) and weights (B, 1, 1, T, S) or None. The recurrence runs
+        step by step; the readout runs once over all steps."""
         enc = self.encode(src, src_lengths)
         state = self.init_state(enc)
         emb = self.drop(self.tgt_embed(tgt_in))  # (B, T, E)
@@ -214,7 +224,7 @@ class Seq2Seq(nn.Module):
             contexts.append(context)
             if w is not None:
                 weights.append(w)
-        logits = self._logits(torch.stack(hs, 1), torch.stack(contexts, 1), emb)  # (B, T, V)
+        features = self._readout(torch.stack(hs, 1), torch.stack(contexts, 1), emb)  # (B, T, E)
         if not weights:
-            return logits, None
-        return logits, torch.stack(weights, 1)[:, None, None]  # (B, 1, 1, T, S)
+            return features, None
+        return features, torch.stack(weights, 1)[:, None, None]  # (B, 1, 1, T, S)
