@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job end to end on Multi30k: preprocess -> train -> translate (beam 5) -> score.
 # Called by `make demo` after the corpus is fetched; DEMO_TIME bounds training (default 10m).
+# The recipe is the transformer-multi30k preset (README "Recipe for small corpora" and its sweep).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
@@ -8,23 +9,24 @@ WORK=${WORK:-work/demo}
 SRC=${SRC:-en}
 TGT=${TGT:-de}
 DEMO_TIME=${DEMO_TIME:-10m}
-PRESET=${PRESET:-transformer-small}
+PRESET=${PRESET:-transformer-multi30k}
 C=corpora/multi30k
 mkdir -p "$WORK"
 
 echo "== 1/4 preprocess: Multi30k $SRC->$TGT, joint SentencePiece 8k"
 "$BIN/nmt" preprocess --src-lang "$SRC" --tgt-lang "$TGT" --train "$C/train" --valid "$C/val" \
-  --test "$C/test_2016_flickr" -o "$WORK/data" --vocab-size 8000 --force
+  --test "$C/test_2016_flickr" --test "$C/test_2017_flickr" -o "$WORK/data" --vocab-size 8000 --force
 
 echo "== 2/4 train: $PRESET for $DEMO_TIME"
 "$BIN/nmt" train --preset "$PRESET" --data "$WORK/data" -o "$WORK/model" --max-time "$DEMO_TIME" --force
 
-echo "== 3/4 translate: test_2016_flickr, beam 5"
-"$BIN/nmt" translate -m "$WORK/model" "$C/test_2016_flickr.$SRC" -o "$WORK/test_2016_flickr.hyp.$TGT" \
-  --beam-size 5
-
-echo "== 4/4 score: sacreBLEU and chrF against the reference"
-"$BIN/nmt" score "$WORK/test_2016_flickr.hyp.$TGT" -r "$C/test_2016_flickr.$TGT" -m bleu -m chrf
+for t in test_2016_flickr test_2017_flickr; do
+  echo "== 3/4 translate: $t, beam 5"
+  "$BIN/nmt" translate -m "$WORK/model" "$C/$t.$SRC" -o "$WORK/$t.hyp.$TGT" --beam-size 5
+  echo "== 4/4 score $t: sacreBLEU and chrF, cased, then lowercased"
+  "$BIN/nmt" score "$WORK/$t.hyp.$TGT" -r "$C/$t.$TGT" -m bleu -m chrf
+  "$BIN/nmt" score "$WORK/$t.hyp.$TGT" -r "$C/$t.$TGT" -m bleu --lowercase
+done
 
 echo "== examples (source / reference / nmt)"
 for i in 1 7 42; do
