@@ -34,6 +34,8 @@ from benchlib import gemm_gflops, machine_line  # noqa: E402
 CONFIGS = [
     ("transformer-small", "fp32"),
     ("transformer-small", "bf16"),
+    ("transformer-multi30k", "fp32"),
+    ("transformer-multi30k", "bf16"),
     ("seq2seq-bahdanau", "fp32"),
     ("seq2seq-bahdanau", "bf16"),
 ]
