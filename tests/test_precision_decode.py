@@ -103,3 +103,26 @@ def test_cli_bf16_one_line_per_input(model_dirs):
     assert res.exit_code == 0, res.output
     out = [x for x in res.stdout.splitlines() if not x.startswith("warning")]
     assert len(out) == len(lines)
+
+
+def test_resolve_precision_rules(monkeypatch):
+    from nmt.device import resolve_precision
+
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("NMT_CPU_BF16", "0")
+    assert [resolve_precision(p, cpu) for p in ("auto", "fp32", "bf16")] == ["fp32", "fp32", "bf16"]
+    monkeypatch.setenv("NMT_CPU_BF16", "1")
+    assert resolve_precision("auto", cpu) == "bf16"
+    with pytest.raises(NmtError, match="precision 'fp8': expected one of auto, fp32, bf16, fp16"):
+        resolve_precision("fp8", cpu)
+
+
+def test_cpu_threads_follow_omp_num_threads_then_affinity(monkeypatch):
+    import os
+
+    from nmt.device import cpu_threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert cpu_threads() == 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert cpu_threads() == len(os.sched_getaffinity(0))  # taskset -c 0 -> 1, not os.cpu_count()
