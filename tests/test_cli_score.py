@@ -293,8 +293,8 @@ def fake_translator(monkeypatch):
 
     class Translator:
         @classmethod
-        def from_dir(cls, model_dir, device="auto", checkpoint="best"):
-            calls["from_dir"] = (str(model_dir), device, checkpoint)
+        def from_dir(cls, model_dir, device="auto", checkpoint="best", precision="auto"):
+            calls["from_dir"] = (str(model_dir), device, checkpoint, precision)
             return cls()
 
         def translate(self, lines, progress=None, **kwargs):
@@ -318,10 +318,11 @@ def test_evaluate_translates_writes_and_scores(files, tmp_path, fake_translator)
         "evaluate", "-m", model, "--src", files["hyp"], "-r", files["ref"], "-o", out,
         "--beam-size", "3", "--length-penalty", "0.6", "--batch-tokens", "100",
         "--checkpoint", "last", "--device", "cpu", "--metric", "bleu", "--metric", "chrf",
+        "--precision", "bf16",
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert out.read_text(encoding="utf-8") == files["hyp"].read_text(encoding="utf-8")
-    assert fake_translator["from_dir"] == (str(model), "cpu", "last")
+    assert fake_translator["from_dir"] == (str(model), "cpu", "last", "bf16")
     assert fake_translator["translate"] == {
         "beam_size": 3,
         "greedy": False,

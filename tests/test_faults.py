@@ -78,11 +78,12 @@ def _all_checkpoints_load(model_dir: Path) -> None:
 @pytest.mark.slow  # five training runs, four of them new processes
 def test_sigkill_then_resume_equals_an_uninterrupted_run(copy_data, tmp_path):  # noqa: F811
     full, cut = tmp_path / "full", tmp_path / "cut"
-    # The reference run in-process, with the thread count the CLI picks (same arithmetic).
+    # The reference run in-process, with the thread count the CLI picks from OMP_NUM_THREADS=1
+    # (same arithmetic).
     cfg = load_config(
         preset="transformer-tiny", overrides=[*SETTINGS, f"training.max_steps={STEPS}"]
     )
-    train(cfg, copy_data, full, "cpu", quiet=True, threads=os.cpu_count() or 1)
+    train(cfg, copy_data, full, "cpu", quiet=True, threads=1)
     rng = random.Random(10)
     for step in sorted(rng.sample(range(2, STEPS - 1), 3)):
         _kill_at(_train(copy_data, cut), cut / "metrics.jsonl", step, rng.uniform(0, 0.3))

@@ -72,7 +72,7 @@ def averaged_run(data, tmp_path_factory):
 @pytest.mark.parametrize("name", ["transformer-multi30k", "seq2seq-multi30k"])
 def test_small_corpus_presets_regularise_average_and_stop_on_bleu(name):
     tc = load_config(preset=name).training
-    assert load_config(preset=name).model.dropout >= 0.3
+    assert load_config(preset=name).model.dropout >= 0.2  # the base presets have 0.1
     assert tc.label_smoothing > 0 and tc.weight_decay > 0
     assert 2 <= tc.average_last <= tc.keep_last
     assert (tc.early_stop_metric, tc.patience > 0, tc.max_time) == ("bleu", True, "25m")
