@@ -46,8 +46,20 @@ TINY = {
     "seq2seq-general-untied": dict(
         type="seq2seq", embed_dim=24, hidden_size=32, attention="general", tie_embeddings=False
     ),
+    "seq2seq-noattn": dict(type="seq2seq", embed_dim=24, hidden_size=32, attention="none"),
+    "seq2seq-noattn-lstm-2layer-untied": dict(
+        type="seq2seq",
+        rnn_type="lstm",
+        embed_dim=24,
+        hidden_size=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        attention="none",
+        tie_embeddings=False,
+    ),
 }
 ARCHS = ["transformer", "seq2seq"]
+ATTENTIONAL = [name for name, cfg in TINY.items() if cfg.get("attention") != "none"]
 
 
 def make(name: str, vocab: VocabInfo = VOCAB, **over) -> torch.nn.Module:
@@ -105,11 +117,15 @@ def test_padding_invariance(name):
 @pytest.mark.parametrize("name", list(TINY))
 def test_incremental_decoding_equals_teacher_forcing_with_reordering(name):
     model = make(name)
+    attentional = name in ATTENTIONAL
     src, lengths = batch([7, 3, 5, 6])
     tgt = targets(4, 9)
     with torch.no_grad():
-        logits, full_attn = model.forward_with_attention(src, lengths, tgt)
-        torch.testing.assert_close(model(src, lengths, tgt), logits, atol=1e-5, rtol=0)
+        if attentional:
+            logits, full_attn = model.forward_with_attention(src, lengths, tgt)
+            torch.testing.assert_close(model(src, lengths, tgt), logits, atol=1e-5, rtol=0)
+        else:
+            logits = model(src, lengths, tgt)
         full = F.log_softmax(logits.float(), -1)  # (B, T, V)
         enc = model.encode(src, lengths)
         state = model.init_state(enc)
@@ -126,12 +142,15 @@ def test_incremental_decoding_equals_teacher_forcing_with_reordering(name):
             log_probs, state, attn = model.decode_step(tgt[rows, t], enc, state, need_attn=True)
             assert log_probs.dtype == torch.float32 and log_probs.shape == (len(rows), V)
             torch.testing.assert_close(log_probs, full[rows, t], atol=1e-5, rtol=0)
-            torch.testing.assert_close(attn, full_attn[rows, :, :, t], atol=1e-5, rtol=0)
+            if attentional:
+                torch.testing.assert_close(attn, full_attn[rows, :, :, t], atol=1e-5, rtol=0)
+            else:
+                assert attn is None  # no attention weights exist, even when asked for
         plain, _, none = model.decode_step(tgt[rows, 0], enc, model.init_state(enc))
         assert none is None
 
 
-@pytest.mark.parametrize("name", list(TINY))
+@pytest.mark.parametrize("name", ATTENTIONAL)
 def test_attention_is_a_distribution_over_the_real_source(name):
     model = make(name)
     src, lengths = batch([7, 2, 5])
