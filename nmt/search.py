@@ -217,8 +217,8 @@ class BeamRows(ActiveRows):
     next_tok: torch.Tensor  # (n, k) its token
 
     def best_live(self) -> torch.Tensor:
-        """(n,) log-prob of each sentence's best live hypothesis (ranks sorted, dead are -inf)."""
-        return self.scores[:, 0]
+        """(n,) log-prob of each sentence's best live hypothesis (dead ones are -inf)."""
+        return self.scores.amax(1)
 
 
 @dataclass
@@ -459,13 +459,34 @@ def _rank(lp: torch.Tensor, scores: torch.Tensor, k: int, eos: int) -> _Candidat
 
 
 def _next_beam(rows: BeamRows, cands: _Candidates, k: int) -> None:
-    """The k best non-eos candidates, in rank order, form the next beam."""
+    """The k best non-eos candidates form the next beam, each in its parent's slot where it can
+    (see _stable_slots); a retired sentence's slots stay where they are."""
     pos = torch.arange(2 * k, device=cands.scores.device)  # (2k,)
     key = cands.is_eos.long() * (2 * k) + pos  # eos candidates sort last
-    sel = key.topk(k, dim=1, largest=False).indices  # (n, k)
+    sel = key.topk(k, dim=1, largest=False).indices  # (n, k) in rank order
+    beam = cands.beam.gather(1, sel)  # (n, k)
+    slots = _stable_slots(beam)  # (n, k) rank held by each slot
+    sel = sel.gather(1, slots)
     rows.scores = cands.scores.gather(1, sel)  # (n, k)
-    rows.next_beam = cands.beam.gather(1, sel)  # (n, k)
+    rows.next_beam = torch.where(rows.retired.unsqueeze(1), pos[:k], beam.gather(1, slots))
     rows.next_tok = cands.tok.gather(1, sel)  # (n, k)
+
+
+def _stable_slots(parent: torch.Tensor) -> torch.Tensor:
+    """A permutation (n, k): slot s holds rank slots[s]. Each parent's best child takes the
+    parent's own slot, the other children the free slots in rank order, so most rows of the
+    decoder state stay in place and reordering copies only the others (the search itself
+    never depends on slot order: it ranks by score)."""
+    n, k = parent.shape
+    ranks = torch.arange(k, device=parent.device).expand(n, k)
+    earlier = torch.ones(k, k, dtype=torch.bool, device=parent.device).tril(-1)  # [i, j]: j < i
+    first = ~((parent.unsqueeze(2) == parent.unsqueeze(1)) & earlier).any(2)  # (n, k)
+    taken = torch.zeros(n, k, dtype=torch.long, device=parent.device)
+    taken.scatter_add_(1, parent, first.long())  # (n, k) > 0: a best child sits there
+    free = (taken.clamp(max=1) * k + ranks).argsort(1)  # free slots first, ascending
+    nth_other = ((~first).long().cumsum(1) - 1).clamp(min=0)  # (n, k) index among the others
+    slot_of_rank = torch.where(first, parent, free.gather(1, nth_other))
+    return torch.empty_like(parent).scatter_(1, slot_of_rank, ranks)
 
 
 def _reorder_hyps(hyps: _Hyps, order: torch.Tensor, tok: torch.Tensor) -> _Hyps:

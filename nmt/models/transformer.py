@@ -67,10 +67,20 @@ class TransformerState:
 
     def select(self, order: torch.Tensor) -> TransformerState:
         """The state of rows `order`: the filled positions gathered into the spare buffer,
-        which then swaps roles with the current one (no fresh multi-megabyte tensor a step)."""
+        which then swaps roles with the current one (no fresh multi-megabyte tensor a step).
+        When most rows stay where they are (beam search keeps a parent's best child in its
+        slot), only the moved rows are copied, in place."""
         kv, t = self.kv, self.step
         if kv is None:
             return TransformerState(None, t)
+        if order.numel() == kv.size(2):
+            moved = (order != torch.arange(order.numel(), device=order.device)).nonzero()
+            if 2 * moved.numel() <= order.numel():
+                moved = moved.squeeze(1)
+                for slab in kv:  # (capacity, B, H, Dh), contiguous
+                    rows = slab[:t].flatten(2)  # (t, B, H*Dh)
+                    rows.index_copy_(1, moved, rows.index_select(1, order[moved]))
+                return TransformerState(kv, t, self.spare)
         shape = (kv.size(0), kv.size(1), order.numel(), *kv.shape[3:])
         spare = self.spare
         out = spare if spare is not None and spare.shape == shape else kv.new_empty(shape)
