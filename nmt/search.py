@@ -403,7 +403,7 @@ def beam_search(
         lp, state, attn = model.decode_step(prev, enc, state, need_attn=need_attn)  # (n*k, V)
         if t == 0:  # all k beams start identical: one row per sentence so far, now k each
             expand = torch.arange(bsz, device=device).repeat_interleave(k)  # (B*k,)
-            enc = model.reorder_encoder_out(enc, expand)
+            enc = model.repeat_encoder_out(enc, k)
             state = model.reorder_state(state, expand)
             lp = lp.index_select(0, expand)
             attn = None if attn is None else attn.index_select(0, expand)

@@ -150,6 +150,39 @@ def test_incremental_decoding_equals_teacher_forcing_with_reordering(name):
         assert none is None
 
 
+@pytest.mark.parametrize("name", list(TINY))
+def test_repeat_encoder_out_equals_repeating_rows(name):
+    """Beam expansion may share one encoder copy among k rows: steps, attention and later
+    reorders (whole groups as beam search drops sentences, or any rows) match plain copies."""
+    model, k = make(name), 3
+    src, lengths = batch([7, 3, 5])
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        enc = model.encode(src, lengths)
+        shared = model.repeat_encoder_out(enc, k)
+        copied = model.reorder_encoder_out(enc, torch.arange(3).repeat_interleave(k))
+        states = [model.init_state(shared), model.init_state(copied)]
+        whole_groups = torch.tensor([0, 1, 2, 6, 7, 8])  # sentence 1 dropped
+        for order in [torch.arange(9), whole_groups, torch.tensor([5, 0, 0, 3, 1])]:
+            shared = model.reorder_encoder_out(shared, order)
+            copied = model.reorder_encoder_out(copied, order)
+            states = [model.reorder_state(s, order) for s in states]
+            if name.startswith("transformer") and order is whole_groups:
+                assert shared.group == k and shared.cross_kv[0][0].size(0) == 2  # still shared
+            prev = torch.randint(4, V, (len(order),), generator=g)
+            (a, sa, wa), (b, sb, wb) = (
+                model.decode_step(prev, e, s, need_attn=True)
+                for e, s in zip((shared, copied), states, strict=True)
+            )
+            states = [sa, sb]
+            assert a.shape == (len(order), V)
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+            if name in ATTENTIONAL:
+                torch.testing.assert_close(wa, wb, atol=1e-6, rtol=0)
+        if name.startswith("transformer"):  # whole groups stayed shared; any other order copies
+            assert shared.cross_kv[0][0].size(0) == 5 and shared.group == 1
+
+
 @pytest.mark.parametrize("name", ATTENTIONAL)
 def test_attention_is_a_distribution_over_the_real_source(name):
     model = make(name)

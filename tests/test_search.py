@@ -71,6 +71,9 @@ class ToyDecoder:
     def reorder_encoder_out(self, enc, order):
         return (enc[0].index_select(0, order), enc[1])
 
+    def repeat_encoder_out(self, enc, k):
+        return self.reorder_encoder_out(enc, torch.arange(enc[0].size(0)).repeat_interleave(k))
+
     def reorder_state(self, state, order):
         return [state[i] for i in order.tolist()]
 
@@ -320,6 +323,9 @@ class Uncached:
 
     def reorder_encoder_out(self, enc, order):
         return (enc[0].index_select(0, order), enc[1].index_select(0, order))
+
+    def repeat_encoder_out(self, enc, k):
+        return tuple(x.repeat_interleave(k, 0) for x in enc)
 
     def reorder_state(self, prefix, order):
         return prefix.index_select(0, order)

@@ -96,6 +96,9 @@ class Echo:
     def reorder_encoder_out(self, src, order):
         return src.index_select(0, order)
 
+    def repeat_encoder_out(self, src, k):
+        return src.repeat_interleave(k, 0)
+
     def reorder_state(self, pos, order):
         return pos.index_select(0, order)
 

@@ -124,12 +124,7 @@ def dot_product_attention(
     single = q.size(-2) == 1 and dropout_p == 0.0
     if single and not need_weights:
         # Decoder steps: at one query the fused kernel's setup costs more than plain matmuls.
-        scores = torch.matmul(q, k.transpose(-1, -2)) * (
-            1.0 / math.sqrt(q.size(-1))
-        )  # (B, H, 1, S)
-        if mask is not None:
-            scores.masked_fill_(~mask, float("-inf"))
-        return torch.matmul(scores.softmax(dim=-1), v), None  # (B, H, 1, D)
+        return step_attention(q, k, v, mask), None  # (B, H, 1, D)
     if not need_weights:
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal
@@ -143,6 +138,16 @@ def dot_product_attention(
     weights = masked_softmax(scores, mask)  # (B, H, T, S) float32
     out = torch.matmul(F.dropout(weights, dropout_p).to(v.dtype), v)  # (B, H, T, D)
     return out, weights
+
+
+def step_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Attention for a few queries per row (decoder steps), as plain matmuls: (B, H, Q, D)."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, Q, S)
+    if mask is not None:
+        scores.masked_fill_(~mask, float("-inf"))
+    return torch.matmul(scores.softmax(dim=-1), v)
 
 
 class MultiHeadAttention(nn.Module):
@@ -211,6 +216,30 @@ class MultiHeadAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         out, weights = dot_product_attention(q, k, v, mask, causal, p, need_weights)
         return self._merge(out), weights
+
+    def step_cross(
+        self,
+        x: torch.Tensor,
+        kv: tuple[torch.Tensor, torch.Tensor],
+        mask: torch.Tensor | None,
+        group: int,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One decoder step of encoder-decoder attention from x (n * group, 1, d) over keys /
+        values (n, H, S, Dh) that each `group` consecutive rows share: their queries are
+        scored together, (n, H, group, S), one product per sentence instead of per row."""
+        if group == 1:
+            return self.forward(x, kv=kv, mask=mask, need_weights=need_weights)
+        rows, d = x.size(0), x.size(-1)
+        q = self.q_proj(x).view(rows // group, group, self.heads, self.head_dim).transpose(1, 2)
+        k, v = kv  # (n, H, S, Dh)
+        weights = None
+        if need_weights:
+            out, weights = dot_product_attention(q, k, v, mask, need_weights=True)
+            weights = weights.transpose(1, 2).reshape(rows, self.heads, 1, -1)  # (rows, H, 1, S)
+        else:
+            out = step_attention(q, k, v, mask)  # (n, H, group, Dh)
+        return self.out_proj(out.transpose(1, 2).reshape(rows, 1, d)), weights
 
     def step(
         self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, t: int

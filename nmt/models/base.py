@@ -7,6 +7,8 @@ visualization never ask which model they have.
                                                         # prev: (B,) long -> log_probs: (B, V) float32
                                                         # attn: (B, layers, heads, S) or None
     enc   = model.reorder_encoder_out(enc, order)       # order: (B',) long; selects / repeats rows
+    enc   = model.repeat_encoder_out(enc, k)            # each row k times in a row (beam search);
+                                                        # a model may share one copy among the k
     state = model.reorder_state(state, order)
     logits = model(src, src_lengths, tgt_in)            # teacher forcing: (B, T, V)
     logits, attn = model.forward_with_attention(src, src_lengths, tgt_in)
@@ -70,6 +72,8 @@ class Decoder(Protocol):
     ) -> tuple[torch.Tensor, Any, torch.Tensor | None]: ...
 
     def reorder_encoder_out(self, encoder_out: Any, order: torch.Tensor) -> Any: ...
+
+    def repeat_encoder_out(self, encoder_out: Any, k: int) -> Any: ...
 
     def reorder_state(self, state: Any, order: torch.Tensor) -> Any: ...
 

@@ -183,6 +183,11 @@ class Seq2Seq(nn.Module):
             final=tuple(f.index_select(0, order) for f in encoder_out.final),
         )
 
+    def repeat_encoder_out(self, encoder_out: RNNEncoderOut, k: int) -> RNNEncoderOut:
+        """Each sentence k times in a row (beam expansion): plain copies, they are small."""
+        rows = torch.arange(encoder_out.memory.size(0), device=encoder_out.memory.device)
+        return self.reorder_encoder_out(encoder_out, rows.repeat_interleave(k))
+
     def reorder_state(self, state: RNNState, order: torch.Tensor) -> RNNState:
         """Reorder the recurrent state to follow the surviving hypotheses."""
         return RNNState(tuple(h.index_select(1, order) for h in state.hidden))

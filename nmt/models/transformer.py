@@ -9,6 +9,7 @@ per step costs more in page faults than the copy itself.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import cast
@@ -34,6 +35,7 @@ class TransformerEncoderOut:
     mask: torch.Tensor | None  # (B, 1, 1, S) bool, True on real tokens; None when nothing is padded
     lengths: torch.Tensor  # (B,)
     cross_kv: list[KV]  # per decoder layer: k, v (B, H, S, Dh)
+    group: int = 1  # decoder rows per encoder row: beam search's k hypotheses share one copy
 
 
 @dataclass
@@ -96,6 +98,32 @@ def _select_rows(x: torch.Tensor, order: torch.Tensor, dim: int = 0) -> torch.Te
     lead = x.shape[:dim]
     flat = x.view(*lead, x.size(dim), -1)
     return flat.index_select(dim, order).view(*lead, order.numel(), *x.shape[dim + 1 :])
+
+
+def _whole_groups(order: torch.Tensor, g: int) -> torch.Tensor | None:
+    """The encoder rows (n',) when `order` (n' * g,) lists whole groups g*i .. g*i + g - 1."""
+    if order.numel() % g:
+        return None
+    groups = order.view(-1, g)
+    first = groups[:, :1]
+    offsets = torch.arange(g, device=order.device)
+    if bool((first % g == 0).all()) and bool((groups == first + offsets).all()):
+        return torch.div(first.squeeze(1), g, rounding_mode="floor")
+    return None
+
+
+def _select_encoder_rows(
+    enc: TransformerEncoderOut, rows: torch.Tensor, group: int
+) -> TransformerEncoderOut:
+    """Encoder rows `rows`, each shared by `group` decoder rows."""
+    mask = enc.mask
+    return TransformerEncoderOut(
+        memory=_select_rows(enc.memory, rows),
+        mask=None if mask is None else mask.index_select(0, rows),
+        lengths=enc.lengths.index_select(0, rows),
+        cross_kv=[(_select_rows(k, rows), _select_rows(v, rows)) for k, v in enc.cross_kv],
+        group=group,
+    )
 
 
 def sinusoids(length: int, dim: int) -> torch.Tensor:
@@ -185,11 +213,13 @@ class DecoderLayer(_Sublayers):
         kv: KV,
         mask: torch.Tensor | None,
         need_weights: bool,
+        group: int = 1,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One position (B, 1, d) at step t; its key/value are written into `cache` in place."""
+        """One position (B, 1, d) at step t; its key/value are written into `cache` in place;
+        every `group` consecutive rows attend to one row of the encoder keys/values `kv`."""
         h = self.self_attn.step(self._in(x, 0), cache[0], cache[1], t)
         x = self._out(x, h, 0)
-        h, weights = self.cross_attn(self._in(x, 1), kv=kv, mask=mask, need_weights=need_weights)
+        h, weights = self.cross_attn.step_cross(self._in(x, 1), kv, mask, group, need_weights)
         return self._feed_forward(self._out(x, h, 1)), weights
 
 
@@ -291,7 +321,9 @@ class Transformer(nn.Module):
         attns = []
         for i, layer in enumerate(layers):
             cache = (kv[2 * i], kv[2 * i + 1])  # (capacity, B, H, Dh) each
-            x, w = layer.step(x, cache, t, encoder_out.cross_kv[i], encoder_out.mask, need_attn)
+            x, w = layer.step(
+                x, cache, t, encoder_out.cross_kv[i], encoder_out.mask, need_attn, encoder_out.group
+            )
             attns.append(w)
         logits = self.output(self.decoder_norm(x[:, 0]))  # (B, V)
         log_probs = F.log_softmax(logits.float(), dim=-1)
@@ -301,16 +333,22 @@ class Transformer(nn.Module):
     def reorder_encoder_out(
         self, encoder_out: TransformerEncoderOut, order: torch.Tensor
     ) -> TransformerEncoderOut:
-        """Select / repeat sentences (beam expansion, dropping finished ones)."""
-        mask = encoder_out.mask
-        return TransformerEncoderOut(
-            memory=_select_rows(encoder_out.memory, order),
-            mask=None if mask is None else mask.index_select(0, order),
-            lengths=encoder_out.lengths.index_select(0, order),
-            cross_kv=[
-                (_select_rows(k, order), _select_rows(v, order)) for k, v in encoder_out.cross_kv
-            ],
-        )
+        """Select / repeat decoder rows (dropping finished sentences). A shared (grouped)
+        encoder output stays shared when `order` keeps whole groups, as beam search's does."""
+        g = encoder_out.group
+        if g > 1:
+            whole = _whole_groups(order, g)
+            if whole is not None:
+                return _select_encoder_rows(encoder_out, whole, g)
+            order = torch.div(order, g, rounding_mode="floor")  # one encoder row per decoder row
+        return _select_encoder_rows(encoder_out, order, 1)
+
+    def repeat_encoder_out(
+        self, encoder_out: TransformerEncoderOut, k: int
+    ) -> TransformerEncoderOut:
+        """Beam expansion without copies: k consecutive decoder rows share each sentence's
+        encoder keys/values, and cross-attention scores their k queries in one product."""
+        return dataclasses.replace(encoder_out, group=encoder_out.group * k)
 
     def reorder_state(self, state: TransformerState, order: torch.Tensor) -> TransformerState:
         """Reorder the self-attention caches to follow the surviving hypotheses."""
