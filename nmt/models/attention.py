@@ -233,12 +233,12 @@ class MultiHeadAttention(nn.Module):
         rows, d = x.size(0), x.size(-1)
         q = self.q_proj(x).view(rows // group, group, self.heads, self.head_dim).transpose(1, 2)
         k, v = kv  # (n, H, S, Dh)
-        weights = None
-        if need_weights:
-            out, weights = dot_product_attention(q, k, v, mask, need_weights=True)
-            weights = weights.transpose(1, 2).reshape(rows, self.heads, 1, -1)  # (rows, H, 1, S)
-        else:
+        if not need_weights:
             out = step_attention(q, k, v, mask)  # (n, H, group, Dh)
+            return self.out_proj(out.transpose(1, 2).reshape(rows, 1, d)), None
+        out, weights = dot_product_attention(q, k, v, mask, need_weights=True)
+        assert weights is not None  # (n, H, group, S)
+        weights = weights.transpose(1, 2).reshape(rows, self.heads, 1, -1)  # (rows, H, 1, S)
         return self.out_proj(out.transpose(1, 2).reshape(rows, 1, d)), weights
 
     def step(
