@@ -167,7 +167,7 @@ def test_loss_head_uses_features_when_the_model_has_them():
     la, na, ca = LossHead(a, 0.1)(None, None, tgt_in, tgt_out)
     lb, nb, cb = LossHead(b, 0.1)(None, None, tgt_in, tgt_out)
     assert ca == cb == 12
-    assert float(la) == pytest.approx(float(lb), rel=1e-5)
+    assert float(la.detach()) == pytest.approx(float(lb.detach()), rel=1e-5)
     assert float(na) == pytest.approx(float(nb), rel=1e-5)
 
 
