@@ -17,6 +17,14 @@ from nmt.models import MODELS, VocabInfo, build, count_parameters
 V = 50
 VOCAB = VocabInfo(V, V)
 
+LSTM_2LAYER = dict(
+    type="seq2seq",
+    rnn_type="lstm",
+    embed_dim=24,
+    hidden_size=32,
+    encoder_layers=2,
+    decoder_layers=2,
+)
 TINY = {
     "transformer": dict(
         type="transformer", d_model=32, heads=4, ff_dim=64, encoder_layers=2, decoder_layers=2
@@ -34,29 +42,16 @@ TINY = {
         tie_embeddings=False,
     ),
     "seq2seq": dict(type="seq2seq", embed_dim=24, hidden_size=32, attention="bahdanau"),
-    "seq2seq-lstm-2layer-dot": dict(
-        type="seq2seq",
-        rnn_type="lstm",
-        embed_dim=24,
-        hidden_size=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        attention="dot",
-    ),
+    "seq2seq-lstm-2layer-dot": {**LSTM_2LAYER, "attention": "dot"},
     "seq2seq-general-untied": dict(
         type="seq2seq", embed_dim=24, hidden_size=32, attention="general", tie_embeddings=False
     ),
     "seq2seq-noattn": dict(type="seq2seq", embed_dim=24, hidden_size=32, attention="none"),
-    "seq2seq-noattn-lstm-2layer-untied": dict(
-        type="seq2seq",
-        rnn_type="lstm",
-        embed_dim=24,
-        hidden_size=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        attention="none",
-        tie_embeddings=False,
-    ),
+    "seq2seq-noattn-lstm-2layer-untied": {
+        **LSTM_2LAYER,
+        "attention": "none",
+        "tie_embeddings": False,
+    },
 }
 ARCHS = ["transformer", "seq2seq"]
 ATTENTIONAL = [name for name, cfg in TINY.items() if cfg.get("attention") != "none"]
