@@ -115,3 +115,31 @@ def test_cross_attention_weights_over_precomputed_keys():
     assert weights.shape == (4, 4, 2, 5)
     assert (weights.masked_select(~mask) == 0).all()
     torch.testing.assert_close(weights.sum(-1), torch.ones(4, 4, 2))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_training_path_matches_fp32_sdpa(causal, monkeypatch):
+    """bf16 with grad on CPU takes plain matmuls (SDPA's backward is slow there): same values."""
+    import torch.nn.functional as F
+
+    sdpa = F.scaled_dot_product_attention
+
+    def fp32_only(q, *args, **kwargs):
+        assert q.dtype == torch.float32, "bf16 training attention must not go through SDPA"
+        return sdpa(q, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", fp32_only)
+    torch.manual_seed(0)
+    b, h, t, d = 4, 2, 6, 16
+    mask = None if causal else _mask(torch.tensor([6, 3, 1, 4]), t)[:, None, None]
+    base = [torch.randn(b, h, t, d) for _ in range(3)]
+    q32, k32, v32 = (x.clone().requires_grad_() for x in base)
+    ref, _ = dot_product_attention(q32, k32, v32, mask, causal)
+    ref.sum().backward()
+    q16, k16, v16 = (x.to(torch.bfloat16).requires_grad_() for x in base)
+    out, weights = dot_product_attention(q16, k16, v16, mask, causal)
+    out.float().sum().backward()
+    assert weights is None and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref.detach(), atol=3e-2, rtol=3e-2)
+    for got, want in ((q16, q32), (k16, k32), (v16, v32)):
+        torch.testing.assert_close(got.grad.float(), want.grad, atol=5e-2, rtol=5e-2)
