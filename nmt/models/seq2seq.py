@@ -27,6 +27,7 @@ from nmt.config import Seq2SeqConfig
 from nmt.errors import NmtError
 from nmt.models.attention import make_rnn_attention
 from nmt.models.base import VocabInfo, make_embeddings
+from nmt.models.dropout import Dropout
 
 NO_ATTENTION = "this model has no attention (model.attention: none)"
 
@@ -97,7 +98,7 @@ class Seq2Seq(nn.Module):
         self.output = nn.Linear(e, vocab.tgt_size, bias=False)
         if cfg.tie_embeddings:
             self.output.weight = self.tgt_embed.weight
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> RNNEncoderOut:
         """Bidirectional encoding of the real tokens only (packed), keys projected once."""

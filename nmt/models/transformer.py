@@ -22,6 +22,7 @@ from nmt.config import TransformerConfig
 from nmt.errors import NmtError
 from nmt.models.attention import MultiHeadAttention
 from nmt.models.base import VocabInfo, make_embeddings
+from nmt.models.dropout import Dropout
 
 KV = tuple[torch.Tensor, torch.Tensor]
 CACHE_CHUNK = 8  # positions added to the cache at a time: reordering copies the whole capacity
@@ -159,7 +160,7 @@ class _Sublayers(nn.Module):
         super().__init__()
         self.pre = cfg.norm == "pre"
         self.norms = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(n))
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.activation)
 
     def _in(self, x: torch.Tensor, i: int) -> torch.Tensor:
@@ -249,7 +250,7 @@ class Transformer(nn.Module):
         else:
             self.positions = None
             self.register_buffer("sinusoids", sinusoids(cfg.max_positions, d), persistent=False)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         pre = cfg.norm == "pre"
