@@ -32,6 +32,7 @@ from nmt.device import (
     autocast_for,
     cpu_threads,
     emulated_bf16_warning,
+    keep_freed_memory,
     resolve_device,
     resolve_precision,
 )
@@ -76,6 +77,8 @@ class Trainer:
         self.log = Log(quiet or not dist.is_main)
         self.precision = resolve_precision(tc.precision, device)  # auto -> fp32/bf16/fp16
         self.autocast = autocast_for(self.precision, device)
+        if device.type == "cpu":
+            keep_freed_memory()  # a step's large activations reuse heap memory, no page faults
         self.budget = Budget(
             tc.max_steps, tc.max_epochs, parse_duration(tc.max_time), tc.accumulate
         )

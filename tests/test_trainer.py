@@ -319,3 +319,14 @@ def test_resume_position_changes_table():
     assert check_position(changes, 4, True) is True
     with pytest.raises(NmtError, match="world size changed"):
         check_position(changes, 4, False)
+
+
+def test_keep_freed_memory_on_glibc():
+    """On Linux with glibc the allocator setting takes (it is what makes big blocks reusable)."""
+    import platform
+    import sys
+
+    from nmt.device import keep_freed_memory
+
+    expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert keep_freed_memory() is expected
