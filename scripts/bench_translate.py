@@ -61,13 +61,18 @@ def corpus_dir() -> Path:
     sys.exit("Multi30k not found: run `make fetch` first")
 
 
-def test_file(lang: str) -> Path:
-    """test_2016_flickr in `lang`, plain or gzipped, so source and reference come from one place."""
+def corpus_file(split: str, lang: str) -> Path:
+    """`split`.`lang` of the corpus, plain (make fetch) or gzipped (the mirror)."""
     d = corpus_dir()
-    for name in (f"test_2016_flickr.{lang}", f"test_2016_flickr.{lang}.gz"):
+    for name in (f"{split}.{lang}", f"{split}.{lang}.gz"):
         if (d / name).exists():
             return d / name
-    sys.exit(f"test_2016_flickr.{lang} not found in {d}")
+    sys.exit(f"{split}.{lang} not found in {d}")
+
+
+def test_file(lang: str) -> Path:
+    """test_2016_flickr in `lang`, so source and reference come from one place."""
+    return corpus_file("test_2016_flickr", lang)
 
 
 def build_random_model(work: Path, src: str, tgt: str) -> Path:
@@ -84,8 +89,7 @@ def build_random_model(work: Path, src: str, tgt: str) -> Path:
     model_dir = work / "random-transformer-small"
     if (model_dir / "checkpoints" / "best.safetensors").exists():
         return model_dir
-    d = corpus_dir()
-    text = [x for lang in (src, tgt) for x in read_lines(d / f"train.{lang}.gz")]
+    text = [x for lang in (src, tgt) for x in read_lines(corpus_file("train", lang))]
     spm = train_spm(text, work / "spm", vocab_size=8000)
     tok = Tokenizer.load(spm)
     vocab = VocabInfo(tok.vocab_size, tok.vocab_size, joint=True)
