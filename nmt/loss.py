@@ -97,6 +97,8 @@ class _LinearSmoothedNLL(torch.autograd.Function):
             h_all, w = hidden.to(dtype), weight.to(dtype)
             vocab = weight.size(0)
             w_sum = weight.float().sum(0)  # (d,): sum_v w_v, for the rank-one terms
+            h32 = hidden.float()  # (N, d); a no-op when hidden is already float32
+            sum_logits = h32 @ w_sum if eps > 0 else None  # (N,): sum_v logits_v per row
             grad_h = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device)
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
             loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -109,9 +111,8 @@ class _LinearSmoothedNLL(torch.autograd.Function):
                 chunk_nll = (lse - logits.gather(1, t).squeeze(1).float()).sum()
                 nll += chunk_nll
                 loss += (1.0 - eps) * chunk_nll
-                if eps > 0:  # eps * mean_v(-log p_v), summed over rows
-                    sum_logits = hidden[s : s + CHUNK_ROWS].float() @ w_sum  # (c,)
-                    loss += eps / vocab * (vocab * lse - sum_logits).sum()
+                if sum_logits is not None:  # eps * mean_v(-log p_v), summed over rows
+                    loss += eps / vocab * (vocab * lse - sum_logits[s : s + CHUNK_ROWS]).sum()
                 p.scatter_add_(1, t, torch.full_like(p[:, :1], -(1.0 - eps)))  # p - onehot part
                 g = p.to(dtype)
                 grad_h[s : s + CHUNK_ROWS] = torch.mm(g, w)
@@ -121,7 +122,7 @@ class _LinearSmoothedNLL(torch.autograd.Function):
                     grad_w += torch.mm(g.t(), h).float()
             if eps > 0:  # the uniform eps / V part of q, rank one
                 grad_h -= eps / vocab * w_sum
-                grad_w -= eps / vocab * hidden.float().sum(0)
+                grad_w -= eps / vocab * h32.sum(0)
         ctx.save_for_backward(grad_h.to(hidden.dtype), grad_w.to(weight.dtype))
         ctx.done = False
         return loss, nll
