@@ -75,6 +75,22 @@ def label_smoothed_nll(
     return loss, nll_sum.detach(), int(mask.sum())
 
 
+class _Workspace:
+    """The (chunk, V) buffers of one loss call, allocated once and reused by every chunk: a
+    fresh 16 MB tensor per chunk cost page faults that took longer than the softmax itself."""
+
+    def __init__(self, rows: int, weight: torch.Tensor, dtype: torch.dtype) -> None:
+        (vocab, d), device, f32 = weight.shape, weight.device, torch.float32
+        self.logits = torch.empty(rows, vocab, dtype=dtype, device=device)
+        self.p = self.logits if dtype == f32 else torch.empty(rows, vocab, dtype=f32, device=device)
+        self.g = self.p if dtype == f32 else self.logits  # logits are dead once p is made
+        self.grad_w = None if dtype == f32 else torch.empty(vocab, d, dtype=dtype, device=device)
+
+    def views(self, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Logits (compute dtype), probabilities (float32) and gradient (compute dtype)."""
+        return self.logits[:rows], self.p[:rows], self.g[:rows]
+
+
 class _LinearSmoothedNLL(torch.autograd.Function):
     """Projection + smoothed loss, chunk by chunk; the gradients are made in the forward pass.
 
@@ -103,23 +119,31 @@ class _LinearSmoothedNLL(torch.autograd.Function):
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
             loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
             nll = torch.zeros_like(loss)
+            work = _Workspace(min(CHUNK_ROWS, hidden.size(0)), weight, dtype)
             for s in range(0, hidden.size(0), CHUNK_ROWS):
                 h, t = h_all[s : s + CHUNK_ROWS], target[s : s + CHUNK_ROWS, None]
-                logits = torch.mm(h, w.t())  # (c, V) in the compute dtype
-                p = torch.softmax(logits, dim=-1, dtype=torch.float32)  # (c, V)
-                lse = logits.amax(dim=-1).float() - p.amax(dim=-1).log()  # (c,)
-                chunk_nll = (lse - logits.gather(1, t).squeeze(1).float()).sum()
+                logits, p, g = work.views(h.size(0))
+                torch.mm(h, w.t(), out=logits)  # (c, V) in the compute dtype
+                top = logits.amax(dim=-1).float()  # (c,)
+                chunk_nll = -logits.gather(1, t).squeeze(1).float()  # (c,), lse added below
+                if p is not logits:
+                    p.copy_(logits)
+                torch.ops.aten._softmax.out(p, -1, False, out=p)  # in place, float32
+                lse = top - p.amax(dim=-1).log()  # (c,)
+                chunk_nll = (chunk_nll + lse).sum()
                 nll += chunk_nll
                 loss += (1.0 - eps) * chunk_nll
                 if sum_logits is not None:  # eps * mean_v(-log p_v), summed over rows
                     loss += eps / vocab * (vocab * lse - sum_logits[s : s + CHUNK_ROWS]).sum()
                 p.scatter_add_(1, t, torch.full_like(p[:, :1], -(1.0 - eps)))  # p - onehot part
-                g = p.to(dtype)
-                grad_h[s : s + CHUNK_ROWS] = torch.mm(g, w)
+                if g is not p:
+                    g.copy_(p)
                 if dtype == torch.float32:
+                    torch.mm(g, w, out=grad_h[s : s + CHUNK_ROWS])
                     grad_w.addmm_(g.t(), h)
                 else:
-                    grad_w += torch.mm(g.t(), h).float()
+                    grad_h[s : s + CHUNK_ROWS] = torch.mm(g, w)
+                    grad_w.add_(torch.mm(g.t(), h, out=work.grad_w))
             if eps > 0:  # the uniform eps / V part of q, rank one
                 grad_h -= eps / vocab * w_sum
                 grad_w -= eps / vocab * h32.sum(0)
