@@ -145,9 +145,19 @@ def emulated_bf16_warning(
     return None
 
 
-def inference_precision(precision: str, device: torch.device) -> str:
-    """The resolved precision a model decodes in (its weights and cache are cast to it)."""
+# Narrower models decode in fp32 on a CPU under `auto`: at d_model 128 bf16 was no faster at beam 5
+# (0.98x fp32) and slower greedy (0.85x: its small attention products cost twice fp32's); at 256 it
+# was 1.30x and 1.09x (scripts/bench_translate.py, native-bf16 Xeon, README).
+CPU_BF16_MIN_WIDTH = 256
+
+
+def inference_precision(precision: str, device: torch.device, width: int | None = None) -> str:
+    """The resolved precision a model of `width` (d_model) decodes in (weights and cache are
+    cast to it)."""
     resolved = resolve_precision(precision, device)
+    narrow = width is not None and width < CPU_BF16_MIN_WIDTH
+    if precision == "auto" and device.type == "cpu" and narrow:
+        return "fp32"
     if resolved == "fp16" and device.type == "cpu":
         raise NmtError("--precision fp16 needs a GPU; use bf16 or fp32 on CPU")
     return resolved

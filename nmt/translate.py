@@ -147,16 +147,17 @@ class Translator:
     ) -> Translator:
         """Load MODEL_DIR (config, SentencePiece, weights) for translation.
 
-        `precision` auto: bf16 on GPUs and native-bf16 CPUs, else fp32; bf16/fp16 cast the
-        weights once (so the decoder cache follows), scores stay fp32 (log-softmax in fp32).
+        `precision` auto: bf16 on GPUs, and on native-bf16 CPUs from d_model 256 up (narrower
+        models decode faster in fp32), else fp32. bf16/fp16 cast the weights once (so the decoder
+        cache follows); scores stay fp32 (log-softmax in fp32).
         """
         from nmt.modeldir import load_model
 
         dev = resolve_device(device)
-        prec = inference_precision(precision, dev)
+        model, cfg, _, meta = load_model(model_dir, checkpoint=checkpoint, device=str(dev))
+        prec = inference_precision(precision, dev, getattr(cfg.model, "d_model", None))
         if message := emulated_bf16_warning(prec, dev, fix="--precision fp32"):
             _warn(message)
-        model, cfg, _, meta = load_model(model_dir, checkpoint=checkpoint, device=str(dev))
         if prec != "fp32" and not getattr(model, "autocast_inference", False):
             model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
         model_dir = Path(model_dir)

@@ -74,13 +74,23 @@ def test_bf16_decoding_matches_fp32(model_dirs, arch, beam):
     assert all(close)
 
 
-def test_auto_is_fp32_without_native_bf16_and_bf16_with_it(model_dirs, monkeypatch):
-    assert Translator.from_dir(model_dirs["transformer"], device="cpu").precision == "fp32"
+def test_auto_is_fp32_without_native_bf16_and_bf16_with_it_from_d256(
+    model_dirs, monkeypatch, tmp_path
+):
+    wide = build_tiny_model_dir(tmp_path, d_model=256)
+    assert Translator.from_dir(wide, device="cpu").precision == "fp32"
     monkeypatch.setenv("NMT_CPU_BF16", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # native: no warning
-        tr = Translator.from_dir(model_dirs["transformer"], device="cpu")
+        tr = Translator.from_dir(wide, device="cpu")
+        narrow = Translator.from_dir(model_dirs["transformer"], device="cpu")
+        explicit = Translator.from_dir(model_dirs["transformer"], device="cpu", precision="bf16")
     assert tr.precision == "bf16"
+    assert {p.dtype for p in tr.model.parameters()} == {torch.bfloat16}
+    assert narrow.precision == "fp32"  # d_model 32: fp32 decodes faster on a CPU
+    assert explicit.precision == "bf16"  # an explicit choice is kept
+    # Seq2Seq has no d_model: the hardware alone decides
+    assert Translator.from_dir(model_dirs["seq2seq"], device="cpu").precision == "bf16"
 
 
 def test_fp16_on_cpu_is_refused(model_dirs):

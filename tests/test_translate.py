@@ -45,7 +45,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return build_tiny_model_dir(tmp_path_factory.mktemp("tiny"))
 
 
-def build_tiny_model_dir(root: Path) -> Path:
+def build_tiny_model_dir(root: Path, d_model: int = 32) -> Path:
     """Write ROOT/model: a tiny random Transformer with its SentencePiece model (shared by tests)."""
     from nmt.modeldir import save_weights, write_meta
     from nmt.models import build
@@ -56,7 +56,7 @@ def build_tiny_model_dir(root: Path) -> Path:
     vocab = VocabInfo(tok.vocab_size, tok.vocab_size, joint=True)
     cfg = Config()
     cfg.model = model_config(
-        type="transformer", d_model=32, heads=2, ff_dim=64, encoder_layers=1, decoder_layers=2,
+        type="transformer", d_model=d_model, heads=2, ff_dim=64, encoder_layers=1, decoder_layers=2,
         max_positions=64, dropout=0.0,
     )  # fmt: skip
     cfg.decoding.beam_size = 3
