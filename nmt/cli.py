@@ -34,7 +34,8 @@ PrecisionOpt = Annotated[
     str,
     typer.Option(
         "--precision",
-        help="auto (bf16 on GPUs and native-bf16 CPUs, else fp32), fp32, bf16 or fp16 (GPU).",
+        help="auto (bf16 on GPUs, and on native-bf16 CPUs for d_model >= 256; else fp32), fp32, "
+        "bf16 or fp16 (GPU).",
     ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
