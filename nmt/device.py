@@ -145,9 +145,11 @@ def emulated_bf16_warning(
     return None
 
 
-# Narrower models decode in fp32 on a CPU under `auto`: at d_model 128 bf16 was no faster at beam 5
-# (0.98x fp32) and slower greedy (0.85x: its small attention products cost twice fp32's); at 256 it
-# was 1.30x and 1.09x (scripts/bench_translate.py, native-bf16 Xeon, README).
+# Narrower models decode in fp32 on a CPU under `auto`. At d_model 128 (two runs of
+# scripts/bench_translate.py on a native-bf16 Xeon) bf16 decoding alone was 0.85x / 0.87x fp32 greedy
+# (its small attention products cost twice fp32's) and 0.98x / 1.09x at beam 5, and the whole
+# `nmt translate` command on 1,000 sentences was slower in bf16 in both modes (beam 5 11.0 s against
+# 10.4: casting and new oneDNN kernels cost ~1 s of start-up). At 256 bf16 was 1.30x / 1.09x.
 CPU_BF16_MIN_WIDTH = 256
 
 
