@@ -154,6 +154,7 @@ class Translator:
         from nmt.modeldir import load_model
 
         dev = resolve_device(device)
+        inference_precision(precision, dev)  # refuses fp16 on a CPU before any weights load
         model, cfg, _, meta = load_model(model_dir, checkpoint=checkpoint, device=str(dev))
         prec = inference_precision(precision, dev, getattr(cfg.model, "d_model", None))
         if message := emulated_bf16_warning(prec, dev, fix="--precision fp32"):
