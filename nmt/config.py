@@ -129,6 +129,7 @@ class TrainingConfig:
     schedule: str = choice("inverse_sqrt", "cosine", "linear", "constant")
     warmup: int = num(4000, 0)
     min_lr: float = num(0.0, 0)
+    cooldown: float = prob(0.0)  # inverse_sqrt/constant: last share of the budget decayed to min_lr
     label_smoothing: float = prob(0.1)
     clip_norm: float = num(1.0, 0)
     precision: str = choice("auto", "fp32", "bf16", "fp16")
@@ -191,11 +192,20 @@ class Config:
                 f"training.average_last {tc.average_last} needs training.keep_last >= "
                 f"{tc.average_last} (the step checkpoints it averages), got {tc.keep_last}"
             )
+        if tc.cooldown > 0 and tc.schedule not in ("inverse_sqrt", "constant"):
+            raise NmtError(
+                f"training.cooldown applies to the inverse_sqrt and constant schedules; "
+                f"{tc.schedule} already decays over the whole budget"
+            )
         for key in DURATIONS:
             try:
                 parse_duration(getattr(self.training, key))
             except NmtError as e:
                 raise NmtError(f"training.{key}: {e}") from None
+        if tc.cooldown > 0 and not (tc.max_steps or parse_duration(tc.max_time)):
+            raise NmtError(
+                "training.cooldown needs a budget to end on: training.max_steps or training.max_time"
+            )
 
 
 DURATIONS = ("max_time", "save_every_time")  # training keys holding a duration like 10m

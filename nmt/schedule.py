@@ -47,6 +47,7 @@ def lr_at(
     warmup: int,
     min_lr: float = 0.0,
     progress: float | None = None,
+    cooldown: float = 0.0,
 ) -> float:
     """Learning rate for update number `step` (1-based).
 
@@ -54,14 +55,20 @@ def lr_at(
     cosine / linear: linear warmup, then decay to `min_lr` as `progress` (0..1 share of the
     budget in steps or time) goes to 1; without a known budget they stay at `lr`.
     constant: warmup then `lr`.
+    `cooldown` (inverse_sqrt, constant): over that last share of the budget the rate falls
+    linearly to `min_lr`, so a run cut by its budget ends annealed instead of mid-descent.
     """
     step = max(step, 1)
     warm = min(1.0, step / warmup) if warmup > 0 else 1.0
-    if schedule == "inverse_sqrt":
-        if warmup <= 0:
-            return lr / math.sqrt(step)
-        return lr * min(step / warmup, math.sqrt(warmup / step))
-    if schedule == "constant" or progress is None:
+    if schedule in ("inverse_sqrt", "constant"):
+        if schedule == "constant":
+            rate = lr * warm
+        elif warmup <= 0:
+            rate = lr / math.sqrt(step)
+        else:
+            rate = lr * min(step / warmup, math.sqrt(warmup / step))
+        return _cooled(rate, min_lr, progress, cooldown)
+    if progress is None:
         return lr * warm
     p = min(max(progress, 0.0), 1.0)
     if schedule == "cosine":
@@ -71,6 +78,14 @@ def lr_at(
     else:
         raise ValueError(f"unknown schedule {schedule!r}")
     return min(lr * warm, min_lr + (lr - min_lr) * decay)
+
+
+def _cooled(rate: float, min_lr: float, progress: float | None, cooldown: float) -> float:
+    """`rate` scaled down linearly to `min_lr` over the last `cooldown` share of the budget."""
+    if cooldown <= 0 or progress is None or progress <= 1.0 - cooldown:
+        return rate
+    left = max(0.0, 1.0 - min(progress, 1.0)) / cooldown
+    return min(rate, min_lr + (rate - min_lr) * left)
 
 
 @dataclass

@@ -347,7 +347,8 @@ class Trainer:
     def current_lr(self) -> float:
         """The schedule's rate for the coming update."""
         tc, step = self.tc, self.state.step
-        return lr_at(tc.schedule, step + 1, tc.lr, tc.warmup, tc.min_lr, self.budget.progress(step))
+        progress = self.budget.progress(step)
+        return lr_at(tc.schedule, step + 1, tc.lr, tc.warmup, tc.min_lr, progress, tc.cooldown)
 
     def _after_step(self) -> None:
         """Log, validate and decide whether to stop, every process agreeing."""

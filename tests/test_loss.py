@@ -82,6 +82,24 @@ def test_inverse_sqrt_schedule_values():
     assert lr_at("inverse_sqrt", 10000, 1e-3, 100) == pytest.approx(1e-4)
 
 
+def test_cooldown_anneals_inverse_sqrt_and_constant_over_the_budget_end():
+    # Before the last `cooldown` share of the budget the schedule is untouched ...
+    plain = lr_at("inverse_sqrt", 400, 1e-3, 100)
+    assert lr_at("inverse_sqrt", 400, 1e-3, 100, 0.0, progress=0.8, cooldown=0.2) == plain
+    # ... then it falls linearly from the schedule's own value to min_lr at the end.
+    assert lr_at("inverse_sqrt", 400, 1e-3, 100, 0.0, progress=0.9, cooldown=0.2) == (
+        pytest.approx(plain / 2)
+    )
+    assert lr_at("inverse_sqrt", 400, 1e-3, 100, 1e-5, progress=1.0, cooldown=0.2) == (
+        pytest.approx(1e-5)
+    )
+    assert lr_at("inverse_sqrt", 400, 1e-3, 100, 0.0, progress=1.7, cooldown=0.2) == 0.0
+    # constant + cooldown is warmup-stable-decay; without a budget nothing cools.
+    assert lr_at("constant", 50, 1e-3, 10, 0.0, progress=0.95, cooldown=0.1) == pytest.approx(5e-4)
+    assert lr_at("constant", 50, 1e-3, 10, 0.0, progress=None, cooldown=0.1) == 1e-3
+    assert lr_at("inverse_sqrt", 400, 1e-3, 100, progress=0.95) == plain  # cooldown 0: off
+
+
 def test_cosine_linear_constant_schedules():
     # warmup 10, then decay with the share of the budget used
     assert lr_at("cosine", 5, 1e-3, 10, 0.0, progress=0.05) == pytest.approx(5e-4)

@@ -88,6 +88,26 @@ def test_average_last_needs_as_many_kept_step_checkpoints():
     )
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["training.schedule=cosine", "training.cooldown=0.2", "training.max_steps=100"],
+            "training.cooldown applies to the inverse_sqrt and constant schedules; "
+            "cosine already decays over the whole budget",
+        ),
+        (
+            ["training.cooldown=0.2", "training.max_time=0"],
+            "training.cooldown needs a budget to end on: training.max_steps or training.max_time",
+        ),
+    ],
+)
+def test_cooldown_needs_a_schedule_it_can_end_and_a_budget(overrides, message):
+    with pytest.raises(NmtError) as e:
+        load_config(overrides=overrides)
+    assert str(e.value) == message
+
+
 # ---- end-of-training averaging, the default checkpoint ---------------------------------------
 
 

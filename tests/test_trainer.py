@@ -91,6 +91,19 @@ def test_resume_equals_uninterrupted_run_bitwise(copy_data, tmp_path):
     assert steps == [5, 10, 15, 20, 25, 30]
 
 
+def test_cooldown_ends_a_step_budget_at_min_lr(copy_data, tmp_path):
+    cfg = _tiny(
+        "training.max_steps=20", "training.schedule=constant", "training.cooldown=0.5",
+        "training.lr=0.002", "training.min_lr=0.0001",
+    )  # fmt: skip
+    train(cfg, copy_data, tmp_path / "m", "cpu", quiet=True, threads=1)
+    rows = [json.loads(x) for x in (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()]
+    lrs = {r["step"]: r["lr"] for r in rows if r["event"] == "train"}
+    # Warmup to step 10, then a straight line to min_lr at the end of the budget: update s
+    # uses the share done before it, (s - 1) / 20, so the last update is one step above min_lr.
+    assert lrs == pytest.approx({5: 0.001, 10: 0.002, 15: 0.00124, 20: 0.00029})
+
+
 def test_model_dir_is_self_contained_and_reused_dirs_are_refused(copy_data, tmp_path):
     out = tmp_path / "m"
     train(_tiny("training.max_steps=2"), copy_data, out, "cpu", quiet=True, threads=1)
