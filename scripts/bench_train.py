@@ -13,6 +13,13 @@ model GFLOP/s and its ratio to that GEMM rate, which means the same on every mac
     python scripts/bench_train.py              # full: 20 timed steps per configuration
     python scripts/bench_train.py --quick      # 4 timed steps, for checking the script
     python scripts/bench_train.py --threads 2 --json results.json
+    python scripts/bench_train.py --rounds 5 --steps 10   # interleaved rounds, for noisy machines
+
+On a shared or throttled machine one run's figures drift by 20% or more between minutes, which
+is larger than the effects being measured. `--rounds N` runs every configuration once per round,
+round after round (so each configuration sees the same stretches of machine time), then prints
+each configuration's median over rounds and, per model, the bf16 / fp32 ratio of every round
+and their median: compare those, not single runs.
 """
 
 from __future__ import annotations
@@ -138,6 +145,46 @@ def step_flops(trainer, group) -> int:
     return int(counter.get_total_flops())
 
 
+def run_config(args, preset: str, precision: str, data: Path, steps: int, warmup: int):
+    """One configuration in its own process (its own peak RSS); its JSON result, None if it failed."""
+    cmd = [sys.executable, __file__, "--one", preset, precision, "--data", str(data)]
+    cmd += ["--steps", str(steps), "--warmup", str(warmup), "--threads", str(args.threads)]
+    cmd += ["--max-tokens", str(args.max_tokens)] + (["--quick"] if args.quick else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ})
+    if out.returncode != 0:
+        print(f"{preset} {precision}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def summarise(results: list[dict]) -> list[str]:
+    """Medians over rounds per configuration, and each model's bf16 / fp32 ratio round by round."""
+    lines = ["", "median over rounds (min-max):"]
+    by_config: dict[tuple[str, str], list[dict]] = {}
+    for r in results:
+        by_config.setdefault((r["preset"], r["precision"]), []).append(r)
+    for (preset, precision), rs in by_config.items():
+        tok = [r["tok_s_median"] for r in rs]
+        rss = [r["peak_rss_mb"] for r in rs]
+        gemm = [r["gemm_gflops"] for r in rs]
+        ratio = statistics.median(r["gemm_ratio"] for r in rs)
+        lines.append(
+            f"{preset:18s} {precision}  {statistics.median(tok):,.0f} tgt tok/s "
+            f"({min(tok):,.0f}-{max(tok):,.0f})  peak RSS {statistics.median(rss):,.0f} MB  "
+            f"{100 * ratio:.0f}% of GEMM (GEMM {min(gemm):,.0f}-{max(gemm):,.0f})"
+        )
+    for preset in dict.fromkeys(p for p, _ in by_config):
+        fp32 = {r["round"]: r["tok_s_median"] for r in by_config.get((preset, "fp32"), [])}
+        bf16 = {r["round"]: r["tok_s_median"] for r in by_config.get((preset, "bf16"), [])}
+        ratios = [bf16[k] / fp32[k] for k in sorted(fp32) if k in bf16]
+        if ratios:
+            each = ", ".join(f"{x:.2f}" for x in ratios)
+            lines.append(
+                f"{preset:18s} bf16/fp32 by round {each}: median {statistics.median(ratios):.2f}x"
+            )
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="4 timed steps (script check)")
@@ -146,6 +193,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     ap.add_argument("--max-tokens", type=int, default=4400, help="~4,000 target tokens a batch")
     ap.add_argument("--work", default=str(REPO / "work" / "bench"), help="cache folder")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (median reported)")
     ap.add_argument("--only", default="", help="run configurations whose name contains this")
     ap.add_argument("--json", default="", help="also write the results here")
     ap.add_argument("--emulated-bf16", action="store_true", help="run bf16 without native support")
@@ -164,33 +212,35 @@ def main() -> None:
     print(machine_line(args.threads or os.cpu_count() or 1), flush=True)
     from nmt.device import cpu_has_native_bf16
 
-    for preset, precision in CONFIGS:
-        if args.only and args.only not in f"{preset} {precision}":
-            continue
+    configs = [(p, q) for p, q in CONFIGS if not args.only or args.only in f"{p} {q}"]
+    for preset, precision in configs:
         if precision == "bf16" and not cpu_has_native_bf16() and not args.emulated_bf16:
             print(
                 f"{preset:18s} {precision}  skipped: no native bf16 on this CPU (emulated bf16 "
                 "is 10-40x slower; --emulated-bf16 runs it anyway)",
                 flush=True,
             )
-            continue
-        cmd = [sys.executable, __file__, "--one", preset, precision, "--data", str(data)]
-        cmd += ["--steps", str(steps), "--warmup", str(warmup), "--threads", str(args.threads)]
-        cmd += ["--max-tokens", str(args.max_tokens)] + (["--quick"] if args.quick else [])
-        out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ})
-        if out.returncode != 0:
-            print(f"{preset} {precision}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
-            continue
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        results.append(r)
-        print(
-            f"{preset:18s} {precision}  threads {r['threads']}  "
-            f"{r['tgt_tokens_per_batch']:,} tgt tok/batch  step {r['step_s_median']:.2f}s  "
-            f"{r['tok_s_median']:,.0f} tgt tok/s  peak RSS {r['peak_rss_mb']:,} MB  "
-            f"{r['model_gflops']:,.0f} GFLOP/s = {100 * r['gemm_ratio']:.0f}% of "
-            f"{precision} GEMM {r['gemm_gflops']:,.0f}",
-            flush=True,
-        )
+    if not cpu_has_native_bf16() and not args.emulated_bf16:
+        configs = [(p, q) for p, q in configs if q != "bf16"]
+    for rnd in range(1, args.rounds + 1):
+        # Odd rounds in the listed order, even rounds reversed: neither precision always goes first.
+        for preset, precision in configs if rnd % 2 else configs[::-1]:
+            r = run_config(args, preset, precision, data, steps, warmup)
+            if r is None:
+                continue
+            r["round"] = rnd
+            results.append(r)
+            label = f"round {rnd}  " if args.rounds > 1 else ""
+            print(
+                f"{label}{preset:18s} {precision}  threads {r['threads']}  "
+                f"{r['tgt_tokens_per_batch']:,} tgt tok/batch  step {r['step_s_median']:.2f}s  "
+                f"{r['tok_s_median']:,.0f} tgt tok/s  peak RSS {r['peak_rss_mb']:,} MB  "
+                f"{r['model_gflops']:,.0f} GFLOP/s = {100 * r['gemm_ratio']:.0f}% of "
+                f"{precision} GEMM {r['gemm_gflops']:,.0f}",
+                flush=True,
+            )
+    if args.rounds > 1:
+        print("\n".join(summarise(results)), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
 

@@ -1,0 +1,42 @@
+"""The benchmark scripts' arithmetic: medians over interleaved rounds and per-round ratios."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _bench_train():
+    spec = importlib.util.spec_from_file_location(
+        "bench_train", REPO / "scripts" / "bench_train.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(preset: str, precision: str, rnd: int, tok_s: float, rss: int = 1000) -> dict:
+    return {
+        "preset": preset, "precision": precision, "round": rnd, "tok_s_median": tok_s,
+        "peak_rss_mb": rss, "gemm_gflops": 200.0, "gemm_ratio": 0.5,
+    }  # fmt: skip
+
+
+def test_rounds_report_medians_and_the_ratio_of_each_round_not_of_the_medians():
+    rows = [
+        _row("small", "fp32", 1, 3000), _row("small", "bf16", 1, 6000, 1500),
+        _row("small", "bf16", 2, 4000, 1700), _row("small", "fp32", 2, 2500),  # a slow stretch
+        _row("small", "fp32", 3, 3100), _row("small", "bf16", 3, 6200, 1600),
+    ]  # fmt: skip
+    lines = _bench_train().summarise(rows)
+    assert "small              fp32  3,000 tgt tok/s (2,500-3,100)  peak RSS 1,000 MB" in lines[2]
+    assert "small              bf16  6,000 tgt tok/s (4,000-6,200)  peak RSS 1,600 MB" in lines[3]
+    assert lines[4] == "small              bf16/fp32 by round 2.00, 1.60, 2.00: median 2.00x"
+
+
+def test_a_model_without_both_precisions_gets_no_ratio():
+    lines = _bench_train().summarise([_row("s2s", "fp32", 1, 10.0), _row("s2s", "fp32", 2, 12.0)])
+    assert len(lines) == 3 and "s2s" in lines[2] and "ratio" not in "".join(lines)
