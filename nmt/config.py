@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from nmt.errors import NmtError
+from nmt.schedule import COOLDOWN_SCHEDULES
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,7 @@ class Config:
                 f"training.average_last {tc.average_last} needs training.keep_last >= "
                 f"{tc.average_last} (the step checkpoints it averages), got {tc.keep_last}"
             )
-        if tc.cooldown > 0 and tc.schedule not in ("inverse_sqrt", "constant"):
+        if tc.cooldown > 0 and tc.schedule not in COOLDOWN_SCHEDULES:
             raise NmtError(
                 f"training.cooldown applies to the inverse_sqrt and constant schedules; "
                 f"{tc.schedule} already decays over the whole budget"

@@ -40,6 +40,9 @@ STOP_REASONS: dict[int, str] = {
 }
 
 
+COOLDOWN_SCHEDULES = ("inverse_sqrt", "constant")  # the others already decay over the budget
+
+
 def lr_at(
     schedule: str,
     step: int,
@@ -60,7 +63,7 @@ def lr_at(
     """
     step = max(step, 1)
     warm = min(1.0, step / warmup) if warmup > 0 else 1.0
-    if schedule in ("inverse_sqrt", "constant"):
+    if schedule in COOLDOWN_SCHEDULES:
         if schedule == "constant":
             rate = lr * warm
         elif warmup <= 0:
@@ -84,7 +87,7 @@ def _cooled(rate: float, min_lr: float, progress: float | None, cooldown: float)
     """`rate` scaled down linearly to `min_lr` over the last `cooldown` share of the budget."""
     if cooldown <= 0 or progress is None or progress <= 1.0 - cooldown:
         return rate
-    left = max(0.0, 1.0 - min(progress, 1.0)) / cooldown
+    left = (1.0 - min(progress, 1.0)) / cooldown
     return min(rate, min_lr + (rate - min_lr) * left)
 
 

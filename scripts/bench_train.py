@@ -212,16 +212,16 @@ def main() -> None:
     print(machine_line(args.threads or os.cpu_count() or 1), flush=True)
     from nmt.device import cpu_has_native_bf16
 
+    native = cpu_has_native_bf16() or args.emulated_bf16
     configs = [(p, q) for p, q in CONFIGS if not args.only or args.only in f"{p} {q}"]
     for preset, precision in configs:
-        if precision == "bf16" and not cpu_has_native_bf16() and not args.emulated_bf16:
+        if precision == "bf16" and not native:
             print(
                 f"{preset:18s} {precision}  skipped: no native bf16 on this CPU (emulated bf16 "
                 "is 10-40x slower; --emulated-bf16 runs it anyway)",
                 flush=True,
             )
-    if not cpu_has_native_bf16() and not args.emulated_bf16:
-        configs = [(p, q) for p, q in configs if q != "bf16"]
+    configs = [(p, q) for p, q in configs if native or q != "bf16"]
     for rnd in range(1, args.rounds + 1):
         # Odd rounds in the listed order, even rounds reversed: neither precision always goes first.
         for preset, precision in configs if rnd % 2 else configs[::-1]:
