@@ -4,9 +4,10 @@ Multi30k en->de, joint SentencePiece 8k, about 4,000 target tokens a batch; tran
 seq2seq-bahdanau in fp32 and bf16. Each configuration runs in its own process (so peak RSS is
 its own) through the trainer's real `train_step` (collation, forward, loss, backward, clipping,
 Adam), after a few warm-up steps. Each timed batch runs twice: the first pass is its shape's
-first use (in bf16 on CPU that costs ~15% more: oneDNN sets up its kernels per shape), the second
-is what every later epoch sees, since an epoch's batch shapes all recur in the next one. tgt tok/s
-is the median of the second pass; the first pass's median is printed beside it.
+first use (in bf16 on CPU that costs more: oneDNN builds its matmul kernels per shape), the second
+what the shape costs once its kernels are cached. tgt tok/s is the median of the second pass, the
+first pass's median is printed beside it. Real training sees the second-pass speed only while the
+kernel caches hold an epoch's shapes; with PyTorch's default caches they do not (DESIGN.md).
 
 Every figure comes with the machine's own limit: each configuration's process also times a
 4096x1024x1024 matrix product of its dtype (scripts/benchlib.py), counts the model's matmul FLOPs
@@ -101,7 +102,7 @@ def run_one(preset: str, precision: str, data: Path, steps: int, warmup: int, ma
     timed = [[batches[(warmup + j) % len(batches)]] for j in range(steps)]
     tokens = [int((trainer.tgt_len[g[0]] + 1).sum()) for g in timed]
     first = [timed_step(trainer, g) for g in timed]  # each batch shape's first use
-    times = [timed_step(trainer, g) for g in timed]  # the same shapes again, as every later epoch
+    times = [timed_step(trainer, g) for g in timed]  # the same shapes, their kernels cached
     rates = [n / t for n, t in zip(tokens, times, strict=True)]
     first_rates = [n / t for n, t in zip(tokens, first, strict=True)]
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
