@@ -131,6 +131,7 @@ class TrainingConfig:
     warmup: int = num(4000, 0)
     min_lr: float = num(0.0, 0)
     cooldown: float = prob(0.0)  # inverse_sqrt/constant: last share of the budget decayed to min_lr
+    # (and out of patience, a run cools down over that share from where it is before stopping)
     label_smoothing: float = prob(0.1)
     clip_norm: float = num(1.0, 0)
     precision: str = choice("auto", "fp32", "bf16", "fp16")

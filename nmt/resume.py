@@ -33,6 +33,7 @@ class TrainState:
     last_valid_step: int = 0
     nonfinite_streak: int = 0
     tokens: int = 0  # target tokens trained on, all ranks
+    cooldown_end: float | None = None  # share of the budget where a run out of patience stops
 
 
 # The batching settings a data position depends on, as saved in the trainer state.

@@ -51,6 +51,7 @@ def lr_at(
     min_lr: float = 0.0,
     progress: float | None = None,
     cooldown: float = 0.0,
+    cooldown_end: float = 1.0,
 ) -> float:
     """Learning rate for update number `step` (1-based).
 
@@ -60,6 +61,7 @@ def lr_at(
     constant: warmup then `lr`.
     `cooldown` (inverse_sqrt, constant): over that last share of the budget the rate falls
     linearly to `min_lr`, so a run cut by its budget ends annealed instead of mid-descent.
+    `cooldown_end` moves that end earlier: a run out of patience cools down from where it is.
     """
     step = max(step, 1)
     warm = min(1.0, step / warmup) if warmup > 0 else 1.0
@@ -70,7 +72,7 @@ def lr_at(
             rate = lr / math.sqrt(step)
         else:
             rate = lr * min(step / warmup, math.sqrt(warmup / step))
-        return _cooled(rate, min_lr, progress, cooldown)
+        return _cooled(rate, min_lr, progress, cooldown, cooldown_end)
     if progress is None:
         return lr * warm
     p = min(max(progress, 0.0), 1.0)
@@ -83,11 +85,14 @@ def lr_at(
     return min(lr * warm, min_lr + (lr - min_lr) * decay)
 
 
-def _cooled(rate: float, min_lr: float, progress: float | None, cooldown: float) -> float:
-    """`rate` scaled down linearly to `min_lr` over the last `cooldown` share of the budget."""
-    if cooldown <= 0 or progress is None or progress <= 1.0 - cooldown:
+def _cooled(
+    rate: float, min_lr: float, progress: float | None, cooldown: float, end: float = 1.0
+) -> float:
+    """`rate` scaled down linearly to `min_lr` over the `cooldown` share of the budget before
+    `end` (the budget's end unless patience ran out)."""
+    if cooldown <= 0 or progress is None or progress <= end - cooldown:
         return rate
-    left = (1.0 - min(progress, 1.0)) / cooldown
+    left = (end - min(progress, end)) / cooldown
     return min(rate, min_lr + (rate - min_lr) * left)
 
 
@@ -106,13 +111,14 @@ class Budget:
         """Seconds since the run started, resumed runs included."""
         return time.monotonic() - self.start
 
-    def progress(self, step: int) -> float | None:
-        """Share of the budget used (steps or time, whichever is further); None if unbounded."""
+    def progress(self, step: int, ahead: float = 0.0) -> float | None:
+        """Share of the budget used (steps or time, whichever is further), `ahead` seconds from
+        now; None if unbounded."""
         parts = []
         if self.max_steps > 0:
             parts.append(step / self.max_steps)
         if self.max_time:
-            parts.append(self.elapsed() / self.max_time)
+            parts.append((self.elapsed() + ahead) / self.max_time)
         return max(parts) if parts else None
 
     def spent(self, step: int, room: float = 0.0) -> Stop:

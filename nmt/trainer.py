@@ -346,9 +346,11 @@ class Trainer:
 
     def current_lr(self) -> float:
         """The schedule's rate for the coming update."""
-        tc, step = self.tc, self.state.step
-        progress = self.budget.progress(step)
-        return lr_at(tc.schedule, step + 1, tc.lr, tc.warmup, tc.min_lr, progress, tc.cooldown)
+        tc, st = self.tc, self.state
+        progress, end = self.budget.progress(st.step), st.cooldown_end or 1.0
+        return lr_at(
+            tc.schedule, st.step + 1, tc.lr, tc.warmup, tc.min_lr, progress, tc.cooldown, end
+        )
 
     def _after_step(self) -> None:
         """Log, validate and decide whether to stop, every process agreeing."""
@@ -370,7 +372,12 @@ class Trainer:
         room = self.valid_seconds if st.last_valid_step != st.step else 0.0
         if self.tc.average_last > 1:
             room += self.valid_seconds
-        return self.budget.spent(st.step, room)
+        spent = self.budget.spent(st.step, room)
+        if not spent and st.cooldown_end is not None:
+            if (self.budget.progress(st.step, room) or 0.0) >= st.cooldown_end:
+                self.log.info("early stopping: the cooldown after the plateau is over")
+                return Stop.EARLY
+        return spent
 
     def _request_stop(self, code: Stop) -> None:
         """A signal asked the run to stop after the current step."""
@@ -418,12 +425,27 @@ class Trainer:
             st.bad_validations += 1
         st.elapsed = self.budget.elapsed()
         self.report.valid_event(st, result, better, self.valid_seconds)
+        stop: int = Stop.NONE
+        if tc.patience > 0 and st.bad_validations >= tc.patience and st.cooldown_end is None:
+            stop = self._out_of_patience()  # before saving: a resumed run cools down the same
         self.ckpt.save_step(self.model, st.step, metric, float(score), better)
         self.save_last()
-        if tc.patience > 0 and st.bad_validations >= tc.patience:
-            self.log.info(f"early stopping: {tc.patience} validations without improvement")
-            return Stop.EARLY
-        return Stop.NONE
+        return stop
+
+    def _out_of_patience(self) -> int:
+        """Stop now, or with a cooldown first anneal over its share of the budget (a plateaued
+        run still gains from the anneal; cut before it, it would not have one)."""
+        st, tc = self.state, self.tc
+        progress = self.budget.progress(st.step)
+        if tc.cooldown > 0 and progress is not None:
+            st.cooldown_end = min(1.0, progress + tc.cooldown)
+            self.log.info(
+                f"{tc.patience} validations without improvement: cooling down until "
+                f"{st.cooldown_end:.0%} of the budget, then stopping"
+            )
+            return Stop.NONE
+        self.log.info(f"early stopping: {tc.patience} validations without improvement")
+        return Stop.EARLY
 
     # -- first and last lines --
 

@@ -98,6 +98,12 @@ def test_cooldown_anneals_inverse_sqrt_and_constant_over_the_budget_end():
     assert lr_at("constant", 50, 1e-3, 10, 0.0, progress=0.95, cooldown=0.1) == pytest.approx(5e-4)
     assert lr_at("constant", 50, 1e-3, 10, 0.0, progress=None, cooldown=0.1) == 1e-3
     assert lr_at("inverse_sqrt", 400, 1e-3, 100, progress=0.95) == plain  # cooldown 0: off
+    # A run out of patience at 30% of its budget cools down over [0.3, 0.5] instead.
+    assert lr_at("constant", 50, 1e-3, 10, 0.0, 0.3, 0.2, cooldown_end=0.5) == 1e-3
+    assert lr_at("constant", 50, 1e-3, 10, 0.0, 0.45, 0.2, cooldown_end=0.5) == (
+        pytest.approx(2.5e-4)
+    )
+    assert lr_at("constant", 50, 1e-3, 10, 1e-5, 0.6, 0.2, cooldown_end=0.5) == pytest.approx(1e-5)
 
 
 def test_cosine_linear_constant_schedules():

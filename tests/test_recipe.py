@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from nmt import tuning
 from nmt.checkpoint import average
 from nmt.config import load_config
 from nmt.errors import NmtError
-from nmt.modeldir import checkpoint_path, read_meta, write_default
+from nmt.modeldir import checkpoint_path, read_meta, state_path, write_default
 from nmt.trainer import train
 
 REPO = Path(__file__).resolve().parent.parent
@@ -161,6 +162,23 @@ def test_early_stopping_on_bleu_stops_a_run_that_no_longer_improves(data, tmp_pa
     assert (s.stopped, s.steps, s.best_step) == ("early stopping", 6, 2)
     assert [v["step"] for v in _events(tmp_path / "m", "valid")] == [2, 4, 6]
     assert _events(tmp_path / "m", "averaged")[0]["steps"] == [4, 6]
+
+
+def test_out_of_patience_with_a_cooldown_anneals_before_stopping(data, tmp_path):
+    # BLEU never changes (lr 1e-30 leaves the weights as they are): patience runs out at step 6,
+    # 15% of the 40-step budget, so the rate falls linearly over the next 50% (to 65%, step 26)
+    # and the run stops there.
+    cfg = _tiny("training.max_steps=40", "training.valid_every=2", "training.patience=2",
+                "training.lr=1e-30", "training.schedule=constant", "training.warmup=0",
+                "training.cooldown=0.5", "training.keep_last=2", "training.average_last=2")  # fmt: skip
+    s = train(cfg, data, tmp_path / "m", "cpu", quiet=True, threads=1)
+    assert (s.stopped, s.steps, s.best_step) == ("early stopping", 26, 2)
+    # update s runs at the share done before it, (s - 1) / 40
+    lrs = {r["step"]: r["lr"] / 1e-30 for r in _events(tmp_path / "m", "train")}
+    assert lrs == pytest.approx({5: 1.0, 10: 0.85, 15: 0.6, 20: 0.35, 25: 0.1})
+    # The saved state knows where the cooldown ends, so a resumed run stops at the same step.
+    state = torch.load(state_path(tmp_path / "m"), weights_only=True)["train_state"]
+    assert state["cooldown_end"] == pytest.approx(0.65)
 
 
 def test_the_time_budget_keeps_room_for_validating_the_average(data, tmp_path):
