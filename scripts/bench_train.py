@@ -6,8 +6,8 @@ its own) through the trainer's real `train_step` (collation, forward, loss, back
 Adam), after a few warm-up steps. Each timed batch runs twice: the first pass is its shape's
 first use (in bf16 on CPU that costs more: oneDNN builds its matmul kernels per shape), the second
 what the shape costs once its kernels are cached. tgt tok/s is the median of the second pass, the
-first pass's median is printed beside it. Real training sees the second-pass speed only while the
-kernel caches hold an epoch's shapes; with PyTorch's default caches they do not (DESIGN.md).
+first pass's median is printed beside it. Real training sees the second-pass speed once the
+kernel caches hold an epoch's shapes, which is why `nmt train` enlarges them (nmt/runtime.py).
 
 Every figure comes with the machine's own limit: each configuration's process also times a
 4096x1024x1024 matrix product of its dtype (scripts/benchlib.py), counts the model's matmul FLOPs
@@ -18,6 +18,11 @@ model GFLOP/s and its ratio to that GEMM rate, which means the same on every mac
     python scripts/bench_train.py --quick      # 4 timed steps, for checking the script
     python scripts/bench_train.py --threads 2 --json results.json
     python scripts/bench_train.py --rounds 5 --steps 10   # interleaved rounds, for noisy machines
+    python scripts/bench_train.py --epochs 2 --only transformer-small   # whole epochs, as trained
+
+`--epochs N` times real training instead: N whole epochs of Multi30k in the trainer's batch order,
+each batch once an epoch, so kernels are cached only if the caches hold an epoch's shapes. It
+reports the last epoch's rate; the summary over rounds shows the first epoch's as "first use".
 
 On a shared or throttled machine one run's figures drift by 20% or more between minutes, which
 is larger than the effects being measured. `--rounds N` runs every configuration once per round,
@@ -77,8 +82,11 @@ def data_dir(work: Path) -> Path:
     return out
 
 
-def run_one(preset: str, precision: str, data: Path, steps: int, warmup: int, max_tokens: int):
-    """Time `steps` updates of one configuration in this process; print one JSON line."""
+def run_one(
+    preset: str, precision: str, data: Path, steps: int, warmup: int, max_tokens: int, epochs: int
+):
+    """Time `steps` updates (or `epochs` whole epochs) of one configuration in this process;
+    print one JSON line."""
     import numpy as np
     import torch
 
@@ -101,13 +109,18 @@ def run_one(preset: str, precision: str, data: Path, steps: int, warmup: int, ma
         trainer.train_step([batches[i % len(batches)]])
     timed = [[batches[(warmup + j) % len(batches)]] for j in range(steps)]
     tokens = [int((trainer.tgt_len[g[0]] + 1).sum()) for g in timed]
-    first = [timed_step(trainer, g) for g in timed]  # each batch shape's first use
-    times = [timed_step(trainer, g) for g in timed]  # the same shapes, their kernels cached
-    rates = [n / t for n, t in zip(tokens, times, strict=True)]
-    first_rates = [n / t for n, t in zip(tokens, first, strict=True)]
+    if epochs:  # real training: every batch once an epoch; epoch 1 is every shape's first use
+        rates = [epoch_rate(trainer, max_tokens, e) for e in range(1, epochs + 1)]
+        first_rates, times = rates[:1], []
+    else:
+        first = [timed_step(trainer, g) for g in timed]  # each batch shape's first use
+        times = [timed_step(trainer, g) for g in timed]  # the same shapes, their kernels cached
+        rates = [n / t for n, t in zip(tokens, times, strict=True)]
+        first_rates = [n / t for n, t in zip(tokens, first, strict=True)]
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     flops = sum(step_flops(trainer, g) for g in timed)
-    model_gflops = flops / sum(times) / 1e9
+    rate = rates[-1] if epochs else statistics.median(rates)
+    model_gflops = flops / sum(tokens) * rate / 1e9  # FLOPs per token on the timed batches
     gemm = gemm_gflops(precision)
     print(
         json.dumps(
@@ -116,9 +129,10 @@ def run_one(preset: str, precision: str, data: Path, steps: int, warmup: int, ma
                 "precision": precision,
                 "threads": torch.get_num_threads(),
                 "tgt_tokens_per_batch": round(float(np.mean(tokens))),
-                "step_s_median": round(statistics.median(times), 3),
-                "tok_s_median": round(statistics.median(rates), 1),
+                "step_s_median": round(statistics.median(times), 3) if times else None,
+                "tok_s_median": round(rate, 1),
                 "tok_s_first_median": round(statistics.median(first_rates), 1),
+                "tok_s_epochs": [round(r, 1) for r in rates] if epochs else None,
                 "peak_rss_mb": round(rss_mb),
                 "params": trainer.n_params,
                 "mflop_per_tok": round(flops / sum(tokens) / 1e6, 1),
@@ -128,6 +142,20 @@ def run_one(preset: str, precision: str, data: Path, steps: int, warmup: int, ma
             }
         )
     )
+
+
+def epoch_rate(trainer, max_tokens: int, epoch: int) -> float:
+    """Target tokens/s over one whole epoch of real updates, in the trainer's batch order."""
+    from nmt import batching
+
+    batches = batching.epoch_batches(
+        trainer.src_len, trainer.tgt_len, max_tokens, trainer.tc.seed, epoch, trainer.keep
+    )
+    tokens = sum(int((trainer.tgt_len[b] + 1).sum()) for b in batches)
+    t0 = time.perf_counter()
+    for b in batches:
+        trainer.train_step([b])
+    return tokens / (time.perf_counter() - t0)
 
 
 def timed_step(trainer, group) -> float:
@@ -158,7 +186,8 @@ def run_config(args, preset: str, precision: str, data: Path, steps: int, warmup
     """One configuration in its own process (its own peak RSS); its JSON result, None if it failed."""
     cmd = [sys.executable, __file__, "--one", preset, precision, "--data", str(data)]
     cmd += ["--steps", str(steps), "--warmup", str(warmup), "--threads", str(args.threads)]
-    cmd += ["--max-tokens", str(args.max_tokens)] + (["--quick"] if args.quick else [])
+    cmd += ["--max-tokens", str(args.max_tokens), "--epochs", str(args.epochs)]
+    cmd += ["--quick"] if args.quick else []
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ})
     if out.returncode != 0:
         print(f"{preset} {precision}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
@@ -205,6 +234,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=4400, help="~4,000 target tokens a batch")
     ap.add_argument("--work", default=str(REPO / "work" / "bench"), help="cache folder")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (median reported)")
+    ap.add_argument(
+        "--epochs", type=int, default=0, help="time N whole epochs instead (the last is reported)"
+    )
     ap.add_argument("--only", default="", help="run configurations whose name contains this")
     ap.add_argument("--json", default="", help="also write the results here")
     ap.add_argument("--emulated-bf16", action="store_true", help="run bf16 without native support")
@@ -213,10 +245,13 @@ def main() -> None:
     args = ap.parse_args()
     steps, warmup = (4, 2) if args.quick else (args.steps, args.warmup)
     if args.one:
+        from nmt.runtime import enlarge_kernel_caches
+
+        enlarge_kernel_caches()  # as `nmt train` does, before torch loads
         import torch
 
         torch.set_num_threads(args.threads or os.cpu_count() or 1)
-        run_one(*args.one, Path(args.data), steps, warmup, args.max_tokens)
+        run_one(*args.one, Path(args.data), steps, warmup, args.max_tokens, args.epochs)
         return
     data = data_dir(Path(args.work))
     results = []
@@ -242,10 +277,14 @@ def main() -> None:
             r["round"] = rnd
             results.append(r)
             label = f"round {rnd}  " if args.rounds > 1 else ""
+            if r["tok_s_epochs"]:
+                how = "by epoch " + ", ".join(f"{x:,.0f}" for x in r["tok_s_epochs"])
+            else:
+                how = f"step {r['step_s_median']:.2f}s, first use {r['tok_s_first_median']:,.0f}"
             print(
                 f"{label}{preset:18s} {precision}  threads {r['threads']}  "
-                f"{r['tgt_tokens_per_batch']:,} tgt tok/batch  step {r['step_s_median']:.2f}s  "
-                f"{r['tok_s_median']:,.0f} tgt tok/s (first use {r['tok_s_first_median']:,.0f})  "
+                f"{r['tgt_tokens_per_batch']:,} tgt tok/batch  "
+                f"{r['tok_s_median']:,.0f} tgt tok/s ({how})  "
                 f"peak RSS {r['peak_rss_mb']:,} MB  "
                 f"{r['model_gflops']:,.0f} GFLOP/s = {100 * r['gemm_ratio']:.0f}% of "
                 f"{precision} GEMM {r['gemm_gflops']:,.0f}",

@@ -1,0 +1,25 @@
+"""Process settings that must be in place before torch builds its first CPU kernel.
+
+Kept free of torch imports, so the CLI can apply them before anything loads torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping
+
+# One entry per matmul primitive and shape. A transformer-multi30k batch shape needs ~49, an epoch
+# of Multi30k has ~90 shapes that all recur, so the default 1,024 entries are evicted before they are
+# used again and bf16 training slows after its first epoch (DESIGN.md, "Kernel caches").
+KERNEL_CACHE_CAPACITY = 16384
+KERNEL_CACHE_VARIABLES = ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+
+
+def enlarge_kernel_caches(env: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Give PyTorch's (ideep) and oneDNN's kernel caches room for an epoch's shapes; a value
+    the user set wins. Returns the settings in force. Both are read when the first kernel is
+    built, so this works after `import torch` but not after the first CPU matmul."""
+    env = os.environ if env is None else env
+    for name in KERNEL_CACHE_VARIABLES:
+        env.setdefault(name, str(KERNEL_CACHE_CAPACITY))
+    return {name: env[name] for name in KERNEL_CACHE_VARIABLES}

@@ -1,0 +1,73 @@
+"""Kernel caches: `nmt train` enlarges them before torch loads, and a user's setting wins."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from nmt.runtime import KERNEL_CACHE_CAPACITY, KERNEL_CACHE_VARIABLES, enlarge_kernel_caches
+
+
+def test_enlarging_keeps_what_the_user_set():
+    env = {"LRU_CACHE_CAPACITY": "64"}
+    assert enlarge_kernel_caches(env) == {
+        "LRU_CACHE_CAPACITY": "64",
+        "ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(KERNEL_CACHE_CAPACITY),
+    }
+    assert set(env) == set(KERNEL_CACHE_VARIABLES)
+
+
+def test_nmt_train_enlarges_the_caches_before_torch_loads(tmp_path):
+    # A real `nmt train` process (it fails on the missing data directory right after): the spy
+    # records whether torch was already loaded when the caches were set.
+    script = f"""
+import os, sys
+import nmt.runtime as runtime
+real = runtime.enlarge_kernel_caches
+def spy(env=None):
+    print("torch loaded:", "torch" in sys.modules)
+    return real(env)
+runtime.enlarge_kernel_caches = spy
+from nmt.cli import app
+try:
+    app(["train", "--data", {str(tmp_path / "missing")!r}, "-o", {str(tmp_path / "m")!r}])
+except SystemExit:
+    pass
+print({{k: os.environ.get(k) for k in {KERNEL_CACHE_VARIABLES!r}}})
+"""
+    env = {k: v for k, v in __import__("os").environ.items() if k not in KERNEL_CACHE_VARIABLES}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "torch loaded: False", out.stdout + out.stderr
+    assert lines[-1] == str({k: str(KERNEL_CACHE_CAPACITY) for k in KERNEL_CACHE_VARIABLES})
+    assert "data directory not found" in out.stderr
+
+
+def test_the_cache_capacity_is_read_at_the_first_kernel_not_at_import():
+    # Why trainer.train() can still set it: oneDNN reads the variable when it builds its first
+    # kernel. Capacity 0 set after `import torch` turns the second product's cache hit into a miss.
+    script = """
+import os, sys
+import torch
+if sys.argv[1] != "-":
+    os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = sys.argv[1]
+a, b = torch.ones(64, 128, dtype=torch.bfloat16), torch.ones(128, 96, dtype=torch.bfloat16)
+for _ in range(2):
+    a @ b
+"""
+
+    def creates(capacity: str) -> list[str]:
+        env = {**__import__("os").environ, "ONEDNN_VERBOSE": "2"}
+        env.pop("ONEDNN_PRIMITIVE_CACHE_CAPACITY", None)
+        run = subprocess.run(
+            [sys.executable, "-c", script, capacity], capture_output=True, text=True, env=env
+        )
+        return [x for x in (run.stdout + run.stderr).split(",") if x.startswith("create:cache_")]
+
+    default = creates("-")
+    if not default:
+        pytest.skip("bf16 matmul does not go through oneDNN on this CPU")
+    assert default == ["create:cache_miss", "create:cache_hit"]
+    assert creates("0") == ["create:cache_miss", "create:cache_miss"]
