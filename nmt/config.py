@@ -411,6 +411,15 @@ def load_config(
     overrides: list[str] | tuple[str, ...] = (),
 ) -> Config:
     """Resolve defaults < preset < YAML file < overrides into a validated Config."""
+    cfg = _layered(path, preset, overrides)
+    cfg.check()
+    return cfg
+
+
+def _layered(
+    path: str | Path | None, preset: str | None, overrides: list[str] | tuple[str, ...]
+) -> Config:
+    """defaults < preset < YAML file < overrides, not yet checked as a whole."""
     cfg = Config()
     if preset:
         _apply(cfg, load_preset(preset), f"preset {preset}")
@@ -420,7 +429,6 @@ def load_config(
             raise NmtError(f"{path}: file not found")
         _apply(cfg, _read_yaml(path.read_text(encoding="utf-8"), str(path)), str(path))
     apply_overrides(cfg, overrides)
-    cfg.check()
     return cfg
 
 
@@ -448,8 +456,8 @@ def resolve_train_config(
         data = _read_yaml(saved.read_text(encoding="utf-8"), str(saved))
         cfg = config_from_dict(data, str(saved))
         apply_overrides(cfg, overrides)
-    else:
-        cfg = load_config(config_path, preset, overrides)
+    else:  # checked once the flags are in: `--set training.cooldown=0.2 --max-steps N` is valid
+        cfg = _layered(config_path, preset, overrides)
     for key, value in flags.items():
         if value is not None:
             set_value(cfg, f"training.{key}", value, f"--{key.replace('_', '-')}")
