@@ -83,6 +83,17 @@ def agree_max(value: int, info: DistInfo, device: torch.device) -> int:
     return int(t.item())
 
 
+def share_from_main(value: float | None, info: DistInfo, device: torch.device) -> float | None:
+    """Rank 0's `value` (a non-negative float or None) on every process: state only the main
+    process decides, such as where a cooldown ends, must drive every replica the same way."""
+    if not info.enabled:
+        return value
+    t = torch.tensor([-1.0 if value is None else value], dtype=torch.float64, device=device)
+    torch_dist.broadcast(t, src=0)
+    shared = float(t.item())
+    return None if shared < 0 else shared
+
+
 def needs_launch(nproc: int | None) -> bool:
     """`--nproc N` outside torchrun: this process starts torchrun instead of training."""
     return nproc is not None and nproc > 1 and from_env().world_size <= 1

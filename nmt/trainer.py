@@ -409,8 +409,9 @@ class Trainer:
             self.valid_seconds = time.monotonic() - t0
             if result is not None:
                 stop = self._record_validation(result)
-        # Every process learns whether to stop early.
+        # Every process learns whether to stop early, and where a cooldown begun here ends.
         self.stop_code = distributed.agree_max(max(self.stop_code, stop), self.dist, self.device)
+        st.cooldown_end = distributed.share_from_main(st.cooldown_end, self.dist, self.device)
 
     def _record_validation(self, result: ValidResult) -> int:
         """Write metrics and checkpoints; count validations without improvement."""

@@ -235,6 +235,23 @@ def test_ddp_two_cpu_processes_write_one_model_dir(copy_data, tmp_path):
     ]  # fmt: skip
 
 
+def test_ddp_processes_share_the_cooldown_that_rank_0_starts(copy_data, tmp_path):
+    # Only rank 0 validates, so only it runs out of patience (step 6 of 40, lr 1e-30: BLEU never
+    # changes); the cooldown it starts must reach rank 1 too, and both stop at step 26.
+    out = tmp_path / "m"
+    proc = _cli(
+        "train", "--preset", "transformer-tiny", "--data", str(copy_data), "-o", str(out),
+        "--set", "training.max_tokens=600", "--set", "training.valid_every=2",
+        "--set", "training.patience=2", "--set", "training.lr=1e-30",
+        "--set", "training.schedule=constant", "--set", "training.warmup=0",
+        "--set", "training.cooldown=0.5", "--max-steps", "40", "--device", "cpu", "--nproc", "2",
+    )  # fmt: skip
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    st = load_state(out / "checkpoints" / "last.state.pt")
+    assert st["train_state"]["step"] == 26 and st["train_state"]["cooldown_end"] == 0.65
+
+
 def test_tiny_transformer_learns_to_copy(copy_data, tmp_path):
     cfg = load_config(
         preset="transformer-tiny",
