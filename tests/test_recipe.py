@@ -175,7 +175,7 @@ def test_early_stopping_on_bleu_stops_a_run_that_no_longer_improves(data, tmp_pa
     assert _events(tmp_path / "m", "averaged")[0]["steps"] == [4, 6]
 
 
-def test_out_of_patience_with_a_cooldown_anneals_before_stopping(data, tmp_path):
+def test_out_of_patience_with_a_cooldown_anneals_before_stopping(data, tmp_path, monkeypatch):
     # BLEU never changes (lr 1e-30 leaves the weights as they are): patience runs out at step 6,
     # 15% of the 40-step budget, so the rate falls linearly over the next 50% (to 65%, step 26)
     # and the run stops there.
@@ -187,9 +187,26 @@ def test_out_of_patience_with_a_cooldown_anneals_before_stopping(data, tmp_path)
     # update s runs at the share done before it, (s - 1) / 40
     lrs = {r["step"]: r["lr"] / 1e-30 for r in _events(tmp_path / "m", "train")}
     assert lrs == pytest.approx({5: 1.0, 10: 0.85, 15: 0.6, 20: 0.35, 25: 0.1})
-    # The saved state knows where the cooldown ends, so a resumed run stops at the same step.
     state = torch.load(state_path(tmp_path / "m"), weights_only=True)["train_state"]
     assert state["cooldown_end"] == pytest.approx(0.65)
+    # Killed in the cooldown and resumed, the run follows the same rates and stops at step 26.
+    from nmt.trainer import Trainer
+
+    real = Trainer._after_step
+
+    def killed_at_12(self) -> None:
+        real(self)
+        if self.state.step == 12:
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(Trainer, "_after_step", killed_at_12)
+    with pytest.raises(RuntimeError, match="killed"):
+        train(cfg, data, tmp_path / "cut", "cpu", quiet=True, threads=1)
+    monkeypatch.undo()
+    s = train(cfg, data, tmp_path / "cut", "cpu", resume=True, quiet=True, threads=1)
+    assert (s.stopped, s.steps) == ("early stopping", 26)
+    resumed = {r["step"]: r["lr"] / 1e-30 for r in _events(tmp_path / "cut", "train")}
+    assert resumed == pytest.approx(lrs)
 
 
 def test_the_time_budget_keeps_room_for_validating_the_average(data, tmp_path):
