@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -37,7 +38,7 @@ except SystemExit:
     pass
 print({{k: os.environ.get(k) for k in {KERNEL_CACHE_VARIABLES!r}}})
 """
-    env = {k: v for k, v in __import__("os").environ.items() if k not in KERNEL_CACHE_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in KERNEL_CACHE_VARIABLES}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     lines = out.stdout.splitlines()
     assert lines[0] == "torch loaded: False", out.stdout + out.stderr
@@ -59,7 +60,7 @@ for _ in range(2):
 """
 
     def creates(capacity: str) -> list[str]:
-        env = {**__import__("os").environ, "ONEDNN_VERBOSE": "2"}
+        env = {**os.environ, "ONEDNN_VERBOSE": "2"}
         env.pop("ONEDNN_PRIMITIVE_CACHE_CAPACITY", None)
         run = subprocess.run(
             [sys.executable, "-c", script, capacity], capture_output=True, text=True, env=env
