@@ -322,11 +322,13 @@ class Reporter:
         )
         self.bar.update(text, budget.fraction(st.step, st.epoch, st.position) * 1000)
 
-    def start_event(self, st: TrainState, device: str, precision: str, configured: str) -> None:
-        """The run's start in metrics.jsonl: where it runs and the precision `auto` chose."""
+    def start_event(
+        self, st: TrainState, device: str, precision: str, configured: str, valid: str
+    ) -> None:
+        """The run's start in metrics.jsonl: where it runs and the precisions `auto` chose."""
         self.metrics.write(
-            {"event": "start", "step": st.step, "device": device,
-             "precision": precision, "precision_config": configured}
+            {"event": "start", "step": st.step, "device": device, "precision": precision,
+             "precision_config": configured, "valid_precision": valid}
         )  # fmt: skip
 
     def train_event(self, st: TrainState, budget: Budget) -> None:

@@ -32,6 +32,7 @@ from nmt.device import (
     autocast_for,
     cpu_threads,
     emulated_bf16_warning,
+    inference_precision,
     keep_freed_memory,
     resolve_device,
     resolve_precision,
@@ -78,6 +79,12 @@ class Trainer:
         self.log = Log(quiet or not dist.is_main)
         self.precision = resolve_precision(tc.precision, device)  # auto -> fp32/bf16/fp16
         self.autocast = autocast_for(self.precision, device)
+        # Validation decodes as `nmt translate` will by default (`auto`: fp32 for narrow models on
+        # a CPU): its BLEU is the one users get, and its decoding shapes, new at every validation,
+        # stay out of oneDNN's kernel cache, where they evicted training's kernels late in long runs.
+        width = getattr(cfg.model, "d_model", None)
+        self.valid_precision = inference_precision(tc.precision, device, width)
+        self.valid_autocast = autocast_for(self.valid_precision, device)
         if device.type == "cpu":
             keep_freed_memory()  # a step's large activations reuse heap memory, no page faults
         self.budget = Budget(
@@ -206,7 +213,7 @@ class Trainer:
         modeldir.load_weights(averaged, path, device=str(self.device))
         dec = self.cfg.decoding
         result = evaluate(
-            averaged, self.data.valid, self.device, self.autocast, self.tc.max_tokens,
+            averaged, self.data.valid, self.device, self.valid_autocast, self.tc.max_tokens,
             dec.max_len_a, dec.max_len_b,
         )  # fmt: skip
         if result is None:
@@ -239,7 +246,9 @@ class Trainer:
                 self.model_dir, self.cfg, d.src_lang, d.tgt_lang, d.src_spm, d.tgt_spm, d.vocab
             )
         self._announce()
-        self.report.start_event(st, str(self.device), self.precision, tc.precision)
+        self.report.start_event(
+            st, str(self.device), self.precision, tc.precision, self.valid_precision
+        )
         if self.saved_rng is not None:
             set_rng_state(self.saved_rng)
             if dist.rank > 0:
@@ -403,7 +412,7 @@ class Trainer:
         if self.dist.is_main and self.data.valid is not None:
             t0 = time.monotonic()
             result = evaluate(
-                self.model, self.data.valid, self.device, self.autocast, tc.max_tokens,
+                self.model, self.data.valid, self.device, self.valid_autocast, tc.max_tokens,
                 dec.max_len_a, dec.max_len_b, should_stop=self._interrupted,
             )  # fmt: skip
             self.valid_seconds = time.monotonic() - t0
@@ -459,6 +468,8 @@ class Trainer:
             f"{k} {v}" for k, v in (("max_steps", tc.max_steps), ("max_epochs", tc.max_epochs)) if v
         ] + ([f"max_time {tc.max_time}"] if self.budget.max_time else [])
         precision = self.precision + (" (auto)" if tc.precision == "auto" else "")
+        if self.valid_precision != self.precision:
+            precision += f" (validation {self.valid_precision})"
         self.log.info(
             f"{what} {self.cfg.model.type} ({self.n_params:,} parameters) on {self.device}"
             f" x{self.dist.world_size}, {precision}, {int(self.keep.sum()):,} training pairs"

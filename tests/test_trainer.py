@@ -360,3 +360,31 @@ def test_keep_freed_memory_on_glibc():
 
     expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert keep_freed_memory() is expected
+
+
+@pytest.mark.parametrize(
+    ("precision", "valid"), [("auto", "fp32"), ("bf16", "bf16"), ("fp32", "fp32")]
+)
+def test_validation_decodes_in_the_precision_translate_would_use(
+    copy_data, tmp_path, monkeypatch, precision, valid
+):
+    """A narrow model trained in bf16 under `auto` validates in fp32, as `nmt translate` decodes it
+    by default; an explicit precision is kept for both."""
+    import nmt.trainer
+
+    monkeypatch.setenv("NMT_CPU_BF16", "1")  # a native-bf16 CPU, whatever this one is
+    real, seen = nmt.trainer.evaluate, []
+
+    def spy(model, data, device, autocast, *args, **kw):
+        with autocast():
+            seen.append(torch.is_autocast_enabled("cpu"))
+        return real(model, data, device, autocast, *args, **kw)
+
+    monkeypatch.setattr(nmt.trainer, "evaluate", spy)
+    cfg = _tiny("training.max_steps=4", "training.valid_every=2", f"training.precision={precision}")
+    train(cfg, copy_data, tmp_path / "m", "cpu", quiet=True, threads=1)
+    rows = [json.loads(x) for x in (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()]
+    start = next(r for r in rows if r["event"] == "start")
+    trained = "fp32" if precision == "fp32" else "bf16"
+    assert (start["precision"], start["valid_precision"]) == (trained, valid)
+    assert seen == [valid == "bf16"] * 2  # two validations, each under the validation's autocast
