@@ -540,7 +540,10 @@ def plot_cmd(
     output: str = typer.Option(None, "--output", "-o", help="PNG file to write."),
     x: str = typer.Option("minutes", "--x", help="minutes (wall clock), steps or epochs."),
     y: str = typer.Option(
-        "bleu", "--y", help="bleu (validation), loss or ppl (training solid, validation dashed)."
+        "bleu",
+        "--y",
+        help="bleu (validation), loss or ppl (training solid, validation dashed), tok_s "
+        "(training speed) or rss (resident memory, MB).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the plotted series as JSON."),
     quiet: QuietOpt = False,

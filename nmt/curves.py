@@ -1,7 +1,7 @@
 """Training curves from MODEL_DIR/metrics.jsonl (`nmt plot`): validation BLEU, or training loss /
 perplexity, against wall-clock minutes, steps or epochs, for one or several models in one figure.
 
-Reads the events nmt.reporting writes: "train" (step, epoch, loss, ppl, elapsed) and "valid"
+Reads the events nmt.reporting writes: "train" (step, epoch, loss, ppl, tok_s, rss_mb, elapsed) and "valid"
 (step, epoch, valid_loss, valid_ppl, bleu, elapsed); other events and torn lines are skipped.
 Torch-free.
 """
@@ -16,10 +16,13 @@ from typing import Any
 from nmt.errors import NmtError
 
 X_AXES = {"minutes": "elapsed", "steps": "step", "epochs": "epoch"}
-Y_AXES = ("bleu", "loss", "ppl")
+Y_AXES = ("bleu", "loss", "ppl", "tok_s", "rss")
+Y_KEYS = {"rss": "rss_mb"}  # --y name -> metrics.jsonl key where they differ
 X_LABELS = {"minutes": "wall-clock minutes", "steps": "training steps", "epochs": "epoch"}
-Y_LABELS = {"bleu": "validation BLEU", "loss": "loss", "ppl": "perplexity"}
-Y_NOTES = {"bleu": "", "loss": " (solid: training, dashed: validation)", "ppl": " (log scale)"}
+Y_LABELS = {"bleu": "validation BLEU", "loss": "loss", "ppl": "perplexity",
+            "tok_s": "training target tokens/s", "rss": "resident memory (MB)"}  # fmt: skip
+Y_NOTES = {"bleu": "", "loss": " (solid: training, dashed: validation)", "ppl": " (log scale)",
+           "tok_s": "", "rss": ""}  # fmt: skip
 
 
 @dataclass
@@ -28,7 +31,7 @@ class Series:
 
     model: str
     kind: str  # "valid" or "train"
-    y: str  # metrics.jsonl key: bleu, loss, ppl, valid_loss, valid_ppl
+    y: str  # metrics.jsonl key: bleu, loss, ppl, valid_loss, valid_ppl, tok_s, rss_mb
     x: list[float] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
 
@@ -90,7 +93,8 @@ def model_labels(model_dirs: list[str]) -> list[str]:
 
 
 def curves(model_dirs: list[str], x: str = "minutes", y: str = "bleu") -> list[Series]:
-    """Per model: validation BLEU, or train loss/ppl plus validation loss/ppl where recorded."""
+    """Per model: validation BLEU, or train loss/ppl plus validation loss/ppl where recorded, or
+    the training speed or memory of each log interval."""
     check_axes(x, y)
     if not model_dirs:
         raise NmtError("give at least one MODEL_DIR")
@@ -100,7 +104,7 @@ def curves(model_dirs: list[str], x: str = "minutes", y: str = "bleu") -> list[S
         if y == "bleu":
             out.append(_series(label, events, "valid", "bleu", x))
         else:
-            out.append(_series(label, events, "train", y, x))
+            out.append(_series(label, events, "train", Y_KEYS.get(y, y), x))
             valid = _series(label, events, "valid", f"valid_{y}", x)
             if valid.x:
                 out.append(valid)

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nmt.runtime import peak_rss_mb, rss_mb
+
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
@@ -108,6 +110,7 @@ class TrainSummary:
     exit_code: int  # 0, or 130 / 143 after SIGINT / SIGTERM
     model_dir: str
     gpu_peak_mb: int | None = None
+    peak_rss_mb: int | None = None  # this process's resident memory at its peak (CPU side)
     final_checkpoint: str = "best"  # what `--checkpoint default` loads: best or averaged
     final_score: float | None = None  # its validation score (best_metric)
 
@@ -138,6 +141,7 @@ def summarize(
         exit_code=int(stop_code) if stop_code in (Stop.SIGINT, Stop.SIGTERM) else 0,
         model_dir=model_dir,
         gpu_peak_mb=gpu_peak_mb,
+        peak_rss_mb=peak_rss_mb(),
     )
 
 
@@ -188,6 +192,7 @@ class Log:
             f"done: {s.steps} steps in {hms(s.seconds)}, {s.tok_s:,.0f} tgt tok/s, "
             f"{best}{final}; {s.stopped}; model in {s.model_dir}"
             + (f"; GPU peak {s.gpu_peak_mb:,} MB" if s.gpu_peak_mb is not None else "")
+            + (f"; peak RSS {s.peak_rss_mb:,} MB" if s.peak_rss_mb is not None else "")
         )
 
 
@@ -347,6 +352,9 @@ class Reporter:
             "tok_s": round(w.tok_s(), 1),
             "elapsed": round(elapsed, 1),
         }
+        rss = rss_mb()
+        if rss is not None:
+            row["rss_mb"] = rss  # growth here is kernel caches and heap (README, benchmarks)
         self.metrics.write(row)
         eta = budget.eta(st.step, st.epoch, st.position)
         self.log.info(

@@ -6,6 +6,7 @@ Kept free of torch imports, so the CLI can apply them before anything loads torc
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import MutableMapping
 
 # One entry per matmul primitive and shape. A transformer-multi30k batch shape needs ~49, an epoch
@@ -23,3 +24,23 @@ def enlarge_kernel_caches(env: MutableMapping[str, str] | None = None) -> dict[s
     for name in KERNEL_CACHE_VARIABLES:
         env.setdefault(name, str(KERNEL_CACHE_CAPACITY))
     return {name: env[name] for name in KERNEL_CACHE_VARIABLES}
+
+
+def rss_mb() -> int | None:
+    """This process's resident memory now (Linux), so a run's log shows where memory grows."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20)
+
+
+def peak_rss_mb() -> int | None:
+    """This process's peak resident memory so far (where the OS reports it)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / 2**20 if sys.platform == "darwin" else peak / 2**10)  # bytes / KiB

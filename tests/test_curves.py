@@ -22,7 +22,7 @@ def fake_run(model_dir: Path, steps: int, seed: float) -> list[dict]:
     for step in range(10, steps + 1, 10):
         events.append({"event": "train", "step": step, "epoch": 1 + step // 40,
                        "loss": round(seed + 5 - step / 20, 4), "ppl": round(2.0 ** (6 - step / 20), 2),
-                       "elapsed": step * 1.5})  # fmt: skip
+                       "tok_s": 1000.0 + step, "rss_mb": 900 + step, "elapsed": step * 1.5})  # fmt: skip
         if step % 20 == 0:
             events.append({"event": "valid", "step": step, "epoch": 1 + step // 40,
                            "valid_loss": seed + 4 - step / 25, "valid_ppl": 50 - step / 10,
@@ -72,6 +72,20 @@ def test_png_written_for_several_models(tmp_path):
         data = out.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
         assert struct.unpack(">II", data[16:24]) == (700, 450)
+
+
+def test_speed_and_memory_are_training_series(tmp_path):
+    a = tmp_path / "m"
+    rows = [e for e in fake_run(a, 40, 0.0) if e["event"] == "train"]
+    for y, key in (("tok_s", "tok_s"), ("rss", "rss_mb")):
+        r = run("plot", str(a), "--json", "--x", "steps", "--y", y)
+        assert r.exit_code == 0, r.output
+        (series,) = json.loads(r.stdout)  # no validation series for these
+        assert (series["event"], series["y"]) == ("train", key)
+        assert series["values"] == [e[key] for e in rows] and series["x"] == [10, 20, 30, 40]
+    png = tmp_path / "rss.png"
+    assert run("plot", str(a), "-o", str(png), "--y", "rss", "-q").exit_code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_errors_are_one_line(tmp_path):

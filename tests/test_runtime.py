@@ -72,3 +72,16 @@ for _ in range(2):
         pytest.skip("bf16 matmul does not go through oneDNN on this CPU")
     assert default == ["create:cache_miss", "create:cache_hit"]
     assert creates("0") == ["create:cache_miss", "create:cache_miss"]
+
+
+def test_rss_follows_allocation_and_peak_stays():
+    from nmt.runtime import peak_rss_mb, rss_mb
+
+    before = rss_mb()
+    assert before is not None and before > 0
+    block = bytearray(256 * 2**20)  # zero-filled: every page touched
+    grown = rss_mb()
+    assert grown is not None and grown - before >= 240
+    del block
+    peak = peak_rss_mb()
+    assert peak is not None and peak >= grown

@@ -381,10 +381,17 @@ def test_validation_decodes_in_the_precision_translate_would_use(
         return real(model, data, device, autocast, *args, **kw)
 
     monkeypatch.setattr(nmt.trainer, "evaluate", spy)
-    cfg = _tiny("training.max_steps=4", "training.valid_every=2", f"training.precision={precision}")
+    cfg = _tiny(
+        "training.max_steps=4", "training.valid_every=2", "training.log_every=2",
+        f"training.precision={precision}",
+    )  # fmt: skip
     train(cfg, copy_data, tmp_path / "m", "cpu", quiet=True, threads=1)
     rows = [json.loads(x) for x in (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()]
     start = next(r for r in rows if r["event"] == "start")
     trained = "fp32" if precision == "fp32" else "bf16"
     assert (start["precision"], start["valid_precision"]) == (trained, valid)
     assert seen == [valid == "bf16"] * 2  # two validations, each under the validation's autocast
+    # Memory is logged with every train event, and the peak at the end
+    rss = [r["rss_mb"] for r in rows if r["event"] == "train"]
+    end = next(r for r in rows if r["event"] == "end")
+    assert rss and min(rss) > 0 and end["peak_rss_mb"] >= max(rss)
