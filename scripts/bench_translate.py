@@ -261,16 +261,31 @@ def cli_has_precision(args: argparse.Namespace) -> bool:
     return "--precision" in out.stdout
 
 
+def import_torch_s(args: argparse.Namespace) -> float:
+    """Wall time of a fresh interpreter that only imports torch: the part of any command's
+    start-up that nmt cannot shorten (median of --repeats)."""
+    cmd = [sys.executable, "-c", "import torch"]
+    times = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, env=child_env(args))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def cli_times(model: Path, args: argparse.Namespace, results: dict) -> dict:
-    """Whole-command seconds per precision and mode, the overhead over decoding, one sentence."""
+    """Whole-command seconds per precision and mode (median of --repeats), the overhead over
+    decoding, the interpreter + `import torch` share of it, and one sentence end to end."""
     out: dict[str, Any] = {}
     flag = cli_has_precision(args)
     for prec in args.precisions if flag else ["fp32"]:
         for mode, opt in (("beam5", ["--beam-size", "5"]), ("greedy", ["--greedy"])):
-            cli = time_cli(model, args, opt + (["--precision", prec] if flag else []))
+            extra = opt + (["--precision", prec] if flag else [])
+            cli = statistics.median(time_cli(model, args, extra) for _ in range(args.repeats))
             decode = results["runs"][f"nmt-{prec}-{mode}"]["median_s"]
             out[f"{prec}-{mode}"] = {"cli_s": round(cli, 2), "overhead_s": round(cli - decode, 2)}
     out["cli_one_sentence_s"] = round(time_cli(model, args, [], stdin=ONE_SENTENCE), 2)
+    out["import_torch_s"] = round(import_torch_s(args), 2)
     return out
 
 
@@ -357,6 +372,7 @@ def print_table(results: dict) -> None:
                   f"{c['overhead_s']} s (target <= 1.5 s)")  # fmt: skip
     if "cli" in results:
         print(f"one sentence end to end: {results['cli']['cli_one_sentence_s']} s")
+        print(f"python -c 'import torch' alone: {results['cli']['import_torch_s']} s")
     if "ct2_cli_beam5_s" in results:
         print(f"whole `nmt translate -m EXPORT_DIR` beam 5: {results['ct2_cli_beam5_s']} s")
 
