@@ -84,4 +84,4 @@ def test_rss_follows_allocation_and_peak_stays():
     assert grown is not None and grown - before >= 240
     del block
     peak = peak_rss_mb()
-    assert peak is not None and peak >= grown
+    assert peak is not None and peak >= grown - 8  # the kernel syncs RSS counters in batches

@@ -394,4 +394,5 @@ def test_validation_decodes_in_the_precision_translate_would_use(
     # Memory is logged with every train event, and the peak at the end
     rss = [r["rss_mb"] for r in rows if r["event"] == "train"]
     end = next(r for r in rows if r["event"] == "end")
-    assert rss and min(rss) > 0 and end["peak_rss_mb"] >= max(rss)
+    # The kernel's RSS counters are synced per thread in batches, so two reads may differ by a few MB
+    assert rss and min(rss) > 0 and end["peak_rss_mb"] >= max(rss) - 8
