@@ -1,8 +1,9 @@
 """Training curves from MODEL_DIR/metrics.jsonl (`nmt plot`): validation BLEU, or training loss /
 perplexity, against wall-clock minutes, steps or epochs, for one or several models in one figure.
 
-Reads the events nmt.reporting writes: "train" (step, epoch, loss, ppl, tok_s, rss_mb, elapsed) and "valid"
-(step, epoch, valid_loss, valid_ppl, bleu, elapsed); other events and torn lines are skipped.
+Reads the events nmt.reporting writes: "train" (step, epoch, loss, ppl, tok_s, rss_mb, elapsed)
+and "valid" (step, epoch, valid_loss, valid_ppl, bleu, elapsed); other events and torn lines are
+skipped.
 Torch-free.
 """
 

@@ -1,4 +1,5 @@
-"""Process settings that must be in place before torch builds its first CPU kernel.
+"""Process settings that must be in place before torch builds its first CPU kernel, and the
+process's memory as training reports it.
 
 Kept free of torch imports, so the CLI can apply them before anything loads torch.
 """

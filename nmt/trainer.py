@@ -81,7 +81,7 @@ class Trainer:
         self.autocast = autocast_for(self.precision, device)
         # Validation decodes as `nmt translate` will by default (`auto`: fp32 for narrow models on
         # a CPU): its BLEU is the one users get, and its decoding shapes, new at every validation,
-        # stay out of oneDNN's kernel cache, where they evicted training's kernels late in long runs.
+        # stay out of oneDNN's kernel cache, which they grew by GBs over a run (DESIGN.md).
         width = getattr(cfg.model, "d_model", None)
         self.valid_precision = inference_precision(tc.precision, device, width)
         self.valid_autocast = autocast_for(self.valid_precision, device)
