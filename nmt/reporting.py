@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nmt.runtime import peak_rss_mb, rss_mb
+from nmt.runtime import rss_mb
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -123,6 +123,7 @@ def summarize(
     stop_code: int,
     model_dir: str,
     gpu_peak_mb: int | None,
+    peak_rss_mb: int | None = None,
 ) -> TrainSummary:
     """The summary of a run from its final counters and why it stopped."""
     from nmt.schedule import STOP_REASONS, Stop
@@ -141,7 +142,7 @@ def summarize(
         exit_code=int(stop_code) if stop_code in (Stop.SIGINT, Stop.SIGTERM) else 0,
         model_dir=model_dir,
         gpu_peak_mb=gpu_peak_mb,
-        peak_rss_mb=peak_rss_mb(),
+        peak_rss_mb=peak_rss_mb,
     )
 
 

@@ -48,7 +48,7 @@ from nmt.resume import (
     retune_optimizer,
     run_settings,
 )
-from nmt.runtime import enlarge_kernel_caches
+from nmt.runtime import enlarge_kernel_caches, peak_rss_mb
 from nmt.schedule import Budget, SaveClock, Stop, lr_at, stop_signals
 from nmt.validation import ValidResult, evaluate, load_data, over_limit
 
@@ -484,7 +484,9 @@ class Trainer:
             peak = round(torch.cuda.max_memory_allocated(self.device) / 2**20)
         st, metric, where = self.state, self.tc.early_stop_metric, str(self.model_dir)
         run_tokens = st.tokens - self.tokens_at_start
-        summary = summarize(st, run_tokens, self.train_seconds, metric, self.stop_code, where, peak)
+        summary = summarize(
+            st, run_tokens, self.train_seconds, metric, self.stop_code, where, peak, peak_rss_mb()
+        )
         summary.final_checkpoint = self.final[0]
         summary.final_score = self.final[1] if self.final[1] is not None else st.best_score
         self.log.summary(summary)

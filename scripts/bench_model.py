@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -77,6 +76,7 @@ def run_one(preset: str, precision: str, device: str, warmup: int, iters: int, t
 
     from nmt.config import load_config
     from nmt.models import VocabInfo, build, count_parameters
+    from nmt.runtime import peak_rss_mb
 
     torch.manual_seed(0)
     cfg = load_config(preset=preset)
@@ -104,7 +104,7 @@ def run_one(preset: str, precision: str, device: str, warmup: int, iters: int, t
     if device == "cuda":
         peak_mb = torch.cuda.max_memory_allocated() / 2**20
     else:
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        peak_mb = peak_rss_mb() or 0
     gemm = reference_gflops(device)
     rates = [n / t for n, t in zip(ntoks, times, strict=True)]
     return {

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -92,6 +91,7 @@ def run_one(
 
     from nmt import batching, distributed
     from nmt.config import load_config
+    from nmt.runtime import peak_rss_mb
     from nmt.trainer import Trainer
 
     cfg = load_config(
@@ -117,7 +117,7 @@ def run_one(
         times = [timed_step(trainer, g) for g in timed]  # the same shapes, their kernels cached
         rates = [n / t for n, t in zip(tokens, times, strict=True)]
         first_rates = [n / t for n, t in zip(tokens, first, strict=True)]
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = peak_rss_mb() or 0
     flops = sum(step_flops(trainer, g) for g in timed)
     rate = rates[-1] if epochs else statistics.median(rates)
     model_gflops = flops / sum(tokens) * rate / 1e9  # FLOPs per token on the timed batches

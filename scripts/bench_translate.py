@@ -35,7 +35,6 @@ import importlib.util
 import inspect
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -158,6 +157,7 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    from nmt.runtime import peak_rss_mb
     from nmt.textio import read_lines
 
     lines = list(read_lines(args.input))[: args.sentences]
@@ -170,7 +170,7 @@ def child(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         out = tr.translate(lines, **kwargs)
         times.append(time.perf_counter() - t0)
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = peak_rss_mb() or 0
     Path(args.hyp_out).write_text("".join(t.text + "\n" for t in out), encoding="utf-8")
     lengths = [[len(t.source_tokens), len(t.hypotheses[0].tokens) + 1] for t in out]
     gemm = gemm_gflops(args.precision, args.device) if args.gemm and native(args) else None
