@@ -235,11 +235,13 @@ def time_cli(model: Path, args: argparse.Namespace, extra: list[str], stdin: str
     if not stdin:
         cmd += [str(cli_input(args)), "-o", str(Path(args.work) / "cli.hyp")]
     cmd += ["--device", args.device, *length_args(args), *extra]
+    return wall_s(cmd, args, input=stdin, text=True, stdout=subprocess.DEVNULL)
+
+
+def wall_s(cmd: list[str], args: argparse.Namespace, **run_kwargs: Any) -> float:
+    """Wall time of one child process, start-up included, in the children's environment."""
     t0 = time.perf_counter()
-    subprocess.run(
-        cmd, check=True, env=child_env(args), cwd=ROOT, input=stdin, text=True,
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+    subprocess.run(cmd, check=True, env=child_env(args), cwd=ROOT, **run_kwargs)
     return time.perf_counter() - t0
 
 
@@ -265,12 +267,7 @@ def import_torch_s(args: argparse.Namespace) -> float:
     """Wall time of a fresh interpreter that only imports torch: the part of any command's
     start-up that nmt cannot shorten (median of --repeats)."""
     cmd = [sys.executable, "-c", "import torch"]
-    times = []
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, env=child_env(args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(wall_s(cmd, args) for _ in range(args.repeats))
 
 
 def cli_times(model: Path, args: argparse.Namespace, results: dict) -> dict:
