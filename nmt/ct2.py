@@ -141,8 +141,10 @@ class CT2Translator:
         first_line: int = 1,
         on_warning: Callable[[str], None] | None = None,
         progress: Callable[[int], None] | None = None,
+        scores: bool = True,
     ) -> list[Any]:
-        """Translate raw lines; one Translation per line, in input order (as Translator)."""
+        """Translate raw lines; one Translation per line, in input order (as Translator;
+        `scores=False`: greedy search returns no scores, NaN in their place)."""
         from nmt.translate import TextHypothesis, Translation
 
         opts = self.options(
@@ -168,9 +170,10 @@ class CT2Translator:
             groups = {max(groups): [i for todo in groups.values() for i in todo]}
         for max_len, todo in sorted(groups.items()):
             batch = [encoded[i] for i in todo]
-            outs = self._search(batch, k, max_len, opts, with_attention)
+            scored = scores or k > 1  # beam reranks its hypotheses by score
+            outs = self._search(batch, k, max_len, opts, with_attention, scored)
             own = [self._max_len(len(ids), opts) for ids in batch]
-            forced = self._forced_eos(batch, outs, own)
+            forced = self._forced_eos(batch, outs, own, scored)
             for j, (i, out) in enumerate(zip(todo, outs, strict=True)):
                 hyps = self._hypotheses(out, forced[j], k, nbest, opts["length_penalty"])
                 source_tokens = [self.src_pieces[t] for t in encoded[i]] + [EOS_PIECE]
@@ -220,7 +223,13 @@ class CT2Translator:
         return min(m, self.max_positions - 1)
 
     def _search(
-        self, batch: list[list[int]], k: int, max_len: int, opts: dict, with_attention: bool
+        self,
+        batch: list[list[int]],
+        k: int,
+        max_len: int,
+        opts: dict,
+        with_attention: bool,
+        scores: bool = True,
     ) -> list[Any]:
         """One translate_batch call over sentences that share a maximum length."""
         return self.ct2.translate_batch(
@@ -233,17 +242,18 @@ class CT2Translator:
             max_input_length=0,
             max_batch_size=opts["batch_tokens"],
             batch_type="tokens",
-            return_scores=True,
+            return_scores=scores,
             return_end_token=True,
             return_attention=with_attention,
         )
 
     def _forced_eos(
-        self, batch: list[list[int]], outs: list[Any], own: list[int]
+        self, batch: list[list[int]], outs: list[Any], own: list[int], scores: bool = True
     ) -> list[dict[int, tuple[list[str], float]]]:
         """Per sentence, {hypothesis: (tokens, log-prob)} for hypotheses that reach their own
         maximum length `own`: cut there, with eos forced and counted as our search does
-        (CTranslate2 stops without it), scored by CTranslate2's `score_batch`."""
+        (CTranslate2 stops without it), scored by CTranslate2's `score_batch` (NaN without
+        `scores`)."""
         wanted = []
         for j, out in enumerate(outs):
             for r, pieces in enumerate(out.hypotheses):
@@ -253,6 +263,10 @@ class CT2Translator:
                     wanted.append((j, r, body[: own[j]]))
         found: list[dict[int, tuple[list[str], float]]] = [{} for _ in outs]
         if not wanted:
+            return found
+        if not scores:
+            for j, r, body in wanted:
+                found[j][r] = (body, math.nan)
             return found
         scored = self.ct2.score_batch(
             [[self.src_pieces[t] for t in batch[j]] + [EOS_PIECE] for j, _, _ in wanted],
@@ -274,7 +288,9 @@ class CT2Translator:
                 body, log_prob = forced[r]
             else:  # ended by eos; CTranslate2's score is normalized by L ** alpha (beam)
                 body = list(pieces[:-1])
-                log_prob = out.scores[r] * (1.0 if k == 1 else float(len(pieces)) ** alpha)
+                log_prob = math.nan
+                if out.scores:
+                    log_prob = out.scores[r] * (1.0 if k == 1 else float(len(pieces)) ** alpha)
             ids = [self.tgt_ids.get(p, 1) for p in body]
             att = None
             if out.attention:

@@ -21,6 +21,7 @@ Conventions shared by both:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self
 
@@ -294,27 +295,31 @@ def greedy_search(
     min_len: int = 0,
     need_attn: bool = False,
     length_penalty_alpha: float = 1.0,
+    scores: bool = True,
 ) -> list[Hypothesis]:
     """Pick the most likely token each step; one Hypothesis per sentence, in input order.
 
     `length_penalty_alpha` only normalizes the reported score; it never changes the choice.
+    `scores=False` picks from raw logits (the same tokens without a log-softmax pass over the
+    vocabulary each step) and reports NaN scores: for output that prints none.
     """
     start = _start(model, src, src_lengths, max_len_a, max_len_b)
     bsz, device = src.size(0), src.device
     rows = GreedyRows(
         origin=torch.arange(bsz, device=device),
         max_len=start.max_len,
-        scores=torch.zeros(bsz, device=device),
+        scores=torch.full((bsz,), 0.0 if scores else math.nan, device=device),
         history=torch.empty(bsz, 0, dtype=torch.long, device=device),
         alive=torch.ones(bsz, dtype=torch.bool, device=device),
     )
     results: list[Hypothesis | None] = [None] * bsz
     enc, state, prev, src_len, t = start.enc, start.state, start.prev, start.src_len, 0
     while True:
-        lp, state, attn = model.decode_step(prev, enc, state, need_attn=need_attn)  # (n, V)
-        _mask_step(lp, t, min_len, start, rows.at_max(t, 1))
+        lp, state, attn = model.decode_step(prev, enc, state, need_attn, normalize=scores)
+        _mask_step(lp, t, min_len, start, rows.at_max(t, 1))  # lp: (n, V) log-probs or logits
         tok_lp, tok = max_rows(lp)  # (n,), (n,)
-        rows.scores = rows.scores + tok_lp
+        if scores:
+            rows.scores = rows.scores + tok_lp
         rows.history = torch.cat([rows.history, tok.unsqueeze(1)], 1)
         rows.attn = _append_attention(rows.attn, attn if need_attn else None)
         t += 1

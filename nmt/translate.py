@@ -187,12 +187,14 @@ class Translator:
         first_line: int = 1,
         on_warning: Callable[[str], None] | None = None,
         progress: Callable[[int], None] | None = None,
+        scores: bool = True,
     ) -> list[Translation]:
         """Translate raw lines; one Translation per line, in input order.
 
         Unset options come from the model's `decoding` config. Beam size 1 (or `greedy`) runs
         greedy search. `first_line` numbers the lines in warnings; `progress(n)` is called
-        after each batch with the number of lines it finished.
+        after each batch with the number of lines it finished. `scores=False` lets greedy
+        search skip the log-probabilities (same text, NaN scores); beam search always has them.
         """
         opts = self.options(
             beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
@@ -218,7 +220,7 @@ class Translator:
         lengths = [len(encoded[i]) + 1 for i in todo]
         for batch in _batches(todo, lengths, opts["batch_tokens"], max_rows):
             hyps = self._search(
-                [encoded[i] for i in batch], k, nbest, opts, with_attention
+                [encoded[i] for i in batch], k, nbest, opts, with_attention, scores
             )  # per sentence, best first
             for i, sent in zip(batch, hyps, strict=True):
                 results[i] = self._to_translation(lines[i], encoded[i], sent)
@@ -291,7 +293,13 @@ class Translator:
         return encoded
 
     def _search(
-        self, batch: list[list[int]], k: int, nbest: int, opts: dict, with_attention: bool
+        self,
+        batch: list[list[int]],
+        k: int,
+        nbest: int,
+        opts: dict,
+        with_attention: bool,
+        scores: bool = True,
     ) -> list[list[Hypothesis]]:
         """Pad one batch and run greedy or beam search on it."""
         lengths = [len(ids) + 1 for ids in batch]
@@ -309,7 +317,7 @@ class Translator:
             if k == 1:
                 hyps = greedy_search(
                     self.model, src, src_lengths, length_penalty_alpha=opts["length_penalty"],
-                    **common,
+                    scores=scores, **common,
                 )  # fmt: skip
                 return [[h] for h in hyps]
             return beam_search(
@@ -381,7 +389,7 @@ def translate_files(
     per-batch `advance(n)` when every input is a regular file.
     """
     paths = check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)
-    search.update(nbest=nbest, with_attention=with_attention)
+    search.update(nbest=nbest, with_attention=with_attention, scores=fmt == "jsonl")
     translator.options(**search)  # bad options fail before any input is read
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout

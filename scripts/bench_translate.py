@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --export          # nmt + CTranslate2
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --precision fp32,bf16 --export
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR  # an `nmt export`
+    .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR --rounds 3
     .venv/bin/python scripts/bench_translate.py --quick                        # 200 sentences, 1 run
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --json            # one JSON object
 
@@ -17,6 +18,9 @@ warm-up, --repeats times. Per configuration it prints:
   (n/a for seq2seq models, whose cost the formula does not cover, and for bf16/fp16 on a CPU that
   only emulates them: such a GEMM takes minutes and the ratio would mean nothing);
 - vs ct2: nmt's sent/s over CTranslate2's in the same mode (same sentences, threads, export);
+  with --rounds N every configuration runs once per round, round after round, and vs ct2 is the
+  median of the N per-round ratios (each measured within one stretch of machine time; the
+  other columns pool every round's runs);
 - BLEU: sacreBLEU against the reference, only when all 1,000 sentences are translated.
 Then (not with --quick) the whole `nmt translate` command on the same lines (start-up, model load
 and file I/O included) for greedy and beam 5 and its overhead over its own median decoding time (issue 11's target: within 1.5 s), one
@@ -162,7 +166,9 @@ def child(args: argparse.Namespace) -> None:
 
     lines = list(read_lines(args.input))[: args.sentences]
     tr = load_engine(args)
-    kwargs = dict(MODES[args.child], batch_tokens=args.batch_tokens)
+    # scores=False: what `nmt translate` asks for text output (greedy then skips log-softmax);
+    # both engines take it, so CTranslate2 skips its scores too.
+    kwargs = dict(MODES[args.child], batch_tokens=args.batch_tokens, scores=False)
     kwargs.update(max_len_a=args.max_len_a, max_len_b=args.max_len_b)
     tr.translate(lines[:16], **kwargs)  # warm-up (allocator, kernels)
     times = []
@@ -359,6 +365,9 @@ def print_table(results: dict) -> None:
             f"{r['peak_rss_mb']:>8.0f}{fmt(r['model_gflops'], '.1f'):>9}{fmt(pct, '.0f'):>7}"
             f"{fmt(r.get('vs_ct2'), '.2f'):>8}{fmt(r['bleu'], '.2f'):>7}"
         )
+    for name, r in results["runs"].items():
+        if len(r.get("vs_ct2_rounds", [])) > 1:
+            print(f"{name} vs ct2 by round: {', '.join(map(str, r['vs_ct2_rounds']))}")
     rates = results["gemm_gflops"].items()
     gemm = ", ".join(f"{p} {fmt(g, ',.0f')}" for p, g in rates)
     note = " (n/a: emulated on this CPU, not timed)" if None in dict(rates).values() else ""
@@ -386,6 +395,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--work", default=str(ROOT / "work" / "bench_translate"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, help="timed runs per configuration (default 3)")
+    rounds_help = "every configuration once a round; vs ct2: median of the per-round ratios"
+    p.add_argument("--rounds", type=int, default=1, help=rounds_help)
     p.add_argument("--sentences", type=int, help="first lines of the test set (default 1000)")
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--device", default="cpu")
@@ -416,26 +427,51 @@ def precisions(args: argparse.Namespace) -> list[str]:
     return wanted
 
 
-def run_all(model: Path, export: Path | None, args: argparse.Namespace) -> dict:
-    """Every configuration's figures, CTranslate2 last so nmt's can be compared with it."""
-    runs: dict[str, dict] = {}
-    gemm: dict[str, float | None] = {}
+def run_round(
+    model: Path, export: Path | None, args: argparse.Namespace, gemm: dict[str, float | None]
+) -> dict[str, dict]:
+    """Every configuration once, CTranslate2 last; each child's JSON line by config name."""
+    out: dict[str, dict] = {}
     configs = [("nmt", p) for p in args.precisions] + ([("ct2", "fp32")] if export else [])
     for engine, prec in configs:
         for mode in MODES:
             path = export if engine == "ct2" and export else model
             r = run_child(engine, mode, prec, path, args, gemm=prec not in gemm)
             gemm.setdefault(prec, r["gemm"])
-            flops = model_flops(model, r["lengths"], MODES[mode].get("beam_size", 1))
-            bleu = bleu_of(hyp_path(args, engine, prec, mode), args)
-            name = f"{engine}-{'float32' if engine == 'ct2' else prec}-{mode}"
-            runs[name] = summarise(r, flops, gemm[prec], bleu)
-    for name, r in runs.items():
-        ct2 = runs.get(f"ct2-float32-{name.rsplit('-', 1)[1]}")
-        if ct2 and not name.startswith("ct2"):
-            r["vs_ct2"] = round(r["sentences_per_s"] / ct2["sentences_per_s"], 2)
+            out[f"{engine}-{'float32' if engine == 'ct2' else prec}-{mode}"] = r
+    return out
+
+
+def ct2_ratios(rounds: list[dict[str, dict]], name: str) -> list[float]:
+    """nmt's sent/s over CTranslate2's in the same mode, one ratio per round (same stretch of
+    machine time, so a slow minute slows both sides)."""
+    peer = f"ct2-float32-{name.rsplit('-', 1)[1]}"
+    if name.startswith("ct2") or peer not in rounds[0]:
+        return []
+    # same sentences on both sides, so the ratio of sent/s is the inverse ratio of median times
+    return [
+        statistics.median(r[peer]["seconds"]) / statistics.median(r[name]["seconds"])
+        for r in rounds
+    ]
+
+
+def run_all(model: Path, export: Path | None, args: argparse.Namespace) -> dict:
+    """Every configuration's figures over --rounds rounds (all repeats pooled), and each nmt
+    configuration's ratio to CTranslate2: the median of the per-round ratios."""
+    gemm: dict[str, float | None] = {}
+    rounds = [run_round(model, export, args, gemm) for _ in range(args.rounds)]
+    runs: dict[str, dict] = {}
+    for name in rounds[0]:
+        engine, prec, mode = name.split("-")
+        pooled = dict(rounds[-1][name], seconds=[s for r in rounds for s in r[name]["seconds"]])
+        flops = model_flops(model, pooled["lengths"], MODES[mode].get("beam_size", 1))
+        bleu = bleu_of(hyp_path(args, engine, "fp32" if engine == "ct2" else prec, mode), args)
+        runs[name] = summarise(pooled, flops, gemm["fp32" if engine == "ct2" else prec], bleu)
+        if ratios := ct2_ratios(rounds, name):
+            runs[name]["vs_ct2"] = round(statistics.median(ratios), 2)
+            runs[name]["vs_ct2_rounds"] = [round(x, 2) for x in ratios]
     rates = {p: None if g is None else round(g, 1) for p, g in gemm.items()}
-    return {"runs": runs, "gemm_gflops": rates}
+    return {"runs": runs, "gemm_gflops": rates, "rounds": args.rounds}
 
 
 def main() -> None:

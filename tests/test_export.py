@@ -6,6 +6,7 @@ command line (text, n-best, JSONL)."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -153,6 +154,17 @@ def test_greedy_is_token_identical(exported):
     ]
     assert max(same_lp) < 1e-3  # same scores (a forced eos included), not only the same argmax
     assert sum(not _ended(x) for x in a) > 0  # some reached their maximum length
+
+
+def test_greedy_without_scores_same_tokens(exported):
+    """`scores=False` (what text output asks for): CTranslate2 returns no scores and the forced-eos
+    rescoring is skipped; the tokens stay those of the scored run, maximum-length cuts included."""
+    _, theirs, _, _ = exported
+    a = theirs.translate(TEST_LINES, greedy=True)
+    b = theirs.translate(TEST_LINES, greedy=True, scores=False)
+    assert [x.hypotheses[0].tokens for x in a] == [y.hypotheses[0].tokens for y in b]
+    assert all(math.isnan(y.hypotheses[0].log_prob) for y in b)
+    assert sum(not _ended(x) for x in a) > 0  # the cut at the maximum length is exercised
 
 
 def _ended(tr) -> bool:

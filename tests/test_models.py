@@ -143,6 +143,11 @@ def test_incremental_decoding_equals_teacher_forcing_with_reordering(name):
                 assert attn is None  # no attention weights exist, even when asked for
         plain, _, none = model.decode_step(tgt[rows, 0], enc, model.init_state(enc))
         assert none is None
+        raw, _, _ = model.decode_step(tgt[rows, 0], enc, model.init_state(enc), normalize=False)
+        # normalize=False: the teacher-forced logits themselves, whose log-softmax is `plain`
+        assert raw.dtype == torch.float32
+        torch.testing.assert_close(raw, logits[rows, 0].float(), atol=1e-5, rtol=0)
+        torch.testing.assert_close(F.log_softmax(raw, -1), plain, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("name", list(TINY))

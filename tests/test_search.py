@@ -52,7 +52,7 @@ class ToyDecoder:
     def log_probs(self, sid: int, prefix: tuple) -> torch.Tensor:
         return torch.tensor(self.table(sid, prefix), dtype=torch.float32).log()  # (V,)
 
-    def decode_step(self, prev, enc, state, need_attn=False):
+    def decode_step(self, prev, enc, state, need_attn=False, normalize=True):
         ids, s = enc
         self.steps.append(prev.numel())
         state = [
@@ -66,6 +66,8 @@ class ToyDecoder:
             attn = torch.zeros(len(state), 1, 1, s)
             for r, p in enumerate(state):
                 attn[r, 0, 0, (p[-1] if p else 0) % s] = 1.0
+        if not normalize:  # logits: log-probs shifted by a different constant per row and step
+            lp = lp + torch.arange(1.0, lp.size(0) + 1).unsqueeze(1) * (len(self.steps) + 0.5)
         return lp, state, attn
 
     def reorder_encoder_out(self, enc, order):
@@ -316,10 +318,10 @@ class Uncached:
     def init_state(self, enc):
         return torch.empty(enc[0].size(0), 0, dtype=torch.long)
 
-    def decode_step(self, prev, enc, prefix, need_attn=False):
+    def decode_step(self, prev, enc, prefix, need_attn=False, normalize=True):
         prefix = torch.cat([prefix, prev.unsqueeze(1)], 1)  # (B, t)
-        logits = self.model(enc[0], enc[1], prefix)  # (B, t, V)
-        return torch.log_softmax(logits[:, -1].float(), -1), prefix, None
+        logits = self.model(enc[0], enc[1], prefix)[:, -1].float()  # (B, V)
+        return torch.log_softmax(logits, -1) if normalize else logits, prefix, None
 
     def reorder_encoder_out(self, enc, order):
         return (enc[0].index_select(0, order), enc[1].index_select(0, order))
@@ -387,6 +389,33 @@ def test_real_model_beam1_batched_cached(kind):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
     g_unc = greedy_search(Uncached(model), src, lens, length_penalty_alpha=0.0, **kw)
     assert [h.tokens for h in g_unc] == [h.tokens for h in greedy]
+
+
+@pytest.mark.parametrize("kind", ["transformer", "seq2seq"])
+def test_greedy_without_scores_picks_the_same_tokens(kind):
+    """scores=False decodes from raw logits: the same tokens (min_len and forced eos too),
+    NaN scores."""
+    model = tiny_model(kind)
+    src, lens = random_batch(2, n=8)
+    for kw in (dict(max_len_a=1.0, max_len_b=4), dict(max_len_a=0.5, max_len_b=1, min_len=2)):
+        scored = greedy_search(model, src, lens, **kw)
+        bare = greedy_search(model, src, lens, scores=False, **kw)
+        assert [h.tokens for h in bare] == [h.tokens for h in scored]
+        assert all(math.isnan(h.score) and math.isnan(h.log_prob) for h in bare)
+        assert all(math.isfinite(h.log_prob) for h in scored)
+    assert any(len(h.tokens) > 2 for h in scored)  # not vacuous
+
+
+def test_greedy_without_scores_ignores_the_normalization():
+    """Logits shifted by a different constant per row and step give the same choices,
+    eos forbidden before min_len and forced at the maximum length."""
+    model = ToyDecoder(lambda sid, p: dist(0.01, 0.98, 0.01) if sid == 8 else dist(0.6, 0.3, 0.1))
+    src, lens = toy_src([0, 1], [5, 5])
+    for kw in (dict(), dict(min_len=2), dict(max_len_a=0.5, max_len_b=1)):
+        scored = greedy_search(model, src, lens, **kw)
+        bare = greedy_search(model, src, lens, scores=False, **kw)
+        assert [h.tokens for h in bare] == [h.tokens for h in scored]
+    assert [h.tokens for h in scored] == [[], [A, A, A]]
 
 
 def test_length_penalty_formula():

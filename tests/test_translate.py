@@ -83,7 +83,7 @@ class Echo:
     def init_state(self, src):
         return torch.zeros(src.size(0), dtype=torch.long)  # (B,) position
 
-    def decode_step(self, prev, src, pos, need_attn=False):
+    def decode_step(self, prev, src, pos, need_attn=False, normalize=True):
         nxt = src.gather(1, pos.clamp(max=src.size(1) - 1).unsqueeze(1)).squeeze(1)  # (B,)
         logits = torch.full((src.size(0), self.vocab.tgt_size), -30.0)
         logits.scatter_(1, nxt.unsqueeze(1), 0.0)
@@ -91,7 +91,7 @@ class Echo:
         if need_attn:
             attn = torch.nn.functional.one_hot(pos.clamp(max=src.size(1) - 1), src.size(1))
             attn = attn.float()[:, None, None]  # (B, 1, 1, S)
-        return torch.log_softmax(logits, -1), pos + 1, attn
+        return torch.log_softmax(logits, -1) if normalize else logits, pos + 1, attn
 
     def reorder_encoder_out(self, src, order):
         return src.index_select(0, order)
@@ -182,6 +182,27 @@ def test_real_model_batched_equals_one_at_a_time(tiny_model_dir):
         assert len(b.hypotheses) == 2 and b.hypotheses[0].score >= b.hypotheses[1].score
     assert [t.text for t in tr.translate(lines, beam_size=1)] == [
         t.text for t in tr.translate(lines, greedy=True)
+    ]
+
+
+def test_greedy_without_scores_same_text_nan_scores(tiny_model_dir, tmp_path):
+    """Text output asks greedy search for no scores: the same lines; JSONL keeps its scores."""
+    tr = Translator.from_dir(tiny_model_dir, device="cpu")
+    lines = synthetic_lines(9, seed=3) + [""]
+    scored = tr.translate(lines, greedy=True)
+    bare = tr.translate(lines, greedy=True, scores=False)
+    assert [t.text for t in bare] == [t.text for t in scored]
+    assert all(h.score != h.score for t in bare[:-1] for h in t.hypotheses)  # NaN
+    assert all(h.score == h.score for t in scored for h in t.hypotheses)
+    src = tmp_path / "in.txt"
+    src.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    r = run_cli("translate", "-m", str(tiny_model_dir), str(src), "--greedy", "-q")
+    assert r.exit_code == 0 and r.stdout.splitlines() == [t.text for t in scored]
+    r = run_cli("translate", "-m", str(tiny_model_dir), str(src), "--greedy", "-q",
+                "--format", "jsonl")  # fmt: skip
+    records = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [rec["hypotheses"][0]["score"] for rec in records] == [
+        round(t.hypotheses[0].score, 6) for t in scored
     ]
 
 

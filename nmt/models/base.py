@@ -5,6 +5,9 @@ visualization never ask which model they have.
     state = model.init_state(enc)                       # per-sentence decoder state
     log_probs, state, attn = model.decode_step(prev, enc, state, need_attn=False)
                                                         # prev: (B,) long -> log_probs: (B, V) float32
+    logits, state, attn = model.decode_step(prev, enc, state, normalize=False)
+                                                        # raw scores, same argmax: for searches that
+                                                        # need the best token but no probabilities
                                                         # attn: (B, layers, heads, S) or None
     enc   = model.reorder_encoder_out(enc, order)       # order: (B',) long; selects / repeats rows
     enc   = model.repeat_encoder_out(enc, k)            # each row k times in a row (beam search);
@@ -68,7 +71,12 @@ class Decoder(Protocol):
     def init_state(self, encoder_out: Any) -> Any: ...
 
     def decode_step(
-        self, prev_tokens: torch.Tensor, encoder_out: Any, state: Any, need_attn: bool = False
+        self,
+        prev_tokens: torch.Tensor,
+        encoder_out: Any,
+        state: Any,
+        need_attn: bool = False,
+        normalize: bool = True,
     ) -> tuple[torch.Tensor, Any, torch.Tensor | None]: ...
 
     def reorder_encoder_out(self, encoder_out: Any, order: torch.Tensor) -> Any: ...

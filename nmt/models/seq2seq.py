@@ -165,14 +165,16 @@ class Seq2Seq(nn.Module):
         encoder_out: RNNEncoderOut,
         state: RNNState,
         need_attn: bool = False,
+        normalize: bool = True,
     ) -> tuple[torch.Tensor, RNNState, torch.Tensor | None]:
-        """Log-probs (B, V) float32 of the next token; attention as (B, 1, 1, S) (always None
-        for attention none: there are no weights to show)."""
+        """Log-probs (B, V) float32 of the next token (raw logits with `normalize=False`);
+        attention as (B, 1, 1, S) (always None for attention none: no weights to show)."""
         emb = self.drop(self.tgt_embed(prev_tokens))  # (B, E)
         h, context, weights, state = self._step(emb, encoder_out, state)
-        log_probs = F.log_softmax(self._logits(h, context, emb).float(), dim=-1)  # (B, V)
+        logits = self._logits(h, context, emb).float()  # (B, V)
+        scores = F.log_softmax(logits, dim=-1) if normalize else logits
         attn = weights[:, None, None] if need_attn and weights is not None else None  # (B,1,1,S)
-        return log_probs, state, attn
+        return scores, state, attn
 
     def reorder_encoder_out(self, encoder_out: RNNEncoderOut, order: torch.Tensor) -> RNNEncoderOut:
         """Select / repeat sentences (beam expansion, dropping finished ones)."""

@@ -313,8 +313,10 @@ class Transformer(nn.Module):
         encoder_out: TransformerEncoderOut,
         state: TransformerState,
         need_attn: bool = False,
+        normalize: bool = True,
     ) -> tuple[torch.Tensor, TransformerState, torch.Tensor | None]:
-        """Log-probs (B, V) float32 of the next token given the previous one (B,)."""
+        """Log-probs (B, V) float32 of the next token given the previous one (B,); raw logits
+        with `normalize=False` (the same argmax, one pass over (B, V) fewer)."""
         t = state.step
         x = self._embed(self.tgt_embed, prev_tokens.unsqueeze(1), start=t)  # (B, 1, d)
         layers = self._decoders()
@@ -326,10 +328,10 @@ class Transformer(nn.Module):
                 x, cache, t, encoder_out.cross_kv[i], encoder_out.mask, need_attn, encoder_out.group
             )
             attns.append(w)
-        logits = self.output(self.decoder_norm(x[:, 0]))  # (B, V)
-        log_probs = F.log_softmax(logits.float(), dim=-1)
+        logits = self.output(self.decoder_norm(x[:, 0])).float()  # (B, V)
+        scores = F.log_softmax(logits, dim=-1) if normalize else logits
         attn = _stack_layers(attns)[:, :, :, 0] if need_attn else None  # (B, L, H, S)
-        return log_probs, TransformerState(kv, t + 1, state.spare), attn
+        return scores, TransformerState(kv, t + 1, state.spare), attn
 
     def reorder_encoder_out(
         self, encoder_out: TransformerEncoderOut, order: torch.Tensor
