@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from nmt.config import load_config, model_config, preset_names
 from nmt.errors import NmtError
 from nmt.models import MODELS, VocabInfo, build, count_parameters
+from nmt.models.base import step_scores
 
 V = 50
 VOCAB = VocabInfo(V, V)
@@ -148,6 +149,21 @@ def test_incremental_decoding_equals_teacher_forcing_with_reordering(name):
         assert raw.dtype == torch.float32
         torch.testing.assert_close(raw, logits[rows, 0].float(), atol=1e-5, rtol=0)
         torch.testing.assert_close(F.log_softmax(raw, -1), plain, atol=1e-5, rtol=0)
+
+
+def test_step_scores_normalize_in_place_only_outside_autograd():
+    x = torch.randn(3, 7)
+    ref = F.log_softmax(x, -1)
+    assert step_scores(x, False) is x
+    y = x.clone()
+    out = step_scores(y, True)  # in place: no second (B, V) tensor
+    assert out.data_ptr() == y.data_ptr()
+    torch.testing.assert_close(out, ref)
+    z = x.clone().requires_grad_()
+    out = step_scores(z, True)  # autograd: a new tensor, gradients flow
+    out[:, 0].sum().backward()
+    torch.testing.assert_close(out.detach(), ref)
+    assert z.grad is not None and torch.allclose(z.grad.sum(-1), torch.zeros(3), atol=1e-6)
 
 
 @pytest.mark.parametrize("name", list(TINY))

@@ -19,14 +19,13 @@ import contextlib
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.config import Seq2SeqConfig
 from nmt.errors import NmtError
 from nmt.models.attention import make_rnn_attention
-from nmt.models.base import VocabInfo, make_embeddings
+from nmt.models.base import VocabInfo, make_embeddings, step_scores
 from nmt.models.dropout import Dropout
 
 NO_ATTENTION = "this model has no attention (model.attention: none)"
@@ -172,7 +171,7 @@ class Seq2Seq(nn.Module):
         emb = self.drop(self.tgt_embed(prev_tokens))  # (B, E)
         h, context, weights, state = self._step(emb, encoder_out, state)
         logits = self._logits(h, context, emb).float()  # (B, V)
-        scores = F.log_softmax(logits, dim=-1) if normalize else logits
+        scores = step_scores(logits, normalize)
         attn = weights[:, None, None] if need_attn and weights is not None else None  # (B,1,1,S)
         return scores, state, attn
 

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from nmt.config import TransformerConfig
 from nmt.errors import NmtError
 from nmt.models.attention import MultiHeadAttention
-from nmt.models.base import VocabInfo, make_embeddings
+from nmt.models.base import VocabInfo, make_embeddings, step_scores
 from nmt.models.dropout import Dropout
 
 KV = tuple[torch.Tensor, torch.Tensor]
@@ -329,7 +328,7 @@ class Transformer(nn.Module):
             )
             attns.append(w)
         logits = self.output(self.decoder_norm(x[:, 0])).float()  # (B, V)
-        scores = F.log_softmax(logits, dim=-1) if normalize else logits
+        scores = step_scores(logits, normalize)
         attn = _stack_layers(attns)[:, :, :, 0] if need_attn else None  # (B, L, H, S)
         return scores, TransformerState(kv, t + 1, state.spare), attn
 
