@@ -63,6 +63,7 @@ def evaluate(
 
     translator = Translator.from_dir(model_dir, device, checkpoint, precision)
     kwargs = {k: v for k, v in translate_kwargs.items() if v is not None}
+    kwargs.setdefault("scores", False)  # only the text is scored
     if progress is not None:
         kwargs["progress"] = lambda n: progress(n, len(src_lines))
     hyps = [one_line(h.text) for h in translator.translate(src_lines, **kwargs)]  # as translate

@@ -146,7 +146,9 @@ def evaluate(
             batch = batching.collate(src, tgt, idx, limit).to(device)
             with autocast():
                 logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
-                out = greedy_search(decoder, batch.src, batch.src_lengths, max_len_a, max_len_b)
+                out = greedy_search(  # tokens only: BLEU needs no scores
+                    decoder, batch.src, batch.src_lengths, max_len_a, max_len_b, scores=False
+                )
             _, nll, count = label_smoothed_nll(logits, batch.tgt_out, 0.0)
             nll_sum += float(nll)
             tokens += count

@@ -328,6 +328,7 @@ def test_evaluate_translates_writes_and_scores(files, tmp_path, fake_translator)
         "greedy": False,
         "length_penalty": 0.6,
         "batch_tokens": 100,
+        "scores": False,  # only the text is scored
     }
     expected = nmt("score", files["hyp"], "-r", files["ref"], "-m", "bleu", "-m", "chrf")
     assert res.stdout == expected.stdout
@@ -335,7 +336,7 @@ def test_evaluate_translates_writes_and_scores(files, tmp_path, fake_translator)
     as_json = nmt("evaluate", *args)
     assert json.loads(as_json.stdout)[0]["name"] == "BLEU"
     # Unset search options are left to the model's own decoding config.
-    assert fake_translator["translate"] == {"greedy": False}
+    assert fake_translator["translate"] == {"greedy": False, "scores": False}
 
 
 def test_evaluate_writes_one_line_per_input_like_translate(tmp_path, fake_translator):
