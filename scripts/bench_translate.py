@@ -463,10 +463,11 @@ def run_all(model: Path, export: Path | None, args: argparse.Namespace) -> dict:
     runs: dict[str, dict] = {}
     for name in rounds[0]:
         engine, prec, mode = name.split("-")
+        prec = "fp32" if engine == "ct2" else prec  # CTranslate2's float32 runs as "fp32"
         pooled = dict(rounds[-1][name], seconds=[s for r in rounds for s in r[name]["seconds"]])
         flops = model_flops(model, pooled["lengths"], MODES[mode].get("beam_size", 1))
-        bleu = bleu_of(hyp_path(args, engine, "fp32" if engine == "ct2" else prec, mode), args)
-        runs[name] = summarise(pooled, flops, gemm["fp32" if engine == "ct2" else prec], bleu)
+        bleu = bleu_of(hyp_path(args, engine, prec, mode), args)
+        runs[name] = summarise(pooled, flops, gemm[prec], bleu)
         if ratios := ct2_ratios(rounds, name):
             runs[name]["vs_ct2"] = round(statistics.median(ratios), 2)
             runs[name]["vs_ct2_rounds"] = [round(x, 2) for x in ratios]
@@ -484,6 +485,8 @@ def main() -> None:
     Path(args.work).mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT))
     args.precisions = precisions(args)
+    if args.rounds < 1:
+        sys.exit(f"--rounds must be at least 1, got {args.rounds}")
     if args.model:
         model = Path(args.model)
     else:
@@ -504,7 +507,8 @@ def main() -> None:
         return
     print(results["machine"])
     print(f"model {model}, {args.sentences} sentences of test_2016_flickr.{args.src}, "
-          f"median of {args.repeats}; export {export or 'none'}")  # fmt: skip
+          f"median of {args.repeats * args.rounds} ({args.rounds} rounds of {args.repeats}); "
+          f"export {export or 'none'}")  # fmt: skip
     print_table(results)
 
 
