@@ -8,14 +8,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _bench_train():
-    spec = importlib.util.spec_from_file_location(
-        "bench_train", REPO / "scripts" / "bench_train.py"
-    )
+def _script(name: str):
+    """scripts/NAME.py as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _bench_train():
+    return _script("bench_train")
 
 
 def _row(preset: str, precision: str, rnd: int, tok_s: float, rss: int = 1000) -> dict:
@@ -48,16 +51,6 @@ def test_a_model_without_both_precisions_gets_no_ratio():
     assert len(lines) == 3 and "s2s" in lines[2] and "ratio" not in "".join(lines)
 
 
-def _bench_translate():
-    spec = importlib.util.spec_from_file_location(
-        "bench_translate", REPO / "scripts" / "bench_translate.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_translate_ratios_to_ct2_are_per_round():
     """Round 2 is a slow stretch for both engines: its ratio is still 0.8, as in round 1."""
     rounds = [
@@ -65,7 +58,7 @@ def test_translate_ratios_to_ct2_are_per_round():
         {"nmt-fp32-greedy": {"seconds": [5.0]}, "ct2-float32-greedy": {"seconds": [4.0, 4.1]}},
         {"nmt-fp32-greedy": {"seconds": [2.0]}, "ct2-float32-greedy": {"seconds": [2.0]}},
     ]  # nmt medians 2.5, 5.0, 2.0; CTranslate2's 2.0, 4.05, 2.0
-    ratios = _bench_translate().ct2_ratios(rounds, "nmt-fp32-greedy")
+    ratios = _script("bench_translate").ct2_ratios(rounds, "nmt-fp32-greedy")
     assert [round(r, 3) for r in ratios] == [0.8, 0.81, 1.0]
-    assert _bench_translate().ct2_ratios(rounds, "ct2-float32-greedy") == []
-    assert _bench_translate().ct2_ratios(rounds, "nmt-fp32-beam5") == []
+    assert _script("bench_translate").ct2_ratios(rounds, "ct2-float32-greedy") == []
+    assert _script("bench_translate").ct2_ratios(rounds, "nmt-fp32-beam5") == []
