@@ -1,5 +1,6 @@
 """A reproducible hyper-parameter search: a grid of `--set` overrides, each trained under the same
-time budget in sequence through the `nmt` command line, then evaluated; writes a table.
+time budget through the `nmt` command line (in sequence, or `--jobs N` side by side with the CPU
+threads split between them), then evaluated; writes a table.
 
     .venv/bin/python scripts/sweep.py --data data/multi30k --out sweeps/multi30k \
         --preset transformer-multi30k --max-time 25m \
@@ -25,6 +26,8 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +87,13 @@ def _value(v: Any) -> str:
     return json.dumps(v) if isinstance(v, (list, dict, bool)) or v is None else str(v)
 
 
-def sh(cmd: list[str], log: Path) -> subprocess.CompletedProcess[str]:
-    """Run one `nmt` command, appending its output to the run's log."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=os.environ.copy())
+def sh(cmd: list[str], log: Path, threads: int | None = None) -> subprocess.CompletedProcess[str]:
+    """Run one `nmt` command (on `threads` CPU threads when given), appending its output to the
+    run's log."""
+    env = os.environ.copy()
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     with open(log, "a", encoding="utf-8") as f:
         f.write(f"$ {' '.join(cmd)}\n{proc.stderr}{proc.stdout}\n")
     return proc
@@ -129,14 +136,19 @@ def training_facts(model_dir: Path) -> dict[str, Any]:
 
 
 def test_bleu(
-    model_dir: Path, data_dir: Path, split: str, langs: tuple[str, str], log: Path
+    model_dir: Path,
+    data_dir: Path,
+    split: str,
+    langs: tuple[str, str],
+    log: Path,
+    threads: int | None = None,
 ) -> dict:
     """Cased and lowercased BLEU (with signatures) of the default checkpoint on one test split."""
     src, ref = (data_dir / f"{split}.{lang}.txt" for lang in langs)
     with tempfile.TemporaryDirectory() as tmp:
         hyp = Path(tmp) / "hyp.txt"
         cmd = [*NMT, "evaluate", "-m", str(model_dir), "--src", str(src), "--ref", str(ref)]
-        cased = sh([*cmd, "-o", str(hyp), "--json", "--width", "2", "--quiet"], log)
+        cased = sh([*cmd, "-o", str(hyp), "--json", "--width", "2", "--quiet"], log, threads)
         if cased.returncode:
             return {"error": cased.stderr.strip().splitlines()[-1:]}
         lower = sh(
@@ -167,13 +179,16 @@ def one_run(args: argparse.Namespace, overrides: dict[str, Any], langs: tuple[st
     cmd += ["--max-time", args.max_time, "--device", args.device, "--quiet", "--force"]
     cmd += [x for s in sets for x in ("--set", s)]
     print(f"{name}: training ({args.max_time})", file=sys.stderr)
-    proc = sh(cmd, log)
+    started = time.time()
+    proc = sh(cmd, log, args.threads)
     if proc.returncode:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
         print(f"{name}: training failed ({tail}); see {log}", file=sys.stderr)
         return {"name": name, "overrides": overrides, "error": tail}
     result = {"name": name, "overrides": overrides, **same, **training_facts(model_dir)}
-    result["test"] = {t: test_bleu(model_dir, Path(args.data), t, langs, log) for t in args.test}
+    result.update(threads=args.threads, started=started, trained=time.time())
+    data = Path(args.data)
+    result["test"] = {t: test_bleu(model_dir, data, t, langs, log, args.threads) for t in args.test}
     with atomic_write(result_path) as f:  # written last: its presence means done
         json.dump(result, f, indent=1)
     return result
@@ -205,6 +220,16 @@ def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def run_threads(jobs: int) -> int | None:
+    """CPU threads per run when `jobs` run side by side (None: one at a time, the default):
+    this process's threads (OMP_NUM_THREADS, else the CPUs it may run on) split evenly."""
+    if jobs == 1:
+        return None
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    total = int(env) if env.isdigit() and int(env) > 0 else len(os.sched_getaffinity(0))
+    return max(1, total // jobs)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -217,8 +242,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--set", dest="sets", action="append", default=[], help="Override for all runs.")
     p.add_argument("--test", action="append", default=[], help="Test split in DATA_DIR (repeat).")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps.")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="Runs side by side, the CPU threads split between them (every run of a "
+                        "batch then sees the same machine).")  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="List the runs and stop.")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error("--jobs must be at least 1")
+    args.threads = run_threads(args.jobs)
     args.common = {}
     for s in args.sets:
         key, sep, value = s.partition("=")
@@ -242,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         for lang in langs:
             if not (Path(args.data) / f"{t}.{lang}.txt").exists():
                 raise SystemExit(f"{args.data}/{t}.{lang}.txt: no such test split")
-    results = [one_run(args, r, langs) for r in runs]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(lambda r: one_run(args, r, langs), runs))
     out = Path(args.out)
     table = markdown(results, args.test)
     with atomic_write(out / "results.json") as f:

@@ -304,6 +304,17 @@ def _sweep_module():
     return mod
 
 
+def test_sweep_splits_the_threads_between_side_by_side_runs(monkeypatch):
+    sweep = _sweep_module()
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert [sweep.run_threads(j) for j in (1, 2, 3, 8)] == [None, 2, 1, 1]
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert sweep.run_threads(2) == max(1, len(os.sched_getaffinity(0)) // 2)
+    with pytest.raises(SystemExit):
+        sweep.parse_args(["--data", "d", "--out", "o", "--preset", "p", "--max-time", "1m",
+                          "--jobs", "0"])  # fmt: skip
+
+
 def test_sweep_grid_is_the_product_of_axes_and_names_say_what_changed(tmp_path):
     sweep = _sweep_module()
     runs = sweep.parse_grid(["model.dropout=0.1,0.3", "training.lr=1e-3,5e-3"], None)
@@ -325,12 +336,16 @@ def test_sweep_trains_evaluates_tabulates_and_resumes(data, tmp_path, capsys):
            "--preset", "transformer-tiny", "--max-time", "5m", "--device", "cpu",
            "--set", "training.max_steps=8", "--set", "training.valid_every=4",
            "--set", "training.max_tokens=600", "--grid", "training.lr=0.002,0.005",
-           "--test", "test"]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+           "--test", "test", "--jobs", "2"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     results = json.loads((out / "results.json").read_text())
     assert [r["name"] for r in results] == ["lr=0.002", "lr=0.005"]
+    # side by side: the two trainings overlapped in time, each on half of the 2 threads
+    a, b = results
+    assert a["started"] < b["trained"] and b["started"] < a["trained"]
+    assert a["threads"] == b["threads"] == 1
     for r in results:
         assert (r["updates"], r["stopped"], r["epochs"]) == (8, "max_steps reached", 0)
         assert r["valid_bleu_best"] is not None and r["checkpoint"] in ("best", "averaged")
