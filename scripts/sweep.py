@@ -225,9 +225,9 @@ def run_threads(jobs: int) -> int | None:
     this process's threads (OMP_NUM_THREADS, else the CPUs it may run on) split evenly."""
     if jobs == 1:
         return None
-    env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    total = int(env) if env.isdigit() and int(env) > 0 else len(os.sched_getaffinity(0))
-    return max(1, total // jobs)
+    from nmt.device import cpu_threads  # imports torch: only when the threads are split
+
+    return max(1, cpu_threads() // jobs)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
