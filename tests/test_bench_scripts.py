@@ -58,7 +58,8 @@ def test_translate_ratios_to_ct2_are_per_round():
         {"nmt-fp32-greedy": {"seconds": [5.0]}, "ct2-float32-greedy": {"seconds": [4.0, 4.1]}},
         {"nmt-fp32-greedy": {"seconds": [2.0]}, "ct2-float32-greedy": {"seconds": [2.0]}},
     ]  # nmt medians 2.5, 5.0, 2.0; CTranslate2's 2.0, 4.05, 2.0
-    ratios = _script("bench_translate").ct2_ratios(rounds, "nmt-fp32-greedy")
+    bench = _script("bench_translate")
+    ratios = bench.ct2_ratios(rounds, "nmt-fp32-greedy")
     assert [round(r, 3) for r in ratios] == [0.8, 0.81, 1.0]
-    assert _script("bench_translate").ct2_ratios(rounds, "ct2-float32-greedy") == []
-    assert _script("bench_translate").ct2_ratios(rounds, "nmt-fp32-beam5") == []
+    assert bench.ct2_ratios(rounds, "ct2-float32-greedy") == []
+    assert bench.ct2_ratios(rounds, "nmt-fp32-beam5") == []
