@@ -133,6 +133,8 @@ class TrainingConfig:
     cooldown: float = prob(0.0)  # inverse_sqrt/constant: last share of the budget decayed to min_lr
     # (and out of patience, a run cools down over that share from where it is before stopping)
     label_smoothing: float = prob(0.1)
+    subword_alpha: float = prob(0.0)  # subword regularisation: a new SentencePiece segmentation
+    # sampled every epoch (unigram smoothing alpha, or BPE-dropout probability); 0: off
     clip_norm: float = num(1.0, 0)
     precision: str = choice("auto", "fp32", "bf16", "fp16")
     compile: bool = False

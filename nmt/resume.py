@@ -37,7 +37,7 @@ class TrainState:
 
 
 # The batching settings a data position depends on, as saved in the trainer state.
-POSITION_KEYS = ("max_tokens", "accumulate", "seed", "data_dir")
+POSITION_KEYS = ("max_tokens", "accumulate", "seed", "data_dir", "subword_alpha")
 OPTIMIZER_KEYS = ("lr", "betas", "weight_decay")
 
 
@@ -59,6 +59,7 @@ def run_settings(tc: TrainingConfig, data_dir: Path) -> dict[str, Any]:
         "max_tokens": tc.max_tokens,
         "accumulate": tc.accumulate,
         "seed": tc.seed,
+        "subword_alpha": tc.subword_alpha,
         "data_dir": str(Path(data_dir).resolve()),
         "lr": tc.lr,
         "betas": list(tc.betas),

@@ -40,6 +40,7 @@ from nmt.device import (
 from nmt.errors import NmtError
 from nmt.loss import LossHead
 from nmt.reporting import Log, Metrics, Reporter, TrainSummary, summarize
+from nmt.resegment import Resegmenter, Segmentation
 from nmt.resume import (
     TrainState,
     check_position,
@@ -99,6 +100,10 @@ class Trainer:
         self.src_len = np.asarray(self.data.train.src.lengths)
         self.tgt_len = np.asarray(self.data.train.tgt.lengths)
         self.keep = self._keep_mask()
+        self.segmentation = Segmentation(self.data.train.src, self.data.train.tgt)
+        self.resegmenter = (
+            Resegmenter(data_dir, self.data.train, tc.subword_alpha) if tc.subword_alpha else None
+        )
         self.state = TrainState()
         self.saved_rng: dict[str, Any] | None = None  # RNG states to restore when the run starts
         self.settings = run_settings(tc, data_dir)  # saved with the state, checked on resume
@@ -264,14 +269,15 @@ class Trainer:
         if self.stop_code:
             return
         while self.stop_code == Stop.NONE:
+            src_len, tgt_len, keep = self._epoch_data(st.epoch)
             batches = batching.epoch_batches(
-                self.src_len, self.tgt_len, tc.max_tokens, tc.seed, st.epoch, self.keep,
+                src_len, tgt_len, tc.max_tokens, tc.seed, st.epoch, keep,
                 self.dist.rank, self.dist.world_size,
             )  # fmt: skip
             if not batches:
                 raise NmtError(f"{self.data_dir}: not enough training data for one batch per rank")
             if st.position == 0:
-                ratio = batching.padding_ratio(batches, self.src_len, self.tgt_len)
+                ratio = batching.padding_ratio(batches, src_len, tgt_len)
                 self.report.epoch_event(st, batches, ratio)
             self.budget.steps_per_epoch = math.ceil(len(batches) / max(1, tc.accumulate))
             while st.position < len(batches) and self.stop_code == Stop.NONE:
@@ -286,6 +292,16 @@ class Trainer:
                 if tc.max_epochs and st.epoch > tc.max_epochs and self.stop_code == Stop.NONE:
                     self.stop_code = distributed.agree_max(Stop.EPOCHS, self.dist, self.device)
 
+    def _epoch_data(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source lengths, target lengths, pairs kept) of the epoch's segmentation; with
+        subword sampling a new one every epoch, filtered by the same limits."""
+        if self.resegmenter is None:
+            return self.src_len, self.tgt_len, self.keep
+        self.segmentation = seg = self.resegmenter.epoch(self.tc.seed, epoch)
+        src_len, tgt_len = seg.src_len, seg.tgt_len
+        keep = batching.keep_mask(src_len, tgt_len, self.tc.max_tokens, self.model.max_positions)
+        return src_len, tgt_len, keep
+
     def train_step(self, group: list[np.ndarray]) -> None:
         """One update from `len(group)` accumulated batches; non-finite updates are skipped."""
         tc, st = self.tc, self.state
@@ -294,8 +310,8 @@ class Trainer:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
-        train = self.data.train
-        batches = [batching.collate(train.src, train.tgt, idx) for idx in group]
+        seg = self.segmentation
+        batches = [batching.collate(seg.src, seg.tgt, idx) for idx in group]
         tokens = sum(b.n_tgt_tokens for b in batches)
         loss_sum: torch.Tensor | float = 0.0
         nll_sum: torch.Tensor | float = 0.0
@@ -470,6 +486,8 @@ class Trainer:
         precision = self.precision + (" (auto)" if tc.precision == "auto" else "")
         if self.valid_precision != self.precision:
             precision += f" (validation {self.valid_precision})"
+        if tc.subword_alpha:
+            precision += f", subword sampling alpha {tc.subword_alpha:g}"
         self.log.info(
             f"{what} {self.cfg.model.type} ({self.n_params:,} parameters) on {self.device}"
             f" x{self.dist.world_size}, {precision}, {int(self.keep.sum()):,} training pairs"

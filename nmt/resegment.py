@@ -1,0 +1,136 @@
+"""Subword regularisation (Kudo 2018): every epoch trains on a new segmentation of the training
+data, sampled from the SentencePiece model (unigram: from its lattice with smoothing `alpha`;
+BPE: BPE-dropout with probability `alpha`). A small corpus is then seen under many
+segmentations; validation, test and translation keep the single best one.
+
+An epoch's sample is a deterministic function of (seed, epoch), so a resumed run trains on the
+segmentation it left. SentencePiece seeds a thread's generator when that thread first samples,
+so each epoch samples on a fresh thread started after the seed is set. The next epoch is sampled
+in the background while this one trains (SentencePiece releases the GIL).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+from nmt.dataset import Split, TokenArray, tokenizers
+from nmt.vocab import Tokenizer
+
+
+class Ragged:
+    """Token sequences in memory, indexed like a TokenArray: ids plus offsets."""
+
+    def __init__(self, seqs: Sequence[Sequence[int]], dtype: np.dtype) -> None:
+        self.lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+        self.offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=self.offsets[1:])
+        self.ids = np.fromiter(
+            (t for s in seqs for t in s), dtype=dtype, count=int(self.offsets[-1])
+        )
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+
+
+@dataclass
+class Segmentation:
+    """One epoch's training data: source and target sequences with their lengths."""
+
+    src: Ragged | TokenArray
+    tgt: Ragged | TokenArray
+
+    @property
+    def src_len(self) -> np.ndarray:
+        """Source lengths, for bucketing."""
+        return np.asarray(self.src.lengths)
+
+    @property
+    def tgt_len(self) -> np.ndarray:
+        """Target lengths, for bucketing."""
+        return np.asarray(self.tgt.lengths)
+
+
+def sampler_seed(seed: int, epoch: int) -> int:
+    """SentencePiece's generator seed for one epoch (a nonzero uint32)."""
+    state = np.random.SeedSequence([seed % 2**32, epoch, 0x5EC]).generate_state(1)[0]
+    return int(state) or 1
+
+
+class _Job:
+    """One epoch's sampling on its own fresh thread (so SentencePiece seeds it anew)."""
+
+    def __init__(self, key: tuple[int, int], target: Resegmenter) -> None:
+        self.key = key
+        self.result: Segmentation | None = None
+        self.error: BaseException | None = None
+        spm.set_random_generator_seed(sampler_seed(*key))
+        self.thread = threading.Thread(target=self._run, args=(target,), daemon=True)
+        self.thread.start()
+
+    def _run(self, target: Resegmenter) -> None:
+        try:
+            self.result = target.sample()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the training thread
+            self.error = e
+
+    def wait(self) -> Segmentation:
+        """The sample, once its thread is done; its error, raised here."""
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+class Resegmenter:
+    """Samples each epoch's segmentation of a training split, one epoch ahead."""
+
+    def __init__(self, data_dir: str | Path, train: Split, alpha: float) -> None:
+        src_tok, tgt_tok = tokenizers(data_dir)
+        self.alpha = alpha
+        self.dtype = train.src.ids.dtype
+        # The canonical ids decode to SentencePiece's normalised text, which encodes back to them.
+        self.sides: list[tuple[Tokenizer, list[str]]] = [
+            (tok, tok.sp.decode([np.asarray(s).tolist() for s in arr]))
+            for tok, arr in ((src_tok, train.src), (tgt_tok, train.tgt))
+        ]
+        self._job: _Job | None = None
+
+    def sample(self) -> Segmentation:
+        """A sampled segmentation of both sides, on the calling thread's generator."""
+        src, tgt = (
+            Ragged(
+                tok.sp.encode(
+                    texts,
+                    out_type=int,
+                    enable_sampling=True,
+                    alpha=self.alpha,
+                    nbest_size=-1,
+                    num_threads=1,
+                ),
+                self.dtype,
+            )  # fmt: skip
+            for tok, texts in self.sides
+        )
+        return Segmentation(src, tgt)
+
+    def epoch(self, seed: int, epoch: int) -> Segmentation:
+        """Epoch `epoch`'s segmentation (prefetched when it was the one expected), and start
+        sampling the next."""
+        key = (seed, epoch)
+        if self._job is None or self._job.key != key:
+            if self._job is not None:
+                self._job.thread.join()  # the seed is global: one sampler at a time
+            self._job = _Job(key, self)
+        seg = self._job.wait()
+        self._job = _Job((seed, epoch + 1), self)
+        return seg
