@@ -12,15 +12,19 @@ in the background while this one trains (SentencePiece releases the GIL).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import sentencepiece as spm
 
 from nmt.dataset import Split, TokenArray, tokenizers
 from nmt.vocab import Tokenizer
+
+T = TypeVar("T")
+_SEED_LOCK = threading.Lock()  # SentencePiece's sampling seed is process-wide
 
 
 class Ragged:
@@ -59,26 +63,50 @@ class Segmentation:
         return np.asarray(self.tgt.lengths)
 
 
-def sampler_seed(seed: int, epoch: int) -> int:
-    """SentencePiece's generator seed for one epoch (a nonzero uint32)."""
-    state = np.random.SeedSequence([seed % 2**32, epoch, 0x5EC]).generate_state(1)[0]
+def sampler_seed(seed: int, epoch: int, side: int) -> int:
+    """SentencePiece's generator seed for one side of one epoch (a nonzero uint32)."""
+    state = np.random.SeedSequence([seed % 2**32, epoch, side, 0x5EC]).generate_state(1)[0]
     return int(state) or 1
 
 
-class _Job:
-    """One epoch's sampling on its own fresh thread (so SentencePiece seeds it anew)."""
+def _on_fresh_thread(seed: int, work: Callable[[], T]) -> T:
+    """Run `work` on a new thread, its SentencePiece generator seeded with `seed`.
+
+    SentencePiece seeds a thread's generator from the process-wide seed when that thread first
+    samples (its batch encoder also samples on threads of its own, new every call), so the seed
+    is set right before the thread starts and the caller waits for it."""
+    out: list[T] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(work())
+        except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
+            error.append(e)
+
+    with _SEED_LOCK:  # the seed is process-wide: one sampler at a time
+        spm.set_random_generator_seed(seed)
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join()
+    if error:
+        raise error[0]
+    return out[0]
+
+
+class _Prefetch:
+    """One epoch's sampling on a background thread."""
 
     def __init__(self, key: tuple[int, int], target: Resegmenter) -> None:
         self.key = key
         self.result: Segmentation | None = None
         self.error: BaseException | None = None
-        spm.set_random_generator_seed(sampler_seed(*key))
         self.thread = threading.Thread(target=self._run, args=(target,), daemon=True)
         self.thread.start()
 
     def _run(self, target: Resegmenter) -> None:
         try:
-            self.result = target.sample()
+            self.result = target.sample(*self.key)
         except BaseException as e:  # noqa: BLE001 - re-raised in the training thread
             self.error = e
 
@@ -92,45 +120,52 @@ class _Job:
 
 
 class Resegmenter:
-    """Samples each epoch's segmentation of a training split, one epoch ahead."""
+    """Samples each epoch's segmentation of a training split.
 
-    def __init__(self, data_dir: str | Path, train: Split, alpha: float) -> None:
+    `background`: sample the next epoch while this one trains. That pays only with a spare core:
+    beside training on every core it slowed the updates around it ~4x (2 CPU cores, session 14),
+    so there the epoch waits for its own sample (~2.5 s for Multi30k) instead."""
+
+    def __init__(
+        self, data_dir: str | Path, train: Split, alpha: float, background: bool = False
+    ) -> None:
         src_tok, tgt_tok = tokenizers(data_dir)
         self.alpha = alpha
+        self.background = background
         self.dtype = train.src.ids.dtype
         # The canonical ids decode to SentencePiece's normalised text, which encodes back to them.
         self.sides: list[tuple[Tokenizer, list[str]]] = [
             (tok, tok.sp.decode([np.asarray(s).tolist() for s in arr]))
             for tok, arr in ((src_tok, train.src), (tgt_tok, train.tgt))
         ]
-        self._job: _Job | None = None
+        self._next: _Prefetch | None = None
 
-    def sample(self) -> Segmentation:
-        """A sampled segmentation of both sides, on the calling thread's generator."""
+    def sample(self, seed: int, epoch: int) -> Segmentation:
+        """Epoch `epoch`'s sampled segmentation of both sides (a function of seed and epoch)."""
+
+        def encode(tok: Tokenizer, texts: list[str]) -> Callable[[], list[list[int]]]:
+            return lambda: tok.sp.encode(
+                texts, out_type=int, enable_sampling=True, alpha=self.alpha, nbest_size=-1,
+                num_threads=1,
+            )  # fmt: skip
+
         src, tgt = (
             Ragged(
-                tok.sp.encode(
-                    texts,
-                    out_type=int,
-                    enable_sampling=True,
-                    alpha=self.alpha,
-                    nbest_size=-1,
-                    num_threads=1,
-                ),
-                self.dtype,
-            )  # fmt: skip
-            for tok, texts in self.sides
+                _on_fresh_thread(sampler_seed(seed, epoch, side), encode(tok, texts)), self.dtype
+            )
+            for side, (tok, texts) in enumerate(self.sides)
         )
         return Segmentation(src, tgt)
 
     def epoch(self, seed: int, epoch: int) -> Segmentation:
-        """Epoch `epoch`'s segmentation (prefetched when it was the one expected), and start
-        sampling the next."""
-        key = (seed, epoch)
-        if self._job is None or self._job.key != key:
-            if self._job is not None:
-                self._job.thread.join()  # the seed is global: one sampler at a time
-            self._job = _Job(key, self)
-        seg = self._job.wait()
-        self._job = _Job((seed, epoch + 1), self)
+        """Epoch `epoch`'s segmentation: prefetched when it was the one expected, and in the
+        background mode the next one started."""
+        if not self.background:
+            return self.sample(seed, epoch)
+        job, self._next = self._next, None
+        if job is not None and job.key != (seed, epoch):
+            job.thread.join()
+            job = None
+        seg = job.wait() if job is not None else self.sample(seed, epoch)
+        self._next = _Prefetch((seed, epoch + 1), self)
         return seg

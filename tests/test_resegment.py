@@ -63,12 +63,14 @@ def test_samples_decode_to_the_corpus_and_change_every_epoch(data):
 
 def test_an_epoch_is_the_same_prefetched_fresh_or_out_of_order(data):
     train = load(data, "train")
-    run = Resegmenter(data, train, alpha=0.2)
+    run = Resegmenter(data, train, alpha=0.2, background=True)
     first = [run.epoch(7, e) for e in (0, 1, 2)]  # epochs 1 and 2 were sampled ahead
-    resumed = Resegmenter(data, train, alpha=0.2).epoch(7, 2)  # a run resumed in epoch 2
+    resumed = Resegmenter(data, train, alpha=0.2, background=True).epoch(7, 2)  # resumed in epoch 2
     assert _rows(resumed.src) == _rows(first[2].src)
     assert _rows(resumed.tgt) == _rows(first[2].tgt)
     jumped = run.epoch(7, 1)  # not the one prefetched (3): sampled afresh, still the same
     assert _rows(jumped.tgt) == _rows(first[1].tgt)
+    inline = Resegmenter(data, train, alpha=0.2).epoch(7, 2)  # no spare core: sampled on demand
+    assert _rows(inline.src) == _rows(first[2].src)
     other_seed = Resegmenter(data, train, alpha=0.2).epoch(8, 2)
     assert _rows(other_seed.tgt) != _rows(first[2].tgt)

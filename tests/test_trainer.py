@@ -401,12 +401,12 @@ def test_validation_decodes_in_the_precision_translate_would_use(
 def test_subword_sampling_trains_new_segmentations_and_resumes_bitwise(copy_data, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     sampled = ("training.subword_alpha=0.2",)
-    train(_tiny("training.max_steps=50", *sampled), copy_data, full, "cpu", quiet=True, threads=1)
-    train(_tiny("training.max_steps=45", *sampled), copy_data, cut, "cpu", quiet=True, threads=1)
+    train(_tiny("training.max_steps=55", *sampled), copy_data, full, "cpu", quiet=True, threads=1)
+    train(_tiny("training.max_steps=48", *sampled), copy_data, cut, "cpu", quiet=True, threads=1)
     st = load_state(cut / "checkpoints" / "last.state.pt")["train_state"]
     assert st["epoch"] == 2 and st["position"] > 0  # inside the second sampled epoch
     train(
-        _tiny("training.max_steps=50", *sampled),
+        _tiny("training.max_steps=55", *sampled),
         copy_data,
         cut,
         "cpu",
@@ -418,7 +418,7 @@ def test_subword_sampling_trains_new_segmentations_and_resumes_bitwise(copy_data
     assert all(torch.equal(a[k], b[k]) for k in a)
     # The sampled epochs had other batches than the canonical segmentation's.
     train(
-        _tiny("training.max_steps=50"), copy_data, tmp_path / "plain", "cpu", quiet=True, threads=1
+        _tiny("training.max_steps=55"), copy_data, tmp_path / "plain", "cpu", quiet=True, threads=1
     )
     c = _weights(tmp_path / "plain")
     assert not all(torch.equal(a[k], c[k]) for k in a)
