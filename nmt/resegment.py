@@ -3,10 +3,9 @@ data, sampled from the SentencePiece model (unigram: from its lattice with smoot
 BPE: BPE-dropout with probability `alpha`). A small corpus is then seen under many
 segmentations; validation, test and translation keep the single best one.
 
-An epoch's sample is a deterministic function of (seed, epoch), so a resumed run trains on the
-segmentation it left. SentencePiece seeds a thread's generator when that thread first samples,
-so each epoch samples on a fresh thread started after the seed is set. The next epoch is sampled
-in the background while this one trains (SentencePiece releases the GIL).
+An epoch's sample is a deterministic function of (seed, epoch, side), so a resumed run trains on
+the segmentation it left, and every DDP rank on the same one. With the update step on a GPU the
+next epoch is sampled in the background while this one trains (SentencePiece releases the GIL).
 """
 
 from __future__ import annotations
@@ -122,9 +121,11 @@ class _Prefetch:
 class Resegmenter:
     """Samples each epoch's segmentation of a training split.
 
-    `background`: sample the next epoch while this one trains. That pays only with a spare core:
-    beside training on every core it slowed the updates around it ~4x (2 CPU cores, session 14),
-    so there the epoch waits for its own sample (~2.5 s for Multi30k) instead."""
+    `background`: sample the next epoch while this one trains (the trainer does on a GPU). Beside
+    a CPU training on every core it cost more than it hid (2 cores, session 14: the 50-step
+    windows with an epoch boundary ran 6,400-6,900 target tokens/s, the others 8,300-9,400), and
+    other processes may share the cores, so there each epoch waits for its own sample instead
+    (~2.5 s for Multi30k's 29k pairs, ~5% of an epoch on 2 cores)."""
 
     def __init__(
         self, data_dir: str | Path, train: Split, alpha: float, background: bool = False

@@ -39,7 +39,6 @@ from nmt.device import (
 )
 from nmt.errors import NmtError
 from nmt.loss import LossHead
-from nmt.preprocess import available_cpus
 from nmt.reporting import Log, Metrics, Reporter, TrainSummary, summarize
 from nmt.resegment import Resegmenter, Segmentation
 from nmt.resume import (
@@ -103,7 +102,9 @@ class Trainer:
         self.keep = self._keep_mask()
         self.segmentation = Segmentation(self.data.train.src, self.data.train.tgt)
         self.resegmenter = (
-            Resegmenter(data_dir, self.data.train, tc.subword_alpha, background=self._spare_core())
+            Resegmenter(
+                data_dir, self.data.train, tc.subword_alpha, background=device.type != "cpu"
+            )
             if tc.subword_alpha
             else None
         )
@@ -123,10 +124,6 @@ class Trainer:
         self.train_seconds = 0.0  # time in update steps, this process
         self.tokens_at_start = self.state.tokens
         self.final: tuple[str, float | None] = ("best", None)  # `default` checkpoint, its score
-
-    def _spare_core(self) -> bool:
-        """Whether a CPU core is left over by the update step (so sampling can run beside it)."""
-        return self.device.type != "cpu" or available_cpus() > torch.get_num_threads()
 
     def _keep_mask(self) -> np.ndarray:
         """Which training pairs fit max_tokens and the model's positions; warn about the rest
