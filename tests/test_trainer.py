@@ -345,6 +345,12 @@ def test_resume_position_changes_table():
     changes = position_changes(old, now, 1)
     assert changes == ["training.accumulate changed (1 -> 2)", "world size changed (2 -> 1)"]
     assert position_changes({"world_size": 1}, now, 1) == []  # an older state: nothing to compare
+    # A state saved before subword sampling existed has no subword_alpha: not compared.
+    sampled = {**now, "subword_alpha": 0.3}
+    assert position_changes({"settings": now}, sampled, 1) == []
+    assert position_changes({"settings": {**now, "subword_alpha": 0.0}}, sampled, 1) == [
+        "training.subword_alpha changed (0.0 -> 0.3)"
+    ]
     assert check_position(changes, 0, False) is False  # an epoch boundary means the same batches
     assert check_position(changes, 4, True) is True
     with pytest.raises(NmtError, match="world size changed"):
