@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+import numpy.typing as npt
 
 from nmt.cleaning import Chunk, read_pairs
 from nmt.textio import decode_line
@@ -50,12 +51,12 @@ def _read_range(path: Path, span: tuple[int, int]) -> list[str]:
     return data.decode("utf-8").split("\n")[:-1]
 
 
-def flatten(seqs: Sequence[list[int]], lengths: np.ndarray, dtype: str) -> np.ndarray:
+def flatten(seqs: Sequence[Sequence[int]], lengths: np.ndarray, dtype: npt.DTypeLike) -> np.ndarray:
     """Concatenate id lists into one compact array without building intermediate arrays."""
     return np.fromiter(itertools.chain.from_iterable(seqs), dtype=dtype, count=int(lengths.sum()))
 
 
-def _lengths(seqs: Sequence[list[int]]) -> np.ndarray:
+def seq_lengths(seqs: Sequence[Sequence[int]]) -> np.ndarray:
     """Per-sentence lengths as int64."""
     return np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
 
@@ -68,7 +69,7 @@ def encode_chunk(job: ChunkJob) -> Encoded:
     t_ids = _tokenizer(job.models[1]).sp.encode(
         _read_range(job.clean[1], job.chunk.tgt), out_type=int
     )
-    ls, lt = _lengths(s_ids), _lengths(t_ids)
+    ls, lt = seq_lengths(s_ids), seq_lengths(t_ids)
     empty = (ls == 0) | (lt == 0)
     too_long = ~empty & ((ls > job.max_len) | (lt > job.max_len))
     ratio = ~empty & ~too_long & (np.maximum(ls, lt) > job.max_ratio * np.minimum(ls, lt))
@@ -189,7 +190,7 @@ def encode_eval(
                 raw = _decode_all(raws, nums, paths[side])
                 texts[side].write("".join(line + "\n" for line in raw))
                 ids = toks[side].encode_batch([line.strip() for line in raw], threads=threads)
-                lengths = _lengths(ids)
+                lengths = seq_lengths(ids)
                 writers[side].append(flatten(ids, lengths, dtype), lengths)
     finally:
         for f in texts:

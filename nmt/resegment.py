@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,6 +22,7 @@ import numpy as np
 import sentencepiece as spm
 
 from nmt.dataset import Split, TokenArray, tokenizers
+from nmt.encoding import flatten, seq_lengths
 from nmt.vocab import Tokenizer
 
 T = TypeVar("T")
@@ -30,12 +33,10 @@ class Ragged:
     """Token sequences in memory, indexed like a TokenArray: ids plus offsets."""
 
     def __init__(self, seqs: Sequence[Sequence[int]], dtype: np.dtype) -> None:
-        self.lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+        self.lengths = seq_lengths(seqs)
         self.offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
         np.cumsum(self.lengths, out=self.offsets[1:])
-        self.ids = np.fromiter(
-            (t for s in seqs for t in s), dtype=dtype, count=int(self.offsets[-1])
-        )
+        self.ids = flatten(seqs, self.lengths, dtype)
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -93,31 +94,6 @@ def _on_fresh_thread(seed: int, work: Callable[[], T]) -> T:
     return out[0]
 
 
-class _Prefetch:
-    """One epoch's sampling on a background thread."""
-
-    def __init__(self, key: tuple[int, int], target: Resegmenter) -> None:
-        self.key = key
-        self.result: Segmentation | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(target,), daemon=True)
-        self.thread.start()
-
-    def _run(self, target: Resegmenter) -> None:
-        try:
-            self.result = target.sample(*self.key)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the training thread
-            self.error = e
-
-    def wait(self) -> Segmentation:
-        """The sample, once its thread is done; its error, raised here."""
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
-
-
 class Resegmenter:
     """Samples each epoch's segmentation of a training split.
 
@@ -139,20 +115,17 @@ class Resegmenter:
             (tok, tok.sp.decode([np.asarray(s).tolist() for s in arr]))
             for tok, arr in ((src_tok, train.src), (tgt_tok, train.tgt))
         ]
-        self._next: _Prefetch | None = None
+        self._pool = ThreadPoolExecutor(1) if background else None
+        self._next: tuple[tuple[int, int], Future[Segmentation]] | None = None
 
     def sample(self, seed: int, epoch: int) -> Segmentation:
         """Epoch `epoch`'s sampled segmentation of both sides (a function of seed and epoch)."""
-
-        def encode(tok: Tokenizer, texts: list[str]) -> Callable[[], list[list[int]]]:
-            return lambda: tok.sp.encode(
-                texts, out_type=int, enable_sampling=True, alpha=self.alpha, nbest_size=-1,
-                num_threads=1,
-            )  # fmt: skip
-
         src, tgt = (
             Ragged(
-                _on_fresh_thread(sampler_seed(seed, epoch, side), encode(tok, texts)), self.dtype
+                _on_fresh_thread(
+                    sampler_seed(seed, epoch, side), partial(tok.sample_batch, texts, self.alpha)
+                ),
+                self.dtype,
             )
             for side, (tok, texts) in enumerate(self.sides)
         )
@@ -161,12 +134,12 @@ class Resegmenter:
     def epoch(self, seed: int, epoch: int) -> Segmentation:
         """Epoch `epoch`'s segmentation: prefetched when it was the one expected, and in the
         background mode the next one started."""
-        if not self.background:
+        if self._pool is None:
             return self.sample(seed, epoch)
-        job, self._next = self._next, None
-        if job is not None and job.key != (seed, epoch):
-            job.thread.join()
-            job = None
-        seg = job.wait() if job is not None else self.sample(seed, epoch)
-        self._next = _Prefetch((seed, epoch + 1), self)
+        ahead, self._next = self._next, None
+        if ahead is not None and ahead[0] != (seed, epoch):
+            ahead[1].exception()  # not the epoch asked for: let it finish, then drop it
+            ahead = None
+        seg = ahead[1].result() if ahead is not None else self.sample(seed, epoch)
+        self._next = ((seed, epoch + 1), self._pool.submit(self.sample, seed, epoch + 1))
         return seg

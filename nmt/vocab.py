@@ -167,6 +167,13 @@ class Tokenizer:
         """Subword ids of many sentences, encoded on several threads by SentencePiece itself."""
         return self.sp.encode(texts, out_type=int, num_threads=threads or -1)
 
+    def sample_batch(self, texts: list[str], alpha: float) -> list[list[int]]:
+        """Sampled segmentations (subword regularisation: unigram lattice sampling smoothed by
+        alpha, or BPE-dropout), on one thread, from SentencePiece's seeded generator."""
+        return self.sp.encode(
+            texts, out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1
+        )
+
     def pieces(self, text: str) -> list[str]:
         """Subword pieces of one sentence (for inspection and attention plots)."""
         return self.sp.encode(text, out_type=str)
