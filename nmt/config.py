@@ -135,6 +135,8 @@ class TrainingConfig:
     label_smoothing: float = prob(0.1)
     subword_alpha: float = prob(0.0)  # subword regularisation: a new SentencePiece segmentation
     # sampled every epoch (unigram smoothing alpha, or BPE-dropout probability); 0: off
+    ema_decay: float = prob(0.0)  # exponential moving average of the weights, used for validation
+    # and every checkpoint (e.g. 0.9995); 0: off
     clip_norm: float = num(1.0, 0)
     precision: str = choice("auto", "fp32", "bf16", "fp16")
     compile: bool = False

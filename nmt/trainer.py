@@ -37,6 +37,7 @@ from nmt.device import (
     resolve_device,
     resolve_precision,
 )
+from nmt.ema import WeightAverage
 from nmt.errors import NmtError
 from nmt.loss import LossHead
 from nmt.reporting import Log, Metrics, Reporter, TrainSummary, summarize
@@ -111,8 +112,10 @@ class Trainer:
         self.state = TrainState()
         self.saved_rng: dict[str, Any] | None = None  # RNG states to restore when the run starts
         self.settings = run_settings(tc, data_dir)  # saved with the state, checked on resume
-        if resume:
-            self._restore()
+        saved_average = self._restore() if resume else None
+        self.average = WeightAverage(self.model, tc.ema_decay) if tc.ema_decay else None
+        if self.average is not None and saved_average is not None:
+            self.average.load_state_dict(saved_average)
         # What the update step calls: the model with its fused loss, under compile / DDP.
         self.step_model = self._wrap(LossHead(self.model, tc.label_smoothing))
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -161,8 +164,14 @@ class Trainer:
             wrapped = DistributedDataParallel(wrapped, device_ids=ids)
         return wrapped
 
-    def _restore(self) -> None:
-        """Load the saved state; refuse a data position that now means other batches."""
+    @property
+    def eval_model(self) -> nn.Module:
+        """What validation scores and checkpoints hold: the weight average when there is one."""
+        return self.average.model if self.average is not None else self.model
+
+    def _restore(self) -> dict[str, Any] | None:
+        """Load the saved state; refuse a data position that now means other batches. Returns
+        the saved weight average, if the run kept one."""
         path = modeldir.state_path(self.model_dir)
         saved = checkpoint.restore(path, self.model, self.optimizer, self.scaler)
         self.state, self.saved_rng = TrainState(**saved["train_state"]), saved["rng"]
@@ -173,18 +182,24 @@ class Trainer:
         retuned = retune_optimizer(self.optimizer, saved, self.tc)
         if retuned:
             self.log.info(f"optimizer settings changed: {', '.join(retuned)}")
+        average = saved.get("weight_average")
+        if self.tc.ema_decay and average is None:
+            self.log.info("the saved state has no weight average: it starts from these weights")
+        return average
 
     def trainer_state(self) -> dict[str, Any]:
         """Everything `--resume` needs, as tensors and plain types."""
         st, ws = asdict(self.state), self.dist.world_size
         state = checkpoint.capture(self.model, self.optimizer, self.scaler, st, ws)
+        if self.average is not None:
+            state["weight_average"] = self.average.state_dict()
         return {**state, "settings": self.settings}
 
     def save_last(self) -> None:
         """Write last + the trainer state (main process) and restart the save clock."""
         self.state.elapsed = self.budget.elapsed()
         if self.dist.is_main:
-            self.ckpt.save_last(self.model, self.trainer_state())
+            self.ckpt.save_last(self.eval_model, self.trainer_state())
         self.save_clock.saved()
 
     # -- the run --
@@ -202,7 +217,7 @@ class Trainer:
                 self.save_last()
             if self.dist.is_main and st.step > 0 and not self._can_validate():
                 # nothing to rank by: the newest is the best
-                modeldir.save_weights(self.model, self.ckpt.dir / "best.safetensors")
+                modeldir.save_weights(self.eval_model, self.ckpt.dir / "best.safetensors")
             if self.dist.is_main and st.step > 0 and not self._interrupted():
                 self.average_and_choose()
         summary = self._summary()
@@ -343,6 +358,8 @@ class Trainer:
                 self.scaler.update()
             else:
                 self.optimizer.step()
+            if self.average is not None:
+                self.average.update(st.step)
         else:
             self._skip_update(loss_v)
         self.optimizer.zero_grad(set_to_none=True)
@@ -432,7 +449,7 @@ class Trainer:
         if self.dist.is_main and self.data.valid is not None:
             t0 = time.monotonic()
             result = evaluate(
-                self.model, self.data.valid, self.device, self.valid_autocast, tc.max_tokens,
+                self.eval_model, self.data.valid, self.device, self.valid_autocast, tc.max_tokens,
                 dec.max_len_a, dec.max_len_b, should_stop=self._interrupted,
             )  # fmt: skip
             self.valid_seconds = time.monotonic() - t0
@@ -459,7 +476,7 @@ class Trainer:
         stop: int = Stop.NONE
         if tc.patience > 0 and st.bad_validations >= tc.patience and st.cooldown_end is None:
             stop = self._out_of_patience()  # before saving: a resumed run cools down the same
-        self.ckpt.save_step(self.model, st.step, metric, float(score), better)
+        self.ckpt.save_step(self.eval_model, st.step, metric, float(score), better)
         self.save_last()
         return stop
 
@@ -492,6 +509,8 @@ class Trainer:
             precision += f" (validation {self.valid_precision})"
         if tc.subword_alpha:
             precision += f", subword sampling alpha {tc.subword_alpha:g}"
+        if tc.ema_decay:
+            precision += f", weight average decay {tc.ema_decay:g}"
         self.log.info(
             f"{what} {self.cfg.model.type} ({self.n_params:,} parameters) on {self.device}"
             f" x{self.dist.world_size}, {precision}, {int(self.keep.sum()):,} training pairs"

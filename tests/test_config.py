@@ -285,6 +285,7 @@ def test_old_flat_saved_config_loads(arch, tmp_path):
         ("training.min_lr=-1", "training.min_lr: must be >= 0, got -1.0"),
         ("training.label_smoothing=1", "training.label_smoothing: must be in [0, 1), got 1.0"),
         ("training.subword_alpha=-0.1", "training.subword_alpha: must be in [0, 1), got -0.1"),
+        ("training.ema_decay=1", "training.ema_decay: must be in [0, 1), got 1.0"),
         ("training.clip_norm=-1", "training.clip_norm: must be >= 0, got -1.0"),
         ("training.valid_every=-1", "training.valid_every: must be >= 0, got -1"),
         ("training.log_every=0", "training.log_every: must be >= 1, got 0"),

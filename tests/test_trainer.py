@@ -428,3 +428,35 @@ def test_subword_sampling_trains_new_segmentations_and_resumes_bitwise(copy_data
     )
     c = _weights(tmp_path / "plain")
     assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_weight_average_is_what_checkpoints_hold_and_resumes_bitwise(copy_data, tmp_path):
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    ema = ("training.ema_decay=0.9", "training.valid_every=10")
+    train(_tiny("training.max_steps=30", *ema), copy_data, full, "cpu", quiet=True, threads=1)
+    train(_tiny("training.max_steps=15", *ema), copy_data, cut, "cpu", quiet=True, threads=1)
+    train(
+        _tiny("training.max_steps=30", *ema),
+        copy_data,
+        cut,
+        "cpu",
+        resume=True,
+        quiet=True,
+        threads=1,
+    )
+    a, b = _weights(full), _weights(cut)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # last.safetensors and the step checkpoints hold the average; the trainer state keeps the
+    # raw weights (what training resumes from) and the average beside them.
+    state = load_state(full / "checkpoints" / "last.state.pt")
+    avg, raw = state["weight_average"], state["model"]
+    assert all(torch.equal(a[k], avg[k]) for k in a)
+    assert not any(torch.equal(avg[k], raw[k]) for k in a if k.endswith("weight"))
+    step = load_file(str(full / "checkpoints" / "step-30.safetensors"))
+    assert all(torch.equal(a[k], step[k]) for k in a)
+    # The same run without the average: its raw weights equal the averaged run's raw weights.
+    plain = tmp_path / "plain"
+    train(_tiny("training.max_steps=30", "training.valid_every=10"), copy_data, plain, "cpu",
+          quiet=True, threads=1)  # fmt: skip
+    c = load_state(plain / "checkpoints" / "last.state.pt")["model"]
+    assert all(torch.equal(c[k], raw[k]) for k in c)
