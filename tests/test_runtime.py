@@ -81,7 +81,9 @@ def test_rss_follows_allocation_and_peak_stays():
     assert before is not None and before > 0
     block = bytearray(256 * 2**20)  # zero-filled: every page touched
     grown = rss_mb()
-    assert grown is not None and grown - before >= 240
+    # Not the full 256: the kernel may reclaim other pages of the process meanwhile (a fresh
+    # clone's run grew by 239 on a machine with proactive reclaim, kdamond, running).
+    assert grown is not None and grown - before >= 200
     del block
     peak = peak_rss_mb()
     assert peak is not None and peak >= grown - 8  # the kernel syncs RSS counters in batches
