@@ -460,3 +460,16 @@ def test_weight_average_is_what_checkpoints_hold_and_resumes_bitwise(copy_data, 
           quiet=True, threads=1)  # fmt: skip
     c = load_state(plain / "checkpoints" / "last.state.pt")["model"]
     assert all(torch.equal(c[k], raw[k]) for k in c)
+
+
+def test_resume_turns_on_the_weight_average_from_the_restored_weights(copy_data, tmp_path):
+    run = tmp_path / "m"
+    train(_tiny("training.max_steps=10"), copy_data, run, "cpu", quiet=True, threads=1)
+    assert "weight_average" not in load_state(run / "checkpoints" / "last.state.pt")
+    train(_tiny("training.max_steps=20", "training.ema_decay=0.9"), copy_data, run, "cpu",
+          resume=True, quiet=True, threads=1)  # fmt: skip
+    state = load_state(run / "checkpoints" / "last.state.pt")
+    avg, last = state["weight_average"], _weights(run)
+    assert state["train_state"]["step"] == 20
+    assert all(torch.equal(last[k], avg[k]) for k in last)
+    assert not all(torch.equal(avg[k], state["model"][k]) for k in last)
