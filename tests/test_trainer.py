@@ -62,6 +62,11 @@ def _tiny(*overrides: str):
     return load_config(preset="transformer-tiny", overrides=[*base, *overrides])
 
 
+def _run(data: Path, out: Path, *overrides: str, resume: bool = False):
+    """A quiet one-thread CPU run of the tiny preset with `overrides`."""
+    return train(_tiny(*overrides), data, out, "cpu", resume=resume, quiet=True, threads=1)
+
+
 def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(str(model_dir / "checkpoints" / "last.safetensors"))
 
@@ -407,25 +412,15 @@ def test_validation_decodes_in_the_precision_translate_would_use(
 def test_subword_sampling_trains_new_segmentations_and_resumes_bitwise(copy_data, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     sampled = ("training.subword_alpha=0.2",)
-    train(_tiny("training.max_steps=55", *sampled), copy_data, full, "cpu", quiet=True, threads=1)
-    train(_tiny("training.max_steps=48", *sampled), copy_data, cut, "cpu", quiet=True, threads=1)
+    _run(copy_data, full, "training.max_steps=55", *sampled)
+    _run(copy_data, cut, "training.max_steps=48", *sampled)
     st = load_state(cut / "checkpoints" / "last.state.pt")["train_state"]
     assert st["epoch"] == 2 and st["position"] > 0  # inside the second sampled epoch
-    train(
-        _tiny("training.max_steps=55", *sampled),
-        copy_data,
-        cut,
-        "cpu",
-        resume=True,
-        quiet=True,
-        threads=1,
-    )
+    _run(copy_data, cut, "training.max_steps=55", *sampled, resume=True)
     a, b = _weights(full), _weights(cut)
     assert all(torch.equal(a[k], b[k]) for k in a)
     # The sampled epochs had other batches than the canonical segmentation's.
-    train(
-        _tiny("training.max_steps=55"), copy_data, tmp_path / "plain", "cpu", quiet=True, threads=1
-    )
+    _run(copy_data, tmp_path / "plain", "training.max_steps=55")
     c = _weights(tmp_path / "plain")
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
@@ -433,17 +428,9 @@ def test_subword_sampling_trains_new_segmentations_and_resumes_bitwise(copy_data
 def test_weight_average_is_what_checkpoints_hold_and_resumes_bitwise(copy_data, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     ema = ("training.ema_decay=0.9", "training.valid_every=10")
-    train(_tiny("training.max_steps=30", *ema), copy_data, full, "cpu", quiet=True, threads=1)
-    train(_tiny("training.max_steps=15", *ema), copy_data, cut, "cpu", quiet=True, threads=1)
-    train(
-        _tiny("training.max_steps=30", *ema),
-        copy_data,
-        cut,
-        "cpu",
-        resume=True,
-        quiet=True,
-        threads=1,
-    )
+    _run(copy_data, full, "training.max_steps=30", *ema)
+    _run(copy_data, cut, "training.max_steps=15", *ema)
+    _run(copy_data, cut, "training.max_steps=30", *ema, resume=True)
     a, b = _weights(full), _weights(cut)
     assert all(torch.equal(a[k], b[k]) for k in a)
     # last.safetensors and the step checkpoints hold the average; the trainer state keeps the
@@ -456,18 +443,16 @@ def test_weight_average_is_what_checkpoints_hold_and_resumes_bitwise(copy_data, 
     assert all(torch.equal(a[k], step[k]) for k in a)
     # The same run without the average: its raw weights equal the averaged run's raw weights.
     plain = tmp_path / "plain"
-    train(_tiny("training.max_steps=30", "training.valid_every=10"), copy_data, plain, "cpu",
-          quiet=True, threads=1)  # fmt: skip
+    _run(copy_data, plain, "training.max_steps=30", "training.valid_every=10")
     c = load_state(plain / "checkpoints" / "last.state.pt")["model"]
     assert all(torch.equal(c[k], raw[k]) for k in c)
 
 
 def test_resume_turns_on_the_weight_average_from_the_restored_weights(copy_data, tmp_path):
     run = tmp_path / "m"
-    train(_tiny("training.max_steps=10"), copy_data, run, "cpu", quiet=True, threads=1)
+    _run(copy_data, run, "training.max_steps=10")
     assert "weight_average" not in load_state(run / "checkpoints" / "last.state.pt")
-    train(_tiny("training.max_steps=20", "training.ema_decay=0.9"), copy_data, run, "cpu",
-          resume=True, quiet=True, threads=1)  # fmt: skip
+    _run(copy_data, run, "training.max_steps=20", "training.ema_decay=0.9", resume=True)
     state = load_state(run / "checkpoints" / "last.state.pt")
     avg, last = state["weight_average"], _weights(run)
     assert state["train_state"]["step"] == 20
