@@ -246,6 +246,12 @@ def translate_cmd(
     errors: str = typer.Option(
         "strict", "--errors", help="Invalid UTF-8: strict (error naming the line) or replace."
     ),
+    workers: int = typer.Option(
+        0,
+        "--workers",
+        help="Batches decoded at once, the CPU threads split between them (same output). "
+        "0: one per thread, at most 4, on a CPU; 1 on a GPU.",
+    ),
 ) -> None:
     """Translate text, one sentence per line: exactly one output line per input line, in order
     (N lines with --nbest N in text format). Empty lines give empty lines."""
@@ -255,7 +261,7 @@ def translate_cmd(
     from nmt.ct2 import open_translator  # a model directory, or an `nmt export` of one
     from nmt.translate import translate_files
 
-    translator = open_translator(model_dir, device, checkpoint, precision)
+    translator = open_translator(model_dir, device, checkpoint, precision, workers)
     if with_attention:
         require_attention(translator, model_dir)
     translate_files(

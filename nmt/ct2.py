@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -40,6 +41,7 @@ from nmt.vocab import Tokenizer
 
 EOS_PIECE = "</s>"
 FORCED_FLOOR = -1000.0  # as nmt.search: floor of a forced eos the model calls impossible
+MAX_AUTO_WORKERS = 4  # as nmt.workers (not imported from there: it imports torch)
 _DECODING = {f.name: f.metadata for f in dataclasses.fields(DecodingConfig)}
 
 
@@ -48,6 +50,7 @@ def open_translator(
     device: str = "auto",
     checkpoint: str = "default",
     precision: str = "auto",
+    workers: int = 0,
 ) -> Any:
     """A Translator for a model directory, a CT2Translator for an `nmt export` directory; both
     offer `translate`, `translate_stream` and `options`."""
@@ -61,15 +64,24 @@ def open_translator(
                 f"--precision does not apply to {model_dir}: an export's compute type is its "
                 "`nmt export --quantization`"
             )
-        return CT2Translator.from_dir(model_dir, device=device)
+        return CT2Translator.from_dir(model_dir, device=device, workers=workers)
     from nmt.translate import Translator
 
-    return Translator.from_dir(model_dir, device=device, checkpoint=checkpoint, precision=precision)
+    return Translator.from_dir(
+        model_dir, device=device, checkpoint=checkpoint, precision=precision, workers=workers
+    )
 
 
 def gnmt(length: int, alpha: float) -> float:
     """GNMT length penalty ((5 + L) / 6) ** alpha, as nmt.search."""
     return ((5.0 + length) / 6.0) ** alpha
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (a container's share, not the host's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _ct2_device(device: str, ct2: Any) -> str:
@@ -100,9 +112,11 @@ class CT2Translator:
 
     @classmethod
     def from_dir(
-        cls, export_dir: str | Path, device: str = "auto", threads: int = 0
+        cls, export_dir: str | Path, device: str = "auto", threads: int = 0, workers: int = 0
     ) -> CT2Translator:
-        """Load EXPORT_DIR (CTranslate2 model, SentencePiece, manifest)."""
+        """Load EXPORT_DIR (CTranslate2 model, SentencePiece, manifest). `workers` as
+        `nmt.translate.Translator`'s, as CTranslate2's `inter_threads` (batches translated at
+        once), each with `threads` / workers of the `threads` (0: every core)."""
         ct2 = require_ctranslate2()
         export_dir = Path(export_dir)
         manifest = read_export_manifest(export_dir)
@@ -110,9 +124,15 @@ class CT2Translator:
         tgt_tok = src_tok
         if manifest["tgt_spm"] != manifest["src_spm"]:
             tgt_tok = Tokenizer.load(export_dir / manifest["tgt_spm"])
+        dev = _ct2_device(device, ct2)
+        cores = threads or _usable_cores()
+        if workers < 0:
+            raise NmtError(f"--workers must be 0 (auto) or more, got {workers}")
+        workers = workers or (1 if dev != "cpu" else min(cores, MAX_AUTO_WORKERS))
+        intra = threads if workers == 1 else max(1, cores // workers)
         try:
             translator = ct2.Translator(
-                str(export_dir), device=_ct2_device(device, ct2), intra_threads=threads
+                str(export_dir), device=dev, intra_threads=intra, inter_threads=workers
             )
         except (RuntimeError, ValueError) as e:
             raise NmtError(f"{export_dir}: cannot load the CTranslate2 model ({e})") from None
@@ -168,10 +188,18 @@ class CT2Translator:
         if k == 1 and groups and opts["min_len"] <= min(groups):
             # greedy choices do not depend on the limit: one call, each result cut to its own
             groups = {max(groups): [i for todo in groups.values() for i in todo]}
-        for max_len, todo in sorted(groups.items()):
+        scored = scores or k > 1  # beam reranks its hypotheses by score
+        # Every group is queued before any is awaited, so `inter_threads` workers share them.
+        pending = [
+            (
+                todo,
+                self._search([encoded[i] for i in todo], k, max_len, opts, with_attention, scored),
+            )
+            for max_len, todo in sorted(groups.items())
+        ]
+        for todo, queued in pending:
             batch = [encoded[i] for i in todo]
-            scored = scores or k > 1  # beam reranks its hypotheses by score
-            outs = self._search(batch, k, max_len, opts, with_attention, scored)
+            outs = [q.result() for q in queued]
             own = [self._max_len(len(ids), opts) for ids in batch]
             forced = self._forced_eos(batch, outs, own, scored)
             for j, (i, out) in enumerate(zip(todo, outs, strict=True)):
@@ -231,7 +259,8 @@ class CT2Translator:
         with_attention: bool,
         scores: bool = True,
     ) -> list[Any]:
-        """One translate_batch call over sentences that share a maximum length."""
+        """One translate_batch call over sentences that share a maximum length, queued: each
+        result's `.result()` waits for it."""
         return self.ct2.translate_batch(
             [[self.src_pieces[t] for t in ids] + [EOS_PIECE] for ids in batch],
             beam_size=k,
@@ -245,6 +274,7 @@ class CT2Translator:
             return_scores=scores,
             return_end_token=True,
             return_attention=with_attention,
+            asynchronous=True,
         )
 
     def _forced_eos(

@@ -42,6 +42,7 @@ from nmt.translation_io import (
     warn_to_stderr,
 )
 from nmt.vocab import Tokenizer
+from nmt.workers import decode_workers, map_batches
 
 EOS_PIECE = "</s>"
 MAX_BATCH_ROWS = 640  # sentences x beam per batch: beyond this CPU steps stop getting cheaper
@@ -129,9 +130,13 @@ class Translator:
         tgt_tok: Tokenizer,
         device: torch.device,
         precision: str = "fp32",
+        workers: int = 0,
     ) -> None:
         self.model, self.cfg, self.src_tok, self.tgt_tok = model, cfg, src_tok, tgt_tok
         self.device, self.precision = device, precision
+        if workers < 0:
+            raise NmtError(f"--workers must be 0 (auto) or more, got {workers}")
+        self.workers = workers
         # Models that keep fp32 parts (Seq2Seq's recurrences) decode under autocast instead.
         use_autocast = precision != "fp32" and getattr(model, "autocast_inference", False)
         self._autocast = autocast_for(precision, device) if use_autocast else contextlib.nullcontext
@@ -144,6 +149,7 @@ class Translator:
         device: str = "auto",
         checkpoint: str = "default",
         precision: str = "auto",
+        workers: int = 0,
     ) -> Translator:
         """Load MODEL_DIR (config, SentencePiece, weights) for translation.
 
@@ -165,7 +171,7 @@ class Translator:
         src_tok = Tokenizer.load(model_dir / meta["src_spm"])
         tgt_tok = src_tok if meta["tgt_spm"] == meta["src_spm"] else None
         tgt_tok = tgt_tok or Tokenizer.load(model_dir / meta["tgt_spm"])
-        return cls(model, cfg, src_tok, tgt_tok, dev, prec)
+        return cls(model, cfg, src_tok, tgt_tok, dev, prec, workers)
 
     def options(self, **given: Any) -> dict[str, Any]:
         """Search options: the given ones, else the model config's decoding section."""
@@ -218,10 +224,15 @@ class Translator:
         todo.sort(key=lambda i: -len(encoded[i]))  # longest first: memory peaks show up at once
         max_rows = max(1, MAX_BATCH_ROWS // k)
         lengths = [len(encoded[i]) + 1 for i in todo]
-        for batch in _batches(todo, lengths, opts["batch_tokens"], max_rows):
-            hyps = self._search(
-                [encoded[i] for i in batch], k, nbest, opts, with_attention, scores
-            )  # per sentence, best first
+        batches = list(_batches(todo, lengths, opts["batch_tokens"], max_rows))
+
+        def search(batch: list[int]) -> list[list[Hypothesis]]:
+            """Per sentence of the batch, its hypotheses best first."""
+            return self._search([encoded[i] for i in batch], k, nbest, opts, with_attention, scores)
+
+        workers = decode_workers(self.workers, self.device, len(batches))
+        for b, hyps in map_batches(search, batches, workers):
+            batch = batches[b]
             for i, sent in zip(batch, hyps, strict=True):
                 results[i] = self._to_translation(lines[i], encoded[i], sent)
             if progress:

@@ -22,6 +22,7 @@ from nmt.errors import NmtError
 from nmt.loss import label_smoothed_nll
 from nmt.models.base import Decoder, VocabInfo
 from nmt.vocab import Tokenizer
+from nmt.workers import decode_workers, map_batches
 
 
 @dataclass
@@ -110,7 +111,6 @@ def over_limit(valid: ValidSet, max_positions: int) -> int:
     return int(((src > max_positions) | (tgt > max_positions)).sum())
 
 
-@torch.no_grad()
 def evaluate(
     model: nn.Module,
     valid: ValidSet,
@@ -120,42 +120,56 @@ def evaluate(
     max_len_a: float,
     max_len_b: float,
     should_stop: Callable[[], bool] = lambda: False,
+    workers: int = 0,
 ) -> ValidResult | None:
     """Teacher-forced loss/perplexity and greedy sacreBLEU on the valid set; None if interrupted.
 
     Pairs longer than the model's positions are cut for the loss and the decode (see
-    `over_limit`); BLEU still compares against the raw references."""
+    `over_limit`); BLEU still compares against the raw references. Batches run on `workers`
+    threads (`nmt.workers`; 0: auto); the loss is summed in batch order, so it never depends
+    on which finished first."""
     from nmt import scoring
     from nmt.search import greedy_search
 
     n = len(valid.refs)
     src, tgt = valid.split.src, valid.split.tgt
     decoder = cast(Decoder, model)  # every registered model satisfies the decoding contract
-    was_training = model.training
-    model.eval()
-    hyps: list[str] = [""] * n
-    nll_sum, tokens = 0.0, 0
     limit = int(decoder.max_positions or 0)  # 0: the architecture has no position limit
     lengths = np.asarray(src.lengths)[:n]
     if limit:
         lengths = np.minimum(lengths, limit - 1)
-    try:
-        for idx in batching.source_batches(lengths, max_tokens):
-            if should_stop():
-                return None
-            batch = batching.collate(src, tgt, idx, limit).to(device)
+    batches = list(batching.source_batches(lengths, max_tokens))
+
+    def run(idx: np.ndarray) -> tuple[float, int, list[str]]:
+        """One batch's summed NLL, its target tokens and its detokenized greedy outputs."""
+        batch = batching.collate(src, tgt, idx, limit).to(device)
+        with torch.no_grad():  # grad mode and autocast are thread-local: set on this thread
             with autocast():
                 logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
                 out = greedy_search(  # tokens only: BLEU needs no scores
                     decoder, batch.src, batch.src_lengths, max_len_a, max_len_b, scores=False
                 )
             _, nll, count = label_smoothed_nll(logits, batch.tgt_out, 0.0)
-            nll_sum += float(nll)
-            tokens += count
-            for i, hyp in zip(idx.tolist(), out, strict=True):
-                hyps[i] = valid.tgt_tok.decode(hyp.tokens)
+        return float(nll), count, [valid.tgt_tok.decode(h.tokens) for h in out]
+
+    was_training = model.training
+    model.eval()
+    done: dict[int, tuple[float, int, list[str]]] = {}
+    try:
+        for b, result in map_batches(run, batches, decode_workers(workers, device, len(batches))):
+            if should_stop():
+                return None
+            done[b] = result
     finally:
         model.train(was_training)
+    hyps: list[str] = [""] * n
+    nll_sum, tokens = 0.0, 0
+    for b, idx in enumerate(batches):
+        nll, count, texts = done[b]
+        nll_sum += nll
+        tokens += count
+        for i, hyp in zip(idx.tolist(), texts, strict=True):
+            hyps[i] = hyp
     loss = nll_sum / max(1, tokens)
     bleu = scoring.score(hyps, [valid.refs], ["bleu"])[0]  # same numbers and signature as nmt score
     return ValidResult(loss, math.exp(min(loss, 50.0)), bleu.score, bleu.signature)

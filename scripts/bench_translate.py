@@ -9,7 +9,9 @@
 
 Every configuration (greedy and beam 5; each --precision; CTranslate2 when asked) translates the
 first --sentences lines of test_2016_flickr in a fresh child process with --threads threads, after a
-warm-up, --repeats times. Per configuration it prints:
+warm-up, --repeats times. Both engines decode --workers batches at once, the threads split between
+them (default 0: as `nmt translate`, one per thread up to 4; CTranslate2's inter_threads); --workers 1
+is one batch at a time on all threads. Per configuration it prints:
 - sent/s, tok/s: sentences and target tokens (eos included) per second of the median run;
 - median s: the median decoding time, model loading excluded; RSS MB: the child's peak RSS;
 - GFLOP/s: an analytic estimate of the model's GEMM-like work (`decode_flops`) per second, and
@@ -149,11 +151,24 @@ def load_engine(args: argparse.Namespace) -> Any:
     if args.engine == "ct2":
         from nmt.ct2 import CT2Translator
 
-        return CT2Translator.from_dir(args.model, device=args.device, threads=args.threads)
+        return CT2Translator.from_dir(
+            args.model, device=args.device, threads=args.threads, **workers_kwarg(args, "ct2")
+        )
     from nmt.translate import Translator
 
     extra = {"precision": args.precision} if supports_precision() else {}
+    extra.update(workers_kwarg(args, "nmt"))
     return Translator.from_dir(args.model, device=args.device, **extra)
+
+
+def workers_kwarg(args: argparse.Namespace, engine: str) -> dict:
+    """{"workers": N} where this checkout's engine takes it (decoding workers are new), else {}."""
+    if engine == "ct2":
+        from nmt.ct2 import CT2Translator as Engine
+    else:
+        from nmt.translate import Translator as Engine
+    takes = "workers" in inspect.signature(Engine.from_dir).parameters
+    return {"workers": args.workers} if takes else {}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -207,7 +222,7 @@ def run_child(
         "-m", str(model), "--input", str(test_file(args.src)), "--threads", str(args.threads),
         "--repeats", str(args.repeats), "--sentences", str(args.sentences),
         "--batch-tokens", str(args.batch_tokens), "--device", args.device,
-        "--hyp-out", str(hyp_path(args, engine, precision, mode)), *length_args(args),
+        "--workers", str(args.workers), "--hyp-out", str(hyp_path(args, engine, precision, mode)), *length_args(args),
         *(["--gemm"] if gemm else []),
     ]  # fmt: skip
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
@@ -241,6 +256,7 @@ def time_cli(model: Path, args: argparse.Namespace, extra: list[str], stdin: str
     if not stdin:
         cmd += [str(cli_input(args)), "-o", str(Path(args.work) / "cli.hyp")]
     cmd += ["--device", args.device, *length_args(args), *extra]
+    cmd += ["--workers", str(args.workers)] if args.workers else []
     return wall_s(cmd, args, input=stdin, text=True, stdout=subprocess.DEVNULL)
 
 
@@ -399,6 +415,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=1, help=rounds_help)
     p.add_argument("--sentences", type=int, help="first lines of the test set (default 1000)")
     p.add_argument("--batch-tokens", type=int, default=4096)
+    workers_help = "batches decoded at once by both engines (CTranslate2: inter_threads); 0: auto"
+    p.add_argument("--workers", type=int, default=0, help=workers_help)
     p.add_argument("--device", default="cpu")
     p.add_argument("--precision", default="fp32", help="comma-separated list: fp32,bf16,fp16")
     p.add_argument("--ct2", help="an `nmt export` directory to compare with (CTranslate2)")

@@ -320,3 +320,8 @@ def test_cli_export_then_translate(model_dir, tmp_path):
     assert len(hyp["attention"][0]) == len(records[0]["source_tokens"])
     r = run_cli("translate", "-m", str(out), "-q", "--checkpoint", "last", input=b"a man\n")
     assert r.exit_code == 2 and "--checkpoint does not apply" in r.output
+    for workers in ("1", "2"):  # CTranslate2's inter_threads: the same lines
+        r = run_cli("translate", "-m", str(out), "-q", "--workers", workers, input=lines.encode())
+        assert r.exit_code == 0 and r.stdout.split("\n") == [*expected, ""], workers
+    r = run_cli("translate", "-m", str(out), "-q", "--workers", "-1", input=b"a man\n")
+    assert r.exit_code == 2 and r.output == "error: --workers must be 0 (auto) or more, got -1\n"

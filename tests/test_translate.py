@@ -20,9 +20,11 @@ from typer.testing import CliRunner
 
 from nmt.cli import app
 from nmt.config import Config, model_config
+from nmt.errors import NmtError
 from nmt.models.base import EOS_ID, VocabInfo
 from nmt.translate import Translator
 from nmt.translation_io import format_translation, one_line
+from nmt.workers import decode_workers
 
 WORDS = "a man in a blue shirt is riding his bike down the street two dogs play in the snow".split()
 WORDS += "eine frau mit einem roten hut sitzt auf der bank zwei kinder spielen im park".split()
@@ -206,6 +208,60 @@ def test_greedy_without_scores_same_text_nan_scores(tiny_model_dir, tmp_path):
     ]
 
 
+def test_workers_same_output_in_order_and_threads_restored(tiny_model_dir):
+    """Batches decoded on two worker threads: the same translations and scores in input order,
+    progress for every line, and the caller's intra-op thread count back afterwards."""
+    one = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
+    two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2)
+    names: set[str] = set()
+    search = two._search
+
+    def recording(*args, **kwargs):
+        names.add(threading.current_thread().name)
+        return search(*args, **kwargs)
+
+    two._search = recording  # type: ignore[method-assign]
+    lines = synthetic_lines(40, seed=7) + ["", "two dogs ."]
+    before, done = torch.get_num_threads(), []
+    for k in (1, 3):
+        a = one.translate(lines, beam_size=k, nbest=k, batch_tokens=40)
+        b = two.translate(lines, beam_size=k, nbest=k, batch_tokens=40, progress=done.append)
+        assert [[(h.tokens, h.score) for h in t.hypotheses] for t in a] == [
+            [(h.tokens, h.score) for h in t.hypotheses] for t in b
+        ]
+    assert names and all(n.startswith("nmt-decode") for n in names)
+    assert sum(done) == 2 * len(lines) and torch.get_num_threads() == before
+
+
+def test_worker_error_reaches_the_caller(tiny_model_dir):
+    two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2)
+
+    def failing(batch, *args, **kwargs):
+        raise NmtError(f"batch of {len(batch)} failed")
+
+    two._search = failing  # type: ignore[method-assign]
+    before = torch.get_num_threads()
+    with pytest.raises(NmtError, match=r"batch of \d+ failed"):
+        two.translate(synthetic_lines(30, seed=2), batch_tokens=30)
+    assert torch.get_num_threads() == before
+
+
+def test_decode_workers_rule(tiny_model_dir):
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        assert decode_workers(0, cpu, 10) == 3 and decode_workers(0, gpu, 10) == 1
+        torch.set_num_threads(8)
+        assert decode_workers(0, cpu, 10) == 4  # MAX_AUTO_WORKERS
+        assert decode_workers(0, cpu, 2) == 2 and decode_workers(6, cpu, 10) == 6
+        assert decode_workers(6, cpu, 1) == 1 and decode_workers(1, cpu, 10) == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(NmtError, match=r"^--workers must be 0 \(auto\) or more, got -1$"):
+        Translator.from_dir(tiny_model_dir, device="cpu", workers=-1)
+
+
 def test_options_default_to_model_config_and_are_checked(tiny_model_dir):
     tr = Translator.from_dir(tiny_model_dir, device="cpu")
     assert tr.options()["beam_size"] == 3 and tr.options(beam_size=7)["beam_size"] == 7
@@ -290,6 +346,7 @@ def test_cli_jsonl_escapes_unicode_line_breaks(tiny_model_dir):
         (["--batch-tokens", "0"], "--batch-tokens must be >= 1, got 0"),
         (["--stop", "late"], "--stop must be exact or early, got 'late'"),
         (["--nbest", "0"], "--nbest must be at least 1, got 0"),
+        (["--workers", "-1"], "--workers must be 0 (auto) or more, got -1"),
     ],
 )
 def test_cli_out_of_range_decoding_options(tiny_model_dir, args, message):

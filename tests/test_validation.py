@@ -87,3 +87,26 @@ def test_seq2seq_has_no_position_limit(long_valid_data, tmp_path, capsys, recwar
     assert result.source_tokens[-2:] == ["▁teal", "</s>"]  # the whole 20-word source, uncut
     assert len(result.source_tokens) > 20
     assert not [w for w in recwarn if "truncated" in str(w.message)]
+
+
+def test_validation_on_workers_equals_one_thread(long_valid_data):
+    """Valid batches on two worker threads: the same loss (summed in batch order), BLEU and
+    signature; the model's train mode is back afterwards; an interrupt still returns None."""
+    import contextlib
+
+    import torch
+
+    from nmt.models import build
+    from nmt.validation import evaluate, load_data
+
+    data = load_data(long_valid_data)
+    assert data.valid is not None
+    cfg = load_config(preset="transformer-tiny", overrides=["model.max_positions=24"])
+    torch.manual_seed(0)
+    model = build(cfg.model, data.vocab)
+    batches = list(batching.source_batches(np.asarray(data.valid.split.src.lengths), 8))
+    assert len(batches) >= 3
+    args = (model, data.valid, torch.device("cpu"), contextlib.nullcontext, 8, 1.2, 5.0)
+    one = evaluate(*args, workers=1)
+    assert one is not None and evaluate(*args, workers=2) == one and model.training
+    assert evaluate(*args, should_stop=lambda: True, workers=2) is None and model.training
