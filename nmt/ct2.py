@@ -115,8 +115,8 @@ class CT2Translator:
         cls, export_dir: str | Path, device: str = "auto", threads: int = 0, workers: int = 0
     ) -> CT2Translator:
         """Load EXPORT_DIR (CTranslate2 model, SentencePiece, manifest). `workers` as
-        `nmt.translate.Translator`'s, as CTranslate2's `inter_threads` (batches translated at
-        once), each with `threads` / workers of the `threads` (0: every core)."""
+        `Translator`'s (0: auto), as CTranslate2's `inter_threads`: batches translated at once,
+        sharing `threads` (0: every usable core) between them."""
         ct2 = require_ctranslate2()
         export_dir = Path(export_dir)
         manifest = read_export_manifest(export_dir)
