@@ -38,10 +38,10 @@ from nmt.config import DecodingConfig
 from nmt.errors import NmtError
 from nmt.export import PAD_PIECE, is_export, read_export_manifest, require_ctranslate2
 from nmt.vocab import Tokenizer
+from nmt.workers import resolve_workers
 
 EOS_PIECE = "</s>"
 FORCED_FLOOR = -1000.0  # as nmt.search: floor of a forced eos the model calls impossible
-MAX_AUTO_WORKERS = 4  # as nmt.workers (not imported from there: it imports torch)
 _DECODING = {f.name: f.metadata for f in dataclasses.fields(DecodingConfig)}
 
 
@@ -126,9 +126,7 @@ class CT2Translator:
             tgt_tok = Tokenizer.load(export_dir / manifest["tgt_spm"])
         dev = _ct2_device(device, ct2)
         cores = threads or _usable_cores()
-        if workers < 0:
-            raise NmtError(f"--workers must be 0 (auto) or more, got {workers}")
-        workers = workers or (1 if dev != "cpu" else min(cores, MAX_AUTO_WORKERS))
+        workers = resolve_workers(workers, cores, on_cpu=dev == "cpu")
         intra = threads if workers == 1 else max(1, cores // workers)
         try:
             translator = ct2.Translator(

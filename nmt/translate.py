@@ -42,7 +42,7 @@ from nmt.translation_io import (
     warn_to_stderr,
 )
 from nmt.vocab import Tokenizer
-from nmt.workers import decode_workers, map_batches
+from nmt.workers import decode_workers, map_batches, resolve_workers
 
 EOS_PIECE = "</s>"
 MAX_BATCH_ROWS = 640  # sentences x beam per batch: beyond this CPU steps stop getting cheaper
@@ -134,8 +134,7 @@ class Translator:
     ) -> None:
         self.model, self.cfg, self.src_tok, self.tgt_tok = model, cfg, src_tok, tgt_tok
         self.device, self.precision = device, precision
-        if workers < 0:
-            raise NmtError(f"--workers must be 0 (auto) or more, got {workers}")
+        resolve_workers(workers, 1, True)  # a bad value fails here, not at the first batch
         self.workers = workers
         # Models that keep fp32 parts (Seq2Seq's recurrences) decode under autocast instead.
         use_autocast = precision != "fp32" and getattr(model, "autocast_inference", False)

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import torch
+from nmt.errors import NmtError
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_AUTO_WORKERS = 4  # workers 0 on a CPU: one per intra-op thread, at most this many
 
@@ -21,14 +24,23 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+def resolve_workers(requested: int, threads: int, on_cpu: bool) -> int:
+    """`requested`, or for 0 one per thread (at most MAX_AUTO_WORKERS) on a CPU and 1 on a GPU
+    (its kernels are queued on one stream). Torch-free: CTranslate2 exports use it too."""
+    if requested < 0:
+        raise NmtError(f"--workers must be 0 (auto) or more, got {requested}")
+    if requested:
+        return requested
+    return min(threads, MAX_AUTO_WORKERS) if on_cpu else 1
+
+
 def decode_workers(requested: int, device: torch.device | str, batches: int) -> int:
-    """How many batches to decode at once: `requested`, or for 0 one per intra-op thread (at
-    most MAX_AUTO_WORKERS) on a CPU and 1 on a GPU (its kernels are queued on one stream);
-    never more than there are batches."""
-    if requested == 0:
-        on_cpu = torch.device(device).type == "cpu"
-        requested = min(torch.get_num_threads(), MAX_AUTO_WORKERS) if on_cpu else 1
-    return max(1, min(requested, batches))
+    """How many batches to decode at once (`resolve_workers` over this thread's intra-op
+    threads), never more than there are batches."""
+    import torch
+
+    on_cpu = torch.device(device).type == "cpu"
+    return max(1, min(resolve_workers(requested, torch.get_num_threads(), on_cpu), batches))
 
 
 def map_batches(
@@ -41,6 +53,8 @@ def map_batches(
         for i, batch in enumerate(batches):
             yield i, fn(batch)
         return
+    import torch
+
     threads = torch.get_num_threads()
     # Each pool thread sets its own OpenMP team size; MKL's is process-wide, so it is restored.
     pool = ThreadPoolExecutor(
