@@ -21,6 +21,15 @@ app = typer.Typer(
 
 # Options shared by several commands: one spelling and one help text everywhere.
 ModelDirOpt = Annotated[str, typer.Option("--model", "-m", help="MODEL_DIR written by nmt train.")]
+ModelDirsOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--model",
+        "-m",
+        help="MODEL_DIR written by nmt train; repeat for an ensemble (the models' probabilities "
+        "averaged; they must share the SentencePiece models).",
+    ),
+]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or mps.")]
 CheckpointOpt = Annotated[
     str,
@@ -184,7 +193,7 @@ def translate_cmd(
     inputs: list[str] = typer.Argument(
         None, help="Input files, one sentence per line (plain or .gz); '-' or none: stdin."
     ),
-    model_dir: ModelDirOpt,
+    model_dir: ModelDirsOpt,
     output: str = typer.Option(
         None, "--output", "-o", help="Write translations here (atomically) instead of stdout."
     ),
@@ -263,7 +272,7 @@ def translate_cmd(
 
     translator = open_translator(model_dir, device, checkpoint, precision, workers)
     if with_attention:
-        require_attention(translator, model_dir)
+        require_attention(translator, ", ".join(model_dir))
     translate_files(
         translator, inputs, output, fmt=fmt, nbest=nbest, with_attention=with_attention,
         errors=errors, buffer_size=buffer_size, progress=None if quiet else count_progress,
@@ -492,7 +501,7 @@ def score_cmd(
 @app.command("evaluate")
 @user_errors
 def evaluate_cmd(
-    model_dir: ModelDirOpt,
+    model_dir: ModelDirsOpt,
     src: str = typer.Option(..., "--src", help="Source file to translate."),
     refs: list[str] = typer.Option(..., "--ref", "-r", help="Reference file; repeat for more."),
     output: str = typer.Option(None, "--output", "-o", help="Also write the hypotheses here."),

@@ -28,7 +28,7 @@ import dataclasses
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +46,21 @@ _DECODING = {f.name: f.metadata for f in dataclasses.fields(DecodingConfig)}
 
 
 def open_translator(
-    model_dir: str | Path,
+    model_dir: str | Path | Sequence[str | Path],
     device: str = "auto",
     checkpoint: str = "default",
     precision: str = "auto",
     workers: int = 0,
 ) -> Any:
-    """A Translator for a model directory, a CT2Translator for an `nmt export` directory; both
-    offer `translate`, `translate_stream` and `options`."""
-    if is_export(model_dir):
+    """A Translator for a model directory (several: an ensemble), a CT2Translator for an
+    `nmt export` directory; both offer `translate`, `translate_stream` and `options`."""
+    dirs = [model_dir] if isinstance(model_dir, str | Path) else list(model_dir)
+    exports = [d for d in dirs if is_export(d)]
+    if exports and len(dirs) > 1:
+        raise NmtError(
+            f"{exports[0]}: an ensemble takes model directories, not `nmt export` directories"
+        )
+    if exports:
         if checkpoint not in ("default", "best"):
             raise NmtError(
                 f"--checkpoint does not apply to {model_dir}: an export holds one checkpoint"
@@ -64,12 +70,13 @@ def open_translator(
                 f"--precision does not apply to {model_dir}: an export's compute type is its "
                 "`nmt export --quantization`"
             )
-        return CT2Translator.from_dir(model_dir, device=device, workers=workers)
+        return CT2Translator.from_dir(exports[0], device=device, workers=workers)
     from nmt.translate import Translator
 
     return Translator.from_dir(
-        model_dir, device=device, checkpoint=checkpoint, precision=precision, workers=workers
-    )
+        dirs if len(dirs) > 1 else dirs[0], device=device, checkpoint=checkpoint,
+        precision=precision, workers=workers,
+    )  # fmt: skip
 
 
 def gnmt(length: int, alpha: float) -> float:

@@ -22,13 +22,17 @@ from nmt.translation_io import one_line
 
 
 def _check_inputs(
-    model_dir: str | Path, src: str | Path, ref_paths: Sequence[str | Path], opts: Options
+    model_dirs: Sequence[str | Path],
+    src: str | Path,
+    ref_paths: Sequence[str | Path],
+    opts: Options,
 ) -> tuple[list[str], list[list[str]]]:
     """Source and reference lines, refused when missing, empty or misaligned (no model needed)."""
     if opts.tokenize is not None and opts.tokenize not in TOKENIZERS:
         raise NmtError(f"unknown tokenizer {opts.tokenize!r} (choose from {', '.join(TOKENIZERS)})")
-    if not Path(model_dir).is_dir():
-        raise NmtError(f"{model_dir}: model directory not found")
+    for model_dir in model_dirs:
+        if not Path(model_dir).is_dir():
+            raise NmtError(f"{model_dir}: model directory not found")
     src_lines = read_text(src)
     if not src_lines:
         raise NmtError(f"{src}: empty source file")
@@ -38,7 +42,7 @@ def _check_inputs(
 
 
 def evaluate(
-    model_dir: str | Path,
+    model_dir: str | Path | Sequence[str | Path],
     src: str | Path,
     ref_paths: Sequence[str | Path],
     hyp_out: str | Path | None = None,
@@ -50,18 +54,22 @@ def evaluate(
     progress: Callable[[int, int], None] | None = None,
     **translate_kwargs: Any,
 ) -> list[Result]:
-    """Translate `src` with the model and score it; every input is checked before the model loads.
+    """Translate `src` with the model (several directories: their ensemble) and score it; every
+    input is checked before the model loads.
 
     `translate_kwargs` go to `Translator.translate` (None means the model config's value);
     `progress(n_done_now, n_total)` is called as batches finish.
     """
     metric_names = parse_metrics(metrics)
     opts = options or Options()
-    src_lines, refs = _check_inputs(model_dir, src, ref_paths, opts)
+    dirs = [model_dir] if isinstance(model_dir, str | Path) else list(model_dir)
+    src_lines, refs = _check_inputs(dirs, src, ref_paths, opts)
 
     from nmt.translate import Translator  # torch is imported only when a model is really used
 
-    translator = Translator.from_dir(model_dir, device, checkpoint, precision)
+    translator = Translator.from_dir(
+        dirs[0] if len(dirs) == 1 else dirs, device, checkpoint, precision
+    )
     kwargs = {k: v for k, v in translate_kwargs.items() if v is not None}
     kwargs.setdefault("scores", False)  # only the text is scored
     if progress is not None:

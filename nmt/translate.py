@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from nmt.device import (
 )
 from nmt.errors import NmtError
 from nmt.models.base import EOS_ID, PAD_ID, Decoder
+from nmt.models.ensemble import Ensemble
 from nmt.search import Hypothesis, beam_search, greedy_search
 from nmt.textio import atomic_write
 from nmt.translation_io import (
@@ -144,13 +145,14 @@ class Translator:
     @classmethod
     def from_dir(
         cls,
-        model_dir: str | Path,
+        model_dir: str | Path | Sequence[str | Path],
         device: str = "auto",
         checkpoint: str = "default",
         precision: str = "auto",
         workers: int = 0,
     ) -> Translator:
-        """Load MODEL_DIR (config, SentencePiece, weights) for translation.
+        """Load MODEL_DIR (config, SentencePiece, weights) for translation; several directories
+        load as one ensemble (`nmt.models.ensemble`), with the first one's decoding defaults.
 
         `precision` auto: bf16 on GPUs, and on native-bf16 CPUs from d_model 256 up (narrower
         models decode faster in fp32), else fp32. bf16/fp16 cast the weights once (so the decoder
@@ -158,19 +160,27 @@ class Translator:
         """
         from nmt.modeldir import load_model
 
+        dirs = [model_dir] if isinstance(model_dir, str | Path) else list(model_dir)
+        if not dirs:
+            raise NmtError("no model directory given")
         dev = resolve_device(device)
         inference_precision(precision, dev)  # refuses fp16 on a CPU before any weights load
-        model, cfg, _, meta = load_model(model_dir, checkpoint=checkpoint, device=str(dev))
-        prec = inference_precision(precision, dev, getattr(cfg.model, "d_model", None))
+        loaded = [load_model(d, checkpoint=checkpoint, device=str(dev)) for d in dirs]
+        widths = [getattr(cfg.model, "d_model", None) for _, cfg, _, _ in loaded]
+        known = [w for w in widths if w is not None]
+        prec = inference_precision(precision, dev, min(known) if known else None)
         if message := emulated_bf16_warning(prec, dev, fix="--precision fp32"):
             _warn(message)
-        if prec != "fp32" and not getattr(model, "autocast_inference", False):
-            model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
-        model_dir = Path(model_dir)
-        src_tok = Tokenizer.load(model_dir / meta["src_spm"])
-        tgt_tok = src_tok if meta["tgt_spm"] == meta["src_spm"] else None
-        tgt_tok = tgt_tok or Tokenizer.load(model_dir / meta["tgt_spm"])
-        return cls(model, cfg, src_tok, tgt_tok, dev, prec, workers)
+        models = []
+        for model, *_ in loaded:
+            if prec != "fp32" and not getattr(model, "autocast_inference", False):
+                model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
+            models.append(model)
+        src_tok, tgt_tok = _tokenizers(Path(dirs[0]), loaded[0][3])
+        for d, (_, _, _, meta) in zip(dirs[1:], loaded[1:], strict=True):
+            _check_same_vocabulary(Path(dirs[0]), (src_tok, tgt_tok), Path(d), meta)
+        model = models[0] if len(models) == 1 else Ensemble(models)
+        return cls(model, loaded[0][1], src_tok, tgt_tok, dev, prec, workers)
 
     def options(self, **given: Any) -> dict[str, Any]:
         """Search options: the given ones, else the model config's decoding section."""
@@ -353,6 +363,30 @@ class Translator:
                 )
             )
         return Translation(line, out, self._pieces(ids))
+
+
+def _tokenizers(model_dir: Path, meta: dict[str, Any]) -> tuple[Tokenizer, Tokenizer]:
+    """MODEL_DIR's source and target SentencePiece models (one object when they are one file)."""
+    src_tok = Tokenizer.load(model_dir / meta["src_spm"])
+    if meta["tgt_spm"] == meta["src_spm"]:
+        return src_tok, src_tok
+    return src_tok, Tokenizer.load(model_dir / meta["tgt_spm"])
+
+
+def _check_same_vocabulary(
+    first: Path, toks: tuple[Tokenizer, Tokenizer], other: Path, meta: dict[str, Any]
+) -> None:
+    """An ensemble member must map ids to the same pieces as the first model, on both sides."""
+    for side, tok, theirs in zip(("source", "target"), toks, _tokenizers(other, meta), strict=True):
+        if _pieces_of(tok) != _pieces_of(theirs):
+            raise NmtError(
+                f"{other}: its {side} vocabulary differs from {first}'s (the models of an "
+                "ensemble must share their SentencePiece models)"
+            )
+
+
+def _pieces_of(tok: Tokenizer) -> list[str]:
+    return [tok.id_to_piece(i) for i in range(tok.vocab_size)]
 
 
 def _batches(

@@ -136,18 +136,21 @@ def training_facts(model_dir: Path) -> dict[str, Any]:
 
 
 def test_bleu(
-    model_dir: Path,
+    model_dir: Path | list[Path],
     data_dir: Path,
     split: str,
     langs: tuple[str, str],
     log: Path,
     threads: int | None = None,
 ) -> dict:
-    """Cased and lowercased BLEU (with signatures) of the default checkpoint on one test split."""
+    """Cased and lowercased BLEU (with signatures) of the default checkpoint on one test split
+    (several model directories: their ensemble)."""
     src, ref = (data_dir / f"{split}.{lang}.txt" for lang in langs)
+    models = [x for d in (model_dir if isinstance(model_dir, list) else [model_dir])
+              for x in ("-m", str(d))]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         hyp = Path(tmp) / "hyp.txt"
-        cmd = [*NMT, "evaluate", "-m", str(model_dir), "--src", str(src), "--ref", str(ref)]
+        cmd = [*NMT, "evaluate", *models, "--src", str(src), "--ref", str(ref)]
         cased = sh([*cmd, "-o", str(hyp), "--json", "--width", "2", "--quiet"], log, threads)
         if cased.returncode:
             return {"error": cased.stderr.strip().splitlines()[-1:]}
@@ -194,6 +197,26 @@ def one_run(args: argparse.Namespace, overrides: dict[str, Any], langs: tuple[st
     return result
 
 
+def ensemble_run(args: argparse.Namespace, results: list[dict], langs: tuple[str, str]) -> dict:
+    """The ensemble of every successful run on each test split (saved; reused when the same
+    runs come again)."""
+    names = [r["name"] for r in results if "error" not in r]
+    path = Path(args.out) / "ensemble.json"
+    if path.exists():
+        done = json.loads(path.read_text(encoding="utf-8"))
+        if done.get("members") == names and set(done.get("test", {})) == set(args.test):
+            print("ensemble: done before, skipped", file=sys.stderr)
+            return done
+    print(f"ensemble of {len(names)}: evaluating", file=sys.stderr)
+    dirs = [Path(args.out) / "runs" / n / "model" for n in names]
+    log = Path(args.out) / "ensemble.log"
+    result = {"name": f"ensemble of {len(names)}", "members": names,
+              "test": {t: test_bleu(dirs, Path(args.data), t, langs, log) for t in args.test}}  # fmt: skip
+    with atomic_write(path) as f:
+        json.dump(result, f, indent=1)
+    return result
+
+
 def markdown(results: list[dict[str, Any]], tests: list[str]) -> str:
     """The README table: one row per run, best final validation BLEU first."""
     head = ["run", "updates", "epochs", "valid best", "valid final (ckpt)"]
@@ -207,8 +230,11 @@ def markdown(results: list[dict[str, Any]], tests: list[str]) -> str:
         if "error" in r:
             lines.append(f"| {r['name']} | failed: {r['error']} |" + " |" * (len(head) - 2))
             continue
-        cells = [r["name"], str(r["updates"]), str(r["epochs"]), _f(r["valid_bleu_best"]),
-                 f"{_f(r['valid_bleu_final'])} ({r['checkpoint']})"]  # fmt: skip
+        if "members" in r:  # the ensemble row: no training of its own
+            cells = [f"{r['name']} ({', '.join(r['members'])})", "-", "-", "-", "-"]
+        else:
+            cells = [r["name"], str(r["updates"]), str(r["epochs"]), _f(r["valid_bleu_best"]),
+                     f"{_f(r['valid_bleu_final'])} ({r['checkpoint']})"]  # fmt: skip
         for t in tests:
             s = r.get("test", {}).get(t, {})
             cells.append(f"{_f(s.get('bleu'))} / {_f(s.get('bleu_lc'))}" if "bleu" in s else "-")
@@ -245,6 +271,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=1,
                    help="Runs side by side, the CPU threads split between them (every run of a "
                         "batch then sees the same machine).")  # fmt: skip
+    p.add_argument("--ensemble", action="store_true",
+                   help="Also evaluate the ensemble of all runs (e.g. a grid of seeds; add "
+                        "--test valid to choose on validation).")  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="List the runs and stop.")
     args = p.parse_args(argv)
     if args.jobs < 1:
@@ -275,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"{args.data}/{t}.{lang}.txt: no such test split")
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(lambda r: one_run(args, r, langs), runs))
+    if args.ensemble and sum("error" not in r for r in results) > 1:
+        results.append(ensemble_run(args, results, langs))
     out = Path(args.out)
     table = markdown(results, args.test)
     with atomic_write(out / "results.json") as f:

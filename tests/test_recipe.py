@@ -337,12 +337,15 @@ def test_sweep_trains_evaluates_tabulates_and_resumes(data, tmp_path, capsys):
            "--preset", "transformer-tiny", "--max-time", "5m", "--device", "cpu",
            "--set", "training.max_steps=8", "--set", "training.valid_every=4",
            "--set", "training.max_tokens=600", "--grid", "training.lr=0.002,0.005",
-           "--test", "test", "--jobs", "2"]  # fmt: skip
+           "--test", "test", "--jobs", "2", "--ensemble"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     results = json.loads((out / "results.json").read_text())
-    assert [r["name"] for r in results] == ["lr=0.002", "lr=0.005"]
+    assert [r["name"] for r in results] == ["lr=0.002", "lr=0.005", "ensemble of 2"]
+    ensemble = results.pop()
+    assert ensemble["members"] == ["lr=0.002", "lr=0.005"]
+    assert "case:mixed" in ensemble["test"]["test"]["signature"]
     # side by side: the two trainings overlapped in time, each on half of the 2 threads
     a, b = results
     assert a["started"] < b["trained"] and b["started"] < a["trained"]
@@ -356,8 +359,10 @@ def test_sweep_trains_evaluates_tabulates_and_resumes(data, tmp_path, capsys):
     assert (
         table.startswith("| run | updates | epochs | valid best |") and "| lr=0.005 | 8 |" in table
     )
+    assert table.splitlines()[-1].startswith("| ensemble of 2 (lr=0.002, lr=0.005) | - |")
     sweep = _sweep_module()
     assert sweep.main(cmd[2:]) == 0  # resumed: nothing left to run, no subprocess started
-    assert capsys.readouterr().err.count("done before, skipped") == 2
+    err = capsys.readouterr().err
+    assert err.count("done before, skipped") == 3 and "ensemble: done before" in err
     with pytest.raises(SystemExit, match="made with another preset, --max-time or --set"):
         sweep.main([*cmd[2:], "--set", "model.dropout=0.0"])
