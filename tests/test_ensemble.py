@@ -12,6 +12,7 @@ from test_translate import build_tiny_model_dir, run_cli, synthetic_lines
 
 from nmt.config import model_config
 from nmt.errors import NmtError
+from nmt.export import EXPORT_MANIFEST
 from nmt.modeldir import read_meta, save_weights
 from nmt.models import build
 from nmt.models.base import VocabInfo
@@ -169,6 +170,13 @@ def test_cli_ensemble_lines_and_refusals(dirs, tmp_path):
     assert res.exit_code == 0 and len(res.stdout.splitlines()) == len(lines)
     res = run_cli("translate", "-m", str(dirs["a"]), "-m", str(tmp_path / "nope"), str(src))
     assert res.exit_code != 0 and f"{tmp_path / 'nope'}: model directory not found" in res.output
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / EXPORT_MANIFEST).write_text("{}")  # what marks an `nmt export` directory
+    res = run_cli("translate", "-m", str(dirs["a"]), "-m", str(export), str(src))
+    assert res.exit_code == 2 and res.output.strip().endswith(
+        f"{export}: an ensemble takes model directories, not `nmt export` directories"
+    )
     ref = tmp_path / "ref.txt"
     ref.write_text("\n".join(lines) + "\n")
     res = run_cli(
