@@ -61,16 +61,17 @@ def open_translator(
             f"{exports[0]}: an ensemble takes model directories, not `nmt export` directories"
         )
     if exports:
+        export = exports[0]
         if checkpoint not in ("default", "best"):
             raise NmtError(
-                f"--checkpoint does not apply to {model_dir}: an export holds one checkpoint"
+                f"--checkpoint does not apply to {export}: an export holds one checkpoint"
             )
         if precision != "auto":
             raise NmtError(
-                f"--precision does not apply to {model_dir}: an export's compute type is its "
+                f"--precision does not apply to {export}: an export's compute type is its "
                 "`nmt export --quantization`"
             )
-        return CT2Translator.from_dir(exports[0], device=device, workers=workers)
+        return CT2Translator.from_dir(export, device=device, workers=workers)
     from nmt.translate import Translator
 
     return Translator.from_dir(

@@ -177,6 +177,10 @@ def test_cli_ensemble_lines_and_refusals(dirs, tmp_path):
     assert res.exit_code == 2 and res.output.strip().endswith(
         f"{export}: an ensemble takes model directories, not `nmt export` directories"
     )
+    res = run_cli("translate", "-m", str(export), "--checkpoint", "last", str(src))
+    assert res.exit_code == 2 and res.output.strip().endswith(
+        f"--checkpoint does not apply to {export}: an export holds one checkpoint"
+    )  # the one directory named as given, not as the list that -m collects
     ref = tmp_path / "ref.txt"
     ref.write_text("\n".join(lines) + "\n")
     res = run_cli(
