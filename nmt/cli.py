@@ -338,7 +338,7 @@ def attention_cmd(
 @user_errors
 def serve_cmd(
     *,
-    model_dir: ModelDirOpt,
+    model_dir: ModelDirsOpt,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8080, "--port", help="TCP port (0: any free one)."),
     max_batch_tokens: int = typer.Option(
@@ -362,7 +362,8 @@ def serve_cmd(
     from nmt.serve import Settings, serve
 
     settings = Settings(
-        model_dir=model_dir, checkpoint=checkpoint, max_batch_tokens=max_batch_tokens,
+        model_dir=model_dir[0], members=tuple(model_dir) if len(model_dir) > 1 else (),
+        checkpoint=checkpoint, max_batch_tokens=max_batch_tokens,
         max_wait_ms=max_wait_ms, max_request_lines=max_request_lines,
         max_line_chars=max_line_chars, timeout=timeout,
     )  # fmt: skip

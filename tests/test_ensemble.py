@@ -4,6 +4,7 @@ incremental decoding against teacher forcing, mixed architectures, and the refus
 from __future__ import annotations
 
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,26 @@ def test_cli_ensemble_lines_and_refusals(dirs, tmp_path):
         "--ref", str(ref), "--json", "-q",
     )  # fmt: skip
     assert res.exit_code == 0 and '"score"' in res.stdout
+
+
+def test_serve_an_ensemble(dirs):
+    """`nmt serve -m A -m B` as a real process: /info names the members, /translate answers with
+    the ensemble's translations (those of `nmt translate` with the same two models)."""
+    pytest.importorskip("fastapi")
+    import httpx
+    from test_serve import start_server, stop_server
+
+    proc, url = start_server(dirs["a"], "-m", str(dirs["rnn"]), "--checkpoint", "best")
+    try:
+        info = httpx.get(url + "/info", timeout=10).json()
+        assert info["ensemble"] == [
+            "/".join(Path(d).resolve().parts[-2:]) for d in (dirs["a"], dirs["rnn"])
+        ]
+        lines = synthetic_lines(5, seed=8)
+        r = httpx.post(url + "/translate", json={"text": lines, "beam_size": 3}, timeout=30)
+        assert r.status_code == 200
+        got = [t["hypotheses"][0]["translation"] for t in r.json()["translations"]]
+    finally:
+        assert stop_server(proc) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal
+    local = Translator.from_dir([dirs["a"], dirs["rnn"]], device="cpu", checkpoint="best")
+    assert got == [t.text for t in local.translate(lines, beam_size=3)]

@@ -32,6 +32,7 @@ class Settings:
     """Server limits and batching (the `nmt serve` options)."""
 
     model_dir: str = ""  # for /info (languages, name); "" when the factory builds a model itself
+    members: tuple[str, ...] = ()  # an ensemble's model directories (model_dir is the first)
     checkpoint: str = "best"
     max_batch_tokens: int | None = None  # padded source tokens per decoder call; None: model config
     max_wait_ms: float = 10.0
@@ -123,6 +124,7 @@ def model_info(translator: Any, settings: Settings, budget: int, name: str) -> d
         "model": name,
         "model_dir": str(Path(settings.model_dir).resolve()) if settings.model_dir else None,
         "checkpoint": settings.checkpoint,
+        "ensemble": [model_name(d) for d in settings.members] or None,
         "languages": languages,
         "architecture": {**dataclasses.asdict(translator.cfg.model), "parameters": params},
         "decoding": dataclasses.asdict(translator.cfg.decoding),

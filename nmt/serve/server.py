@@ -16,9 +16,13 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def translator_factory(
-    model_dir: str, device: str = "auto", checkpoint: str = "best", precision: str = "auto"
+    model_dir: str | list[str],
+    device: str = "auto",
+    checkpoint: str = "best",
+    precision: str = "auto",
 ) -> Callable[[], Any]:
-    """A deferred `Translator.from_dir`; precision is passed where the Translator takes it."""
+    """A deferred `Translator.from_dir` (a list: an ensemble); precision is passed where the
+    Translator takes it."""
     from nmt.translate import Translator
 
     if precision not in PRECISIONS:
@@ -46,7 +50,7 @@ def check_port(host: str, port: int) -> None:
 
 
 def serve(
-    model_dir: str,
+    model_dir: str | list[str],
     host: str = "127.0.0.1",
     port: int = 8080,
     settings: Settings | None = None,
@@ -55,19 +59,23 @@ def serve(
     precision: str = "auto",
     quiet: bool = False,
 ) -> None:
-    """Serve MODEL_DIR until Ctrl-C / SIGTERM."""
+    """Serve MODEL_DIR (several: their ensemble) until Ctrl-C / SIGTERM."""
     import uvicorn
 
     from nmt.modeldir import read_meta
 
-    settings = settings or Settings(model_dir=model_dir)
+    dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
+    settings = settings or Settings(model_dir=dirs[0], members=tuple(dirs) if len(dirs) > 1 else ())
     settings.check()
-    read_meta(model_dir)  # a wrong path or a non-model directory fails now, not in the background
-    factory = translator_factory(model_dir, device, settings.checkpoint, precision)
+    for d in dirs:  # a wrong path or a non-model directory fails now, not in the background
+        read_meta(d)
+    factory = translator_factory(dirs[0] if len(dirs) == 1 else dirs, device, settings.checkpoint,
+                                 precision)  # fmt: skip
     check_port(host, port)
     app = create_app(factory, settings)
     if not quiet:
         print(
-            f"nmt serve: http://{host}:{port}/ (API docs at /docs), loading {model_dir}", flush=True
+            f"nmt serve: http://{host}:{port}/ (API docs at /docs), loading {', '.join(dirs)}",
+            flush=True,
         )
     uvicorn.run(app, host=host, port=port, log_level="warning" if quiet else "info")
