@@ -158,13 +158,16 @@ class Translator:
         models decode faster in fp32), else fp32. bf16/fp16 cast the weights once (so the decoder
         cache follows); scores stay fp32 (log-softmax in fp32).
         """
-        from nmt.modeldir import load_model
+        from nmt.modeldir import load_model, read_meta
 
         dirs = [model_dir] if isinstance(model_dir, str | Path) else list(model_dir)
         if not dirs:
             raise NmtError("no model directory given")
         dev = resolve_device(device)
         inference_precision(precision, dev)  # refuses fp16 on a CPU before any weights load
+        src_tok, tgt_tok = _tokenizers(Path(dirs[0]), read_meta(dirs[0])[2])
+        for d in dirs[1:]:  # a member with other pieces fails before any weights load
+            _check_same_vocabulary(Path(dirs[0]), (src_tok, tgt_tok), Path(d), read_meta(d)[2])
         loaded = [load_model(d, checkpoint=checkpoint, device=str(dev)) for d in dirs]
         widths = [getattr(cfg.model, "d_model", None) for _, cfg, _, _ in loaded]
         known = [w for w in widths if w is not None]
@@ -176,9 +179,6 @@ class Translator:
             if prec != "fp32" and not getattr(model, "autocast_inference", False):
                 model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
             models.append(model)
-        src_tok, tgt_tok = _tokenizers(Path(dirs[0]), loaded[0][3])
-        for d, (_, _, _, meta) in zip(dirs[1:], loaded[1:], strict=True):
-            _check_same_vocabulary(Path(dirs[0]), (src_tok, tgt_tok), Path(d), meta)
         model = models[0] if len(models) == 1 else Ensemble(models)
         return cls(model, loaded[0][1], src_tok, tgt_tok, dev, prec, workers)
 
@@ -386,6 +386,7 @@ def _check_same_vocabulary(
 
 
 def _pieces_of(tok: Tokenizer) -> list[str]:
+    """What an id means to the model: its piece, for every id."""
     return [tok.id_to_piece(i) for i in range(tok.vocab_size)]
 
 

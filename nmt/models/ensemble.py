@@ -64,6 +64,7 @@ class Ensemble(nn.Module):
         self.autocast_inference = any(getattr(m, "autocast_inference", False) for m in models)
         self.has_attention = all(getattr(m, "has_attention", True) for m in models)
         self._log_n = math.log(len(models))
+        self.train(getattr(models[0], "training", False))  # as loaded (eval to decode)
 
     def _decoders(self) -> list[Decoder]:
         return list(self.members)  # type: ignore[arg-type]
