@@ -102,3 +102,26 @@ def test_page_shows_api_errors(browser, server):
     assert error.text == (
         "413: 'text'[0] has 2001 characters; the limit is 2000 (--max-line-chars)"
     )
+
+
+def test_page_names_an_ensemble_and_translates_with_it(browser, tmp_path):
+    """`nmt serve -m A -m A`: the header says what is served, and the page still translates."""
+    model = build_tiny_model_dir(tmp_path)
+    proc, url = start_server(model, "-m", str(model))
+    try:
+        browser.get(url + "/")
+        wait = WebDriverWait(browser, 30)
+        wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "ready"))
+        name = "/".join(model.resolve().parts[-2:])
+        header = browser.find_element(By.ID, "model").text
+        assert header.startswith(f"ensemble of 2 ({name}, {name}) · en → de · transformer")
+        box = browser.find_element(By.ID, "source")
+        box.clear()
+        box.send_keys(SENTENCES[0])
+        browser.find_element(By.ID, "translate").click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results li .translation")) == 1)
+        shown = browser.find_element(By.CSS_SELECTOR, "#results li .translation").text
+        api = httpx.post(url + "/translate", json={"text": SENTENCES[0]}).json()
+        assert shown == api["translations"][0]["hypotheses"][0]["translation"]
+    finally:
+        stop_server(proc)

@@ -18,7 +18,8 @@ async function loadInfo() {
   const langs = info.languages.source ? `${info.languages.source} → ${info.languages.target} · ` : "";
   const layers = arch.encoder_layers !== undefined ? ` ${arch.encoder_layers}+${arch.decoder_layers} layers` : "";
   const params = (arch.parameters / 1e6).toFixed(1);
-  $("model").textContent = `${info.model} · ${langs}${arch.type}${layers} · ${params}M parameters · ${info.device}`;
+  const name = info.ensemble ? `ensemble of ${info.ensemble.length} (${info.ensemble.join(", ")})` : info.model;
+  $("model").textContent = `${name} · ${langs}${arch.type}${layers} · ${params}M parameters · ${info.device}`;
   $("beam").value = info.decoding.beam_size;
   setStatus("ready");
 }
