@@ -37,6 +37,7 @@ import numpy as np
 from nmt.config import DecodingConfig
 from nmt.errors import NmtError
 from nmt.export import PAD_PIECE, is_export, read_export_manifest, require_ctranslate2
+from nmt.translation_io import model_dirs
 from nmt.vocab import Tokenizer
 from nmt.workers import resolve_workers
 
@@ -54,7 +55,7 @@ def open_translator(
 ) -> Any:
     """A Translator for a model directory (several: an ensemble), a CT2Translator for an
     `nmt export` directory; both offer `translate`, `translate_stream` and `options`."""
-    dirs = [model_dir] if isinstance(model_dir, str | Path) else list(model_dir)
+    dirs = model_dirs(model_dir)
     exports = [d for d in dirs if is_export(d)]
     if exports and len(dirs) > 1:
         raise NmtError(

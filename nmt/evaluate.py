@@ -18,11 +18,11 @@ from nmt.scoring import (
     score,
 )
 from nmt.textio import atomic_write
-from nmt.translation_io import one_line
+from nmt.translation_io import model_dirs, one_line
 
 
 def _check_inputs(
-    model_dirs: Sequence[str | Path],
+    dirs: Sequence[str | Path],
     src: str | Path,
     ref_paths: Sequence[str | Path],
     opts: Options,
@@ -30,7 +30,7 @@ def _check_inputs(
     """Source and reference lines, refused when missing, empty or misaligned (no model needed)."""
     if opts.tokenize is not None and opts.tokenize not in TOKENIZERS:
         raise NmtError(f"unknown tokenizer {opts.tokenize!r} (choose from {', '.join(TOKENIZERS)})")
-    for model_dir in model_dirs:
+    for model_dir in dirs:
         if not Path(model_dir).is_dir():
             raise NmtError(f"{model_dir}: model directory not found")
     src_lines = read_text(src)
@@ -62,7 +62,7 @@ def evaluate(
     """
     metric_names = parse_metrics(metrics)
     opts = options or Options()
-    dirs = [model_dir] if isinstance(model_dir, str | Path) else list(model_dir)
+    dirs = model_dirs(model_dir)
     src_lines, refs = _check_inputs(dirs, src, ref_paths, opts)
 
     from nmt.translate import Translator  # torch is imported only when a model is really used

@@ -39,6 +39,7 @@ from nmt.translation_io import (
     count_lines,
     format_translation,
     is_regular,
+    model_dirs,
     read_batches,
     warn_to_stderr,
 )
@@ -160,7 +161,7 @@ class Translator:
         """
         from nmt.modeldir import load_model, read_meta
 
-        dirs = [model_dir] if isinstance(model_dir, str | Path) else list(model_dir)
+        dirs = model_dirs(model_dir)
         if not dirs:
             raise NmtError("no model directory given")
         dev = resolve_device(device)

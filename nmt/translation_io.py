@@ -12,7 +12,8 @@ import stat
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt.errors import NmtError
@@ -173,6 +174,11 @@ def format_translation(
     texts = [one_line(h.text) for h in tr.hypotheses[:nbest]]
     texts += [""] * (nbest - len(texts))
     return "".join(t + "\n" for t in texts)
+
+
+def model_dirs(model_dir: str | Path | Sequence[str | Path]) -> list[str | Path]:
+    """One model directory, or several (an ensemble), as a list: how `-m` may be given."""
+    return [model_dir] if isinstance(model_dir, str | Path) else list(model_dir)
 
 
 def check_inputs(

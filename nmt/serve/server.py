@@ -11,6 +11,7 @@ from typing import Any
 
 from nmt.errors import NmtError
 from nmt.serve.app import Settings, create_app
+from nmt.translation_io import model_dirs
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -64,7 +65,7 @@ def serve(
 
     from nmt.modeldir import read_meta
 
-    dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
+    dirs = [str(d) for d in model_dirs(model_dir)]
     settings = settings or Settings(model_dir=dirs[0], members=tuple(dirs) if len(dirs) > 1 else ())
     settings.check()
     for d in dirs:  # a wrong path or a non-model directory fails now, not in the background
