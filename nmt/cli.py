@@ -91,6 +91,12 @@ def preprocess_cmd(
     spm_sample: int = typer.Option(
         500_000, "--spm-sample", help="Sentences sampled to learn SentencePiece (bounds memory)."
     ),
+    spm_from: str = typer.Option(
+        None,
+        "--spm-from",
+        help="Reuse the SentencePiece models of this MODEL_DIR or DATA_DIR instead of learning "
+        "new ones (for nmt train --init-from); --vocab-size, --spm-type and --joint are theirs.",
+    ),
     quiet: QuietOpt = False,
 ) -> None:
     """Clean a parallel corpus, learn SentencePiece, and encode every split into DATA_DIR."""
@@ -114,6 +120,7 @@ def preprocess_cmd(
         skip_invalid=skip_invalid,
         character_coverage=character_coverage,
         spm_sample=spm_sample,
+        spm_from=spm_from,
     )
     with contextlib.ExitStack() as stack:
         progress = None if quiet else step_progress(stack)
@@ -141,6 +148,12 @@ def train_cmd(
     max_time: str = typer.Option(None, "--max-time", help="Wall-clock budget, e.g. 25m, 1h30m."),
     device: DeviceOpt = "auto",
     seed: int = typer.Option(None, "--seed", help="Random seed (training.seed)."),
+    init_from: str = typer.Option(
+        None,
+        "--init-from",
+        help="Fine-tune: start from this MODEL_DIR's weights (training.init_from; its config is "
+        "the base without CONFIG/--preset). DATA_DIR must be preprocessed with --spm-from it.",
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue from MODEL_DIR's last state."),
     force: bool = typer.Option(False, "--force", help="Discard MODEL_DIR's checkpoints."),
     quiet: QuietOpt = False,
@@ -160,7 +173,10 @@ def train_cmd(
     from nmt.trainer import train
 
     overrides = overrides or []
-    flags = {"max_steps": max_steps, "max_epochs": max_epochs, "max_time": max_time, "seed": seed}
+    flags = {
+        "max_steps": max_steps, "max_epochs": max_epochs, "max_time": max_time, "seed": seed,
+        "init_from": init_from,
+    }  # fmt: skip
     cfg = resolve_train_config(config, preset, overrides, model_dir, resume, flags)
     summary = train(cfg, data_dir, model_dir, device, resume=resume, force=force, quiet=quiet)
     if summary.exit_code:

@@ -155,6 +155,9 @@ class TrainingConfig:
     save_every: int = num(0, 0)  # steps between saves of last + trainer state; 0: off
     save_every_time: str = "10m"  # a duration between such saves; "" or 0: off
     reset_data_position: bool = False  # --resume with other batching: start the epoch over
+    init_from: str = ""  # MODEL_DIR whose weights start this run (fine-tuning); "": random init
+    init_checkpoint: str = "default"  # which of its checkpoints: default, best, last, averaged, or
+    # a .safetensors path
 
 
 @dataclass
@@ -203,6 +206,13 @@ class Config:
                 f"training.cooldown applies to the inverse_sqrt and constant schedules; "
                 f"{tc.schedule} already decays over the whole budget"
             )
+        if tc.init_checkpoint not in INIT_CHECKPOINTS and not tc.init_checkpoint.endswith(
+            ".safetensors"
+        ):
+            raise NmtError(
+                f"training.init_checkpoint must be {', '.join(INIT_CHECKPOINTS)} or a .safetensors "
+                f"path, got {tc.init_checkpoint!r}"
+            )
         for key in DURATIONS:
             try:
                 parse_duration(getattr(self.training, key))
@@ -215,6 +225,7 @@ class Config:
 
 
 DURATIONS = ("max_time", "save_every_time")  # training keys holding a duration like 10m
+INIT_CHECKPOINTS = ("default", "best", "last", "averaged")  # nmt.modeldir's names
 
 
 SECTIONS = [f.name for f in dataclasses.fields(Config)]
@@ -452,13 +463,19 @@ def resolve_train_config(
     resume: bool,
     flags: dict[str, Any],
 ) -> Config:
-    """The run's config; `--resume` without CONFIG/--preset starts from MODEL_DIR's own.
+    """The run's config; `--resume` without CONFIG/--preset starts from MODEL_DIR's own, and
+    `--init-from` without them from the initial model's (its architecture is what the weights fit).
 
-    `flags` are the `nmt train` shortcuts (max_steps, max_epochs, max_time, seed; None: unset)."""
+    `flags` are the `nmt train` shortcuts (max_steps, max_epochs, max_time, seed, init_from;
+    None: unset)."""
     saved = Path(model_dir) / "config.yaml"
+    init = flags.get("init_from")
     if resume and not config_path and not preset and saved.exists():
         data = _read_yaml(saved.read_text(encoding="utf-8"), str(saved))
         cfg = config_from_dict(data, str(saved))
+        apply_overrides(cfg, overrides)
+    elif init and not config_path and not preset:  # fine-tuning: the initial model's own config
+        cfg = _init_model_config(Path(init))
         apply_overrides(cfg, overrides)
     else:  # checked once the flags are in: `--set training.cooldown=0.2 --max-steps N` is valid
         cfg = _layered(config_path, preset, overrides)
@@ -466,6 +483,18 @@ def resolve_train_config(
         if value is not None:
             set_value(cfg, f"training.{key}", value, f"--{key.replace('_', '-')}")
     cfg.check()
+    return cfg
+
+
+def _init_model_config(init_dir: Path) -> Config:
+    """MODEL_DIR's config.yaml, minus where it was itself initialised from, as a run's base."""
+    saved = init_dir / "config.yaml"
+    if not init_dir.is_dir():
+        raise NmtError(f"{init_dir}: model directory not found")
+    if not saved.is_file():
+        raise NmtError(f"{saved}: file not found (--init-from takes a MODEL_DIR)")
+    cfg = config_from_dict(_read_yaml(saved.read_text(encoding="utf-8"), str(saved)), str(saved))
+    cfg.training.init_from, cfg.training.init_checkpoint = "", "default"
     return cfg
 
 

@@ -164,9 +164,11 @@ def weights_step(path: str | Path) -> int | None:
     return int(step) if step is not None and step.isdigit() else None
 
 
-def load_weights(model: Any, path: str | Path, device: str = "cpu") -> None:
+def load_weights(
+    model: Any, path: str | Path, device: str = "cpu", what: str = "the model in config.yaml"
+) -> None:
     """Load safetensors weights into `model` (strict: every tensor must match); a damaged file or
-    one of another model is a one-line error naming the file."""
+    one of another model (`what` names the model in the error) is a one-line error naming the file."""
     from safetensors import SafetensorError
     from safetensors.torch import load_model
 
@@ -178,10 +180,10 @@ def load_weights(model: Any, path: str | Path, device: str = "cpu") -> None:
         raise NmtError(f"{path}: damaged or not a safetensors file ({e})") from None
     except RuntimeError as e:
         first = next((ln.strip() for ln in str(e).splitlines() if "mismatch" in ln), str(e))
-        raise NmtError(f"{path}: weights do not match the model in config.yaml ({first})") from None
+        raise NmtError(f"{path}: weights do not match {what} ({first})") from None
     if missing or unexpected:
         raise NmtError(
-            f"{path}: weights do not match the model (missing {sorted(missing)[:3]}, "
+            f"{path}: weights do not match {what} (missing {sorted(missing)[:3]}, "
             f"unexpected {sorted(unexpected)[:3]})"
         )
 

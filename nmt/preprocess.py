@@ -29,6 +29,7 @@ from nmt.corpus import sha256_file
 from nmt.dataset import FORMAT, MANIFEST
 from nmt.encoding import ChunkJob, encode_eval, encode_train
 from nmt.errors import NmtError
+from nmt.finetune import SpmSource, spm_source
 from nmt.textio import fsync_dir, fsync_tree, naming_output
 from nmt.vocab import SPECIAL_IDS, Tokenizer, train_spm
 
@@ -60,6 +61,7 @@ class PreprocessConfig:
     skip_invalid: bool = False
     character_coverage: float = 1.0
     spm_sample: int = 500_000
+    spm_from: str | Path | None = None  # reuse this MODEL_DIR's or DATA_DIR's SentencePiece models
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tests", tuple(self.tests))
@@ -142,6 +144,7 @@ def preprocess(
     out_dir = Path(out_dir)
     report: Progress = (lambda *_: None) if quiet else (progress or _stderr_progress())
     inputs = cfg.split_inputs()
+    reused = spm_source(cfg.spm_from) if cfg.spm_from is not None else None
     _check_out_dir(out_dir, force)
     if force:
         _check_inputs_outside(out_dir, inputs)
@@ -149,7 +152,7 @@ def preprocess(
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
         try:
-            run = _Run(cfg, tmp, inputs, cfg.threads or available_cpus(), report)
+            run = _Run(cfg, tmp, inputs, cfg.threads or available_cpus(), report, reused)
             manifest = run.build()
             _check_out_dir(out_dir, force)
             _replace_dir(tmp, out_dir)
@@ -167,6 +170,7 @@ class _Run:
     inputs: dict[str, Pair]
     threads: int
     report: Progress
+    reused: SpmSource | None = None  # --spm-from: the SentencePiece models to copy, not learn
 
     def build(self) -> dict[str, Any]:
         """All steps in order; returns the manifest, also written into `tmp`."""
@@ -197,10 +201,13 @@ class _Run:
         return counts, chunks
 
     def learn_sentencepiece(self, clean: Pair) -> Pair:
-        """Step 2: one joint SentencePiece model on both sides, or one per language."""
+        """Step 2: one joint SentencePiece model on both sides, or one per language (or a copy of
+        --spm-from's, so a trained model's ids mean the same pieces here)."""
+        cfg = self.cfg
+        if self.reused is not None:
+            return self.copy_sentencepiece(self.reused)
         step = "train sentencepiece"
         self.report(step, 0, 1)
-        cfg = self.cfg
 
         def learn(text: Sequence[Path], prefix: Path) -> Path:
             return train_spm(
@@ -218,6 +225,18 @@ class _Run:
                 learn([clean[1]], self.tmp / f"spm.{cfg.tgt_lang}"),
             )
         self.report(step, 1, 1)
+        return models
+
+    def copy_sentencepiece(self, source: SpmSource) -> Pair:
+        """Step 2 with --spm-from: copy its model(s) under this folder's names."""
+        if source.joint:
+            models = (self.tmp / "spm.model",) * 2
+        else:
+            models = tuple(self.tmp / f"spm.{lang}.model" for lang in self.cfg.langs)  # type: ignore[assignment]
+        for src, dst in zip((source.src, source.tgt), models, strict=True):
+            for suffix in (".model", ".vocab"):  # the .vocab beside it is for people to read
+                if src.with_suffix(suffix).is_file():
+                    shutil.copyfile(src.with_suffix(suffix), dst.with_suffix(suffix))
         return models
 
     def encode_train(
@@ -266,18 +285,19 @@ class _Run:
         self, models: Pair, toks: tuple[Tokenizer, Tokenizer], dtype: str, splits: dict[str, Any]
     ) -> dict[str, Any]:
         """Step 5: what the data folder holds and how it was made (see DESIGN.md)."""
-        cfg = self.cfg
+        cfg, reused = self.cfg, self.reused
         return {
             "format": FORMAT,
             "nmt_version": __version__,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "src_lang": cfg.src_lang,
             "tgt_lang": cfg.tgt_lang,
-            "joint": cfg.joint,
-            "spm_type": cfg.spm_type,
+            "joint": models[0] == models[1],
+            "spm_type": cfg.spm_type if reused is None else reused.spm_type,
             "spm": {"src": models[0].name, "tgt": models[1].name},
+            "spm_from": None if reused is None else str(reused.dir),
             "vocab_size": {"src": toks[0].vocab_size, "tgt": toks[1].vocab_size},
-            "requested_vocab_size": cfg.vocab_size,
+            "requested_vocab_size": cfg.vocab_size if reused is None else None,
             "special_ids": dict(SPECIAL_IDS),
             "dtype": np.dtype(dtype).name,
             "options": cfg.manifest_options(),

@@ -329,12 +329,19 @@ class Reporter:
         self.bar.update(text, budget.fraction(st.step, st.epoch, st.position) * 1000)
 
     def start_event(
-        self, st: TrainState, device: str, precision: str, configured: str, valid: str
+        self,
+        st: TrainState,
+        device: str,
+        precision: str,
+        configured: str,
+        valid: str,
+        init: dict[str, Any] | None = None,
     ) -> None:
-        """The run's start in metrics.jsonl: where it runs and the precisions `auto` chose."""
+        """The run's start in metrics.jsonl: where it runs, the precisions `auto` chose, and the
+        weights it started from (`init`: fine-tuning's initial model, checkpoint and step)."""
         self.metrics.write(
             {"event": "start", "step": st.step, "device": device, "precision": precision,
-             "precision_config": configured, "valid_precision": valid}
+             "precision_config": configured, "valid_precision": valid, **({"init": init} if init else {})}
         )  # fmt: skip
 
     def train_event(self, st: TrainState, budget: Budget) -> None:

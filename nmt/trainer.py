@@ -39,6 +39,7 @@ from nmt.device import (
 )
 from nmt.ema import WeightAverage
 from nmt.errors import NmtError
+from nmt.finetune import init_weights
 from nmt.loss import LossHead
 from nmt.reporting import Log, Metrics, Reporter, TrainSummary, summarize
 from nmt.resegment import Resegmenter, Segmentation
@@ -95,6 +96,12 @@ class Trainer:
         _seed_all(tc.seed)
         self.data = load_data(data_dir, tc.valid_max_sentences)
         self.model = build(cfg.model, self.data.vocab).to(device)  # unwrapped: validation, ckpts
+        self.init: dict[str, Any] | None = None  # fine-tuning: the weights this run started from
+        if tc.init_from and not resume:  # a resumed run continues from its own weights
+            self.init = init_weights(
+                self.model, tc.init_from, tc.init_checkpoint, data_dir,
+                (self.data.src_spm, self.data.tgt_spm),
+            )  # fmt: skip
         self.n_params = count_parameters(self.model)
         self.optimizer = make_optimizer(self.model, tc, device)
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
@@ -271,7 +278,7 @@ class Trainer:
             )
         self._announce()
         self.report.start_event(
-            st, str(self.device), self.precision, tc.precision, self.valid_precision
+            st, str(self.device), self.precision, tc.precision, self.valid_precision, self.init
         )
         if self.saved_rng is not None:
             set_rng_state(self.saved_rng)
@@ -511,6 +518,9 @@ class Trainer:
             precision += f", subword sampling alpha {tc.subword_alpha:g}"
         if tc.ema_decay:
             precision += f", weight average decay {tc.ema_decay:g}"
+        if self.init is not None:
+            step = self.init["step"]
+            what += f" from {self.init['checkpoint']}" + (f" (step {step})" if step else "")
         self.log.info(
             f"{what} {self.cfg.model.type} ({self.n_params:,} parameters) on {self.device}"
             f" x{self.dist.world_size}, {precision}, {int(self.keep.sum()):,} training pairs"

@@ -379,16 +379,11 @@ def _check_same_vocabulary(
 ) -> None:
     """An ensemble member must map ids to the same pieces as the first model, on both sides."""
     for side, tok, theirs in zip(("source", "target"), toks, _tokenizers(other, meta), strict=True):
-        if _pieces_of(tok) != _pieces_of(theirs):
+        if not tok.same_pieces(theirs):
             raise NmtError(
                 f"{other}: its {side} vocabulary differs from {first}'s (the models of an "
                 "ensemble must share their SentencePiece models)"
             )
-
-
-def _pieces_of(tok: Tokenizer) -> list[str]:
-    """What an id means to the model: its piece, for every id."""
-    return [tok.id_to_piece(i) for i in range(tok.vocab_size)]
 
 
 def _batches(

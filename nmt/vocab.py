@@ -182,6 +182,13 @@ class Tokenizer:
         """The piece string of one id."""
         return self.sp.id_to_piece(int(i))
 
+    def same_pieces(self, other: Tokenizer) -> bool:
+        """Whether every id means the same piece to both models (what a model's weights assume)."""
+        size = self.vocab_size
+        return size == other.vocab_size and all(
+            self.sp.id_to_piece(i) == other.sp.id_to_piece(i) for i in range(size)
+        )
+
     def decode(self, ids: Iterable[int]) -> str:
         """Detokenized text; pad, bos and eos are dropped so raw model output can be passed in."""
         return self.sp.decode([int(i) for i in ids if int(i) not in _SKIP_ON_DECODE])
