@@ -277,24 +277,81 @@ def translate_cmd(
         help="Batches decoded at once, the CPU threads split between them (same output). "
         "0: one per thread, at most 4, on a CPU; 1 on a GPU.",
     ),
+    sampling: bool = typer.Option(
+        False,
+        "--sampling",
+        help="Draw each token from the model's distribution instead of searching (sampled "
+        "back-translation); --nbest N: N samples per line, best score first.",
+    ),
+    temperature: float = typer.Option(
+        None, "--temperature", help="--sampling: divide log-probs by T (<1 sharper). Default 1."
+    ),
+    topk: int = typer.Option(
+        None, "--sampling-topk", help="--sampling: only from the K most likely tokens (0: all)."
+    ),
+    topp: float = typer.Option(
+        None,
+        "--sampling-topp",
+        help="--sampling: only from the fewest tokens holding P of the probability (1: all).",
+    ),
+    seed: int = typer.Option(
+        None,
+        "--seed",
+        help="--sampling: seed (default 0). A line's samples depend on the seed, its line "
+        "number in its file and the model, not on batching or --workers.",
+    ),
 ) -> None:
     """Translate text, one sentence per line: exactly one output line per input line, in order
     (N lines with --nbest N in text format). Empty lines give empty lines."""
     from nmt.translation_io import check_inputs
 
     check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)  # before the model loads
+    draw = sampling_options(sampling, temperature, topk, topp, seed)
     from nmt.ct2 import open_translator  # a model directory, or an `nmt export` of one
-    from nmt.translate import translate_files
+    from nmt.translate import Translator, translate_files
 
     translator = open_translator(model_dir, device, checkpoint, precision, workers)
     if with_attention:
         require_attention(translator, ", ".join(model_dir))
+    extra: dict[str, object] = {}
+    if draw is not None:
+        if not isinstance(translator, Translator):
+            from nmt.errors import NmtError
+
+            raise NmtError(
+                f"{model_dir[0]}: --sampling needs a model directory (an `nmt export` directory "
+                "decodes with CTranslate2's search)"
+            )
+        extra["sampling"] = draw
     translate_files(
         translator, inputs, output, fmt=fmt, nbest=nbest, with_attention=with_attention,
         errors=errors, buffer_size=buffer_size, progress=None if quiet else count_progress,
         beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, max_len_a=max_len_a,
-        max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, stop=stop,
+        max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, stop=stop, **extra,
     )  # fmt: skip
+
+
+def sampling_options(
+    on: bool, temperature: float | None, topk: int | None, topp: float | None, seed: int | None
+) -> object:
+    """The `--sampling` settings (nmt.search.Sampling, checked before the model loads), or None."""
+    from nmt.errors import NmtError
+
+    if not on:
+        if (temperature, topk, topp, seed) != (None, None, None, None):
+            raise NmtError(
+                "--temperature, --sampling-topk, --sampling-topp and --seed need --sampling"
+            )
+        return None
+    from nmt.search import Sampling
+
+    default = Sampling()
+    return Sampling(
+        temperature=default.temperature if temperature is None else temperature,
+        top_k=default.top_k if topk is None else topk,
+        top_p=default.top_p if topp is None else topp,
+        seed=default.seed if seed is None else seed,
+    )
 
 
 def require_attention(translator: object, model_dir: str) -> None:

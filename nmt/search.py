@@ -1,6 +1,6 @@
-"""Greedy and beam search over the decoding contract of nmt/models/base.py.
+"""Greedy search, sampling and beam search over the decoding contract of nmt/models/base.py.
 
-Both searches are batched over sentences (beam search flattens batch x beam into rows), advance
+All three are batched over sentences (beam search flattens batch x beam into rows), advance
 one token a step through `decode_step` and its cache (the prefix is never recomputed), and drop
 finished sentences from the active batch (in groups: see RETIRE_EVERY). They never ask which
 architecture they drive.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self
 
@@ -303,8 +304,155 @@ def greedy_search(
     `scores=False` picks from raw logits (the same tokens without a log-softmax pass over the
     vocabulary each step) and reports NaN scores: for output that prints none.
     """
+
+    def best(lp: torch.Tensor, origin: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return max_rows(lp)
+
     start = _start(model, src, src_lengths, max_len_a, max_len_b)
-    bsz, device = src.size(0), src.device
+    return _token_by_token(model, start, best, min_len, need_attn, length_penalty_alpha, scores)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Draw each token from the model's distribution instead of taking the best one (sampled
+    back-translation, diverse n-best lists): softmax(log-probs / temperature), cut to the
+    `top_k` most likely tokens (0: all) and to the smallest set of them holding `top_p` of the
+    probability (nucleus sampling; 1: all). Every draw is a function of (seed, key, step) only,
+    the key naming the sentence and sample (nmt.translate: line number and sample index), so a
+    line draws the same tokens whatever batch, worker or buffer decodes it."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0 or math.isinf(self.temperature):
+            raise SearchOptionError(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise SearchOptionError(f"top-k must be >= 0 (0: all tokens), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise SearchOptionError(f"top-p must be in (0, 1], got {self.top_p}")
+
+    def draw(self, lp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """Token ids (n,) drawn from the rows of lp (n, V) by inverse CDF at uniforms u (n,)."""
+        logits = lp.float() / self.temperature if self.temperature != 1.0 else lp.float()
+        vocab = logits.size(1)
+        if 0 < self.top_k < vocab:  # the k best, renormalized (then top-p among them)
+            values, idx = topk_rows(logits, self.top_k)
+            return _inverse_cdf(torch.softmax(values, 1), idx, u, self.top_p)
+        if self.top_p >= 1.0:
+            return _inverse_cdf(torch.softmax(logits, 1), None, u, 1.0)
+        return self._nucleus(logits, u)
+
+    def _nucleus(self, logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """Top-p over the whole row without sorting it: the best 8 tokens, then 64, then all,
+        each row stopping at the first set that holds top_p of its probability (a full sort of
+        (rows, 8k) costs ~60x a top-8 on a CPU, and most rows need only a few tokens)."""
+        vocab, n = logits.size(1), logits.size(0)
+        lse = torch.logsumexp(logits, 1, keepdim=True)  # (n, 1)
+        tok = torch.empty(n, dtype=torch.long, device=logits.device)
+        rows = torch.arange(n, device=logits.device)
+        for k in (8, 64, vocab):
+            sub = logits[rows]
+            values, idx = topk_rows(sub, k) if k < vocab else sub.sort(1, descending=True)
+            probs = (values - lse[rows]).exp()  # of the whole row
+            held = (
+                probs.sum(1) >= self.top_p if k < vocab else torch.ones_like(rows, dtype=torch.bool)
+            )
+            done = rows[held]
+            if done.numel():
+                tok[done] = _inverse_cdf(probs[held], idx[held], u[done], self.top_p)
+            rows = rows[~held]
+            if not rows.numel():
+                break
+        return tok
+
+
+def _inverse_cdf(
+    probs: torch.Tensor, idx: torch.Tensor | None, u: torch.Tensor, top_p: float
+) -> torch.Tensor:
+    """The token (n,) where the cumulative probability first passes u (scaled to the mass
+    kept); probs (n, k) best first when cut to the top-p nucleus; idx (n, k) their ids."""
+    if top_p < 1.0:  # keep the best tokens until their mass reaches top_p
+        probs = probs * ((probs.cumsum(1) - probs) < top_p)
+    cdf = probs.double().cumsum(1)  # (n, k)
+    target = (u.to(cdf) * cdf[:, -1]).unsqueeze(1)  # (n, 1) within the kept mass
+    pos = torch.searchsorted(cdf, target, right=True).clamp(max=cdf.size(1) - 1)  # (n, 1)
+    return (pos if idx is None else idx.gather(1, pos)).squeeze(1)
+
+
+MASK32 = 0xFFFFFFFF
+
+
+def _hash32(x: Any) -> Any:
+    """A 32-bit integer mix (an int, or an int64 tensor of values below 2**32): every input bit
+    moves every output bit; products stay under 2**59, so int64 never overflows."""
+    x = ((x >> 16) ^ x) * 0x45D9F3B & MASK32
+    x = ((x >> 16) ^ x) * 0x45D9F3B & MASK32
+    return (x >> 16) ^ x
+
+
+def uniforms(seed: int, keys: torch.Tensor, t: int) -> torch.Tensor:
+    """One uniform in (0, 1) per key (n,) at step t: a function of (seed, key, t) only."""
+    salt = _hash32(_hash32(seed & MASK32) ^ (t & MASK32))
+    x = _hash32(_hash32(keys.long() & MASK32) ^ salt)
+    return (x.double() + 0.5) / 2.0**32
+
+
+@torch.inference_mode()
+def sample_search(
+    model: Decoder,
+    src: torch.Tensor,
+    src_lengths: torch.Tensor,
+    keys: torch.Tensor,
+    sampling: Sampling,
+    nsamples: int = 1,
+    max_len_a: float = 1.2,
+    max_len_b: float = 10,
+    min_len: int = 0,
+    need_attn: bool = False,
+    length_penalty_alpha: float = 1.0,
+) -> list[list[Hypothesis]]:
+    """`nsamples` sampled translations per sentence (keys (B,): one per sentence; sample j of
+    sentence i draws with key keys[i] * nsamples + j), best score first. Scores are the model's
+    own log-probabilities of the drawn tokens (before temperature and cuts)."""
+    if nsamples < 1:
+        raise SearchOptionError(f"the number of samples must be at least 1, got {nsamples}")
+    if nsamples > 1:  # each sample is a row of its own (the encoder runs once per row)
+        src, src_lengths = (
+            src.repeat_interleave(nsamples, 0),
+            src_lengths.repeat_interleave(nsamples),
+        )
+    row_keys = keys.to(src.device).long().repeat_interleave(nsamples) * nsamples + torch.arange(
+        nsamples, device=src.device
+    ).repeat(keys.numel())  # (B * nsamples,)
+
+    def draw(lp: torch.Tensor, origin: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        tok = sampling.draw(lp, uniforms(sampling.seed, row_keys[origin], t))
+        return lp.gather(1, tok.unsqueeze(1)).squeeze(1), tok
+
+    start = _start(model, src, src_lengths, max_len_a, max_len_b)
+    hyps = _token_by_token(model, start, draw, min_len, need_attn, length_penalty_alpha, True)
+    grouped = [hyps[i : i + nsamples] for i in range(0, len(hyps), nsamples)]
+    return [sorted(g, key=lambda h: -h.score) for g in grouped]
+
+
+# (lp (n, V), origin (n,), step t) -> (chosen log-probs (n,), chosen tokens (n,))
+Pick = Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _token_by_token(
+    model: Decoder,
+    start: _Start,
+    pick: Pick,
+    min_len: int,
+    need_attn: bool,
+    length_penalty_alpha: float,
+    scores: bool,
+) -> list[Hypothesis]:
+    """Greedy's loop: one token per row per step, chosen by `pick`; one Hypothesis per row."""
+    bsz, device = start.prev.size(0), start.prev.device
     rows = GreedyRows(
         origin=torch.arange(bsz, device=device),
         max_len=start.max_len,
@@ -317,7 +465,7 @@ def greedy_search(
     while True:
         lp, state, attn = model.decode_step(prev, enc, state, need_attn, normalize=scores)
         _mask_step(lp, t, min_len, start, rows.at_max(t, 1))  # lp: (n, V) log-probs or logits
-        tok_lp, tok = max_rows(lp)  # (n,), (n,)
+        tok_lp, tok = pick(lp, rows.origin, t)  # (n,), (n,)
         if scores:
             rows.scores = rows.scores + tok_lp
         rows.history = torch.cat([rows.history, tok.unsqueeze(1)], 1)

@@ -31,7 +31,7 @@ from nmt.device import (
 from nmt.errors import NmtError
 from nmt.models.base import EOS_ID, PAD_ID, Decoder
 from nmt.models.ensemble import Ensemble
-from nmt.search import Hypothesis, beam_search, greedy_search
+from nmt.search import Hypothesis, Sampling, beam_search, greedy_search, sample_search
 from nmt.textio import atomic_write
 from nmt.translation_io import (
     BATCH_LINES,
@@ -48,6 +48,7 @@ from nmt.workers import decode_workers, map_batches, resolve_workers
 
 EOS_PIECE = "</s>"
 MAX_BATCH_ROWS = 640  # sentences x beam per batch: beyond this CPU steps stop getting cheaper
+MAX_SAMPLES = 200  # --sampling --nbest: samples per line (as the beam's limit)
 
 
 @dataclass
@@ -204,20 +205,31 @@ class Translator:
         on_warning: Callable[[str], None] | None = None,
         progress: Callable[[int], None] | None = None,
         scores: bool = True,
+        sampling: Sampling | None = None,
     ) -> list[Translation]:
         """Translate raw lines; one Translation per line, in input order.
 
         Unset options come from the model's `decoding` config. Beam size 1 (or `greedy`) runs
-        greedy search. `first_line` numbers the lines in warnings; `progress(n)` is called
-        after each batch with the number of lines it finished. `scores=False` lets greedy
-        search skip the log-probabilities (same text, NaN scores); beam search always has them.
+        greedy search; `sampling` draws `nbest` samples per line instead (keyed by line number,
+        counted from `first_line`, so a line's samples do not depend on how lines are batched).
+        `first_line` numbers the lines in warnings; `progress(n)` is called after each batch
+        with the number of lines it finished. `scores=False` lets greedy search skip the
+        log-probabilities (same text, NaN scores); beam search and sampling always have them.
         """
         opts = self.options(
             beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
             max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, stop=stop,
         )  # fmt: skip
         k = 1 if greedy else opts["beam_size"]
-        if not 1 <= nbest <= k:
+        if sampling is not None:
+            if beam_size not in (None, 1) or greedy:
+                raise NmtError("--sampling draws its own tokens: drop --beam-size / --greedy")
+            if not 1 <= nbest <= MAX_SAMPLES:
+                raise NmtError(
+                    f"--nbest must be between 1 and {MAX_SAMPLES} with --sampling, got {nbest}"
+                )
+            k = nbest  # rows per sentence
+        elif not 1 <= nbest <= k:
             raise NmtError(f"--nbest must be between 1 and the beam size ({k}), got {nbest}")
         lines = list(lines)
         warn = on_warning or _warn
@@ -238,7 +250,11 @@ class Translator:
 
         def search(batch: list[int]) -> list[list[Hypothesis]]:
             """Per sentence of the batch, its hypotheses best first."""
-            return self._search([encoded[i] for i in batch], k, nbest, opts, with_attention, scores)
+            ids = [encoded[i] for i in batch]
+            if sampling is not None:
+                keys = [first_line - 1 + i for i in batch]  # line numbers from 0
+                return self._sample(ids, keys, sampling, nbest, opts, with_attention)
+            return self._search(ids, k, nbest, opts, with_attention, scores)
 
         workers = decode_workers(self.workers, self.device, len(batches))
         for b, hyps in map_batches(search, batches, workers):
@@ -313,6 +329,33 @@ class Translator:
                     encoded[i] = ids[:limit]
         return encoded
 
+    def _padded(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One batch as (B, S) source ids with eos, padded, and (B,) lengths, on the device."""
+        lengths = [len(ids) + 1 for ids in batch]
+        src = torch.full((len(batch), max(lengths)), PAD_ID, dtype=torch.long)  # (B, S)
+        for r, ids in enumerate(batch):
+            src[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            src[r, len(ids)] = EOS_ID
+        return src.to(self.device), torch.tensor(lengths, device=self.device)
+
+    def _sample(
+        self,
+        batch: list[list[int]],
+        keys: list[int],
+        sampling: Sampling,
+        nsamples: int,
+        opts: dict,
+        with_attention: bool,
+    ) -> list[list[Hypothesis]]:
+        """Pad one batch and draw `nsamples` translations per sentence."""
+        src, src_lengths = self._padded(batch)
+        with self._autocast():
+            return sample_search(
+                self.model, src, src_lengths, torch.tensor(keys), sampling, nsamples,
+                max_len_a=opts["max_len_a"], max_len_b=opts["max_len_b"], min_len=opts["min_len"],
+                need_attn=with_attention, length_penalty_alpha=opts["length_penalty"],
+            )  # fmt: skip
+
     def _search(
         self,
         batch: list[list[int]],
@@ -323,13 +366,7 @@ class Translator:
         scores: bool = True,
     ) -> list[list[Hypothesis]]:
         """Pad one batch and run greedy or beam search on it."""
-        lengths = [len(ids) + 1 for ids in batch]
-        src = torch.full((len(batch), max(lengths)), PAD_ID, dtype=torch.long)  # (B, S)
-        for r, ids in enumerate(batch):
-            src[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            src[r, len(ids)] = EOS_ID
-        src = src.to(self.device)
-        src_lengths = torch.tensor(lengths, device=self.device)  # (B,)
+        src, src_lengths = self._padded(batch)
         common = dict(
             max_len_a=opts["max_len_a"], max_len_b=opts["max_len_b"], min_len=opts["min_len"],
             need_attn=with_attention,
