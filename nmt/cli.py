@@ -331,6 +331,54 @@ def translate_cmd(
     )  # fmt: skip
 
 
+@app.command("rescore")
+@user_errors
+def rescore_cmd(
+    *,
+    source: str = typer.Argument(..., help="Source file, one sentence per line (plain or .gz)."),
+    target: str = typer.Argument(..., help="Target file: one translation per source line."),
+    model_dir: ModelDirsOpt,
+    output: str = typer.Option(
+        None, "--output", "-o", help="Write the scores here (atomically) instead of stdout."
+    ),
+    fmt: str = typer.Option(
+        "text",
+        "--format",
+        "-f",
+        help='text: one log-probability per line; jsonl: {"log_prob", "per_token", '
+        '"tokens", "token_log_probs"} per line.',
+    ),
+    average: bool = typer.Option(
+        False, "--average", help="text: the mean log-probability per token (eos included)."
+    ),
+    batch_tokens: int = typer.Option(
+        None, "--batch-tokens", help="Padded tokens per batch (default: model config)."
+    ),
+    checkpoint: CheckpointOpt = "default",
+    device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "auto",
+    quiet: NoProgressOpt = False,
+) -> None:
+    """Score given translations (forced decoding): the log-probability of each target line given
+    its source line, one line per pair (n-best reranking, corpus filtering, model comparison)."""
+    from nmt.translation_io import check_inputs, warn_to_stderr
+
+    check_inputs([source, target])  # missing files fail before the model loads
+    from nmt.rescore import FORMATS, rescore_files
+    from nmt.translate import Translator
+
+    if fmt not in FORMATS:
+        from nmt.errors import NmtError
+
+        raise NmtError(f"--format must be text or jsonl, got {fmt!r}")
+    translator = Translator.from_dir(model_dir, device, checkpoint, precision)
+    rescore_files(
+        translator, source, target, output, fmt=fmt, average=average, batch_tokens=batch_tokens,
+        progress=None if quiet else lambda stack, n: count_progress(stack, n, "scoring"),
+        on_warning=warn_to_stderr(f"{source}, {target}"),
+    )  # fmt: skip
+
+
 def sampling_options(
     on: bool, temperature: float | None, topk: int | None, topp: float | None, seed: int | None
 ) -> object:

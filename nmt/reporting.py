@@ -78,10 +78,12 @@ def step_progress(stack: contextlib.ExitStack) -> Callable[[str, int, int | None
     return report
 
 
-def count_progress(stack: contextlib.ExitStack, total: int) -> Callable[[int], None]:
-    """A `translating` bar over a known line count, shown at once; returns `advance(n)`."""
+def count_progress(
+    stack: contextlib.ExitStack, total: int, what: str = "translating"
+) -> Callable[[int], None]:
+    """A `translating` (or `what`) bar over a known line count, shown at once; returns `advance(n)`."""
     bars = Bars(stack, "{task.description}")
-    task = bars.task("translating", total)
+    task = bars.task(what, total)
     return lambda n: bars.progress.advance(task, n)
 
 

@@ -141,7 +141,7 @@ class Translator:
         self.workers = workers
         # Models that keep fp32 parts (Seq2Seq's recurrences) decode under autocast instead.
         use_autocast = precision != "fp32" and getattr(model, "autocast_inference", False)
-        self._autocast = autocast_for(precision, device) if use_autocast else contextlib.nullcontext
+        self.autocast = autocast_for(precision, device) if use_autocast else contextlib.nullcontext
         self.max_source = model.max_positions - 1  # eos included
 
     @classmethod
@@ -234,7 +234,7 @@ class Translator:
         lines = list(lines)
         warn = on_warning or _warn
         results: list[Translation | None] = [None] * len(lines)
-        encoded = self._encode(lines, first_line, warn)
+        encoded = self.encode_sources(lines, first_line, warn)
         todo = []
         for i, (line, ids) in enumerate(zip(lines, encoded, strict=True)):
             if ids:
@@ -298,12 +298,12 @@ class Translator:
             assert hyp.attention is not None  # asked for with_attention
             weights = np.transpose(hyp.attention, (1, 2, 0, 3))  # (L, H, T, S)
             return weights, tr.source_tokens, hyp.tokens + [EOS_PIECE], hyp.text
-        (ids,) = self._encode([source], 1, _warn)
+        (ids,) = self.encode_sources([source], 1, _warn)
         tgt = self.tgt_tok.encode(target)[: max(self.max_source, 1)]
         dev = self.device
         src = torch.tensor([ids + [EOS_ID]], device=dev)  # (1, S)
         tgt_in = torch.tensor([[self.model.vocab.bos_id] + tgt], device=dev)  # (1, T)
-        with torch.inference_mode(), self._autocast():
+        with torch.inference_mode(), self.autocast():
             lengths = torch.tensor([src.size(1)], device=dev)  # (1,)
             _, attn = self.model.forward_with_attention(src, lengths, tgt_in)
         weights = attn[0].float().cpu().numpy()  # (L, H, T, S)
@@ -312,7 +312,7 @@ class Translator:
 
     # ---- internals ------------------------------------------------------------------------
 
-    def _encode(
+    def encode_sources(
         self, lines: list[str], first_line: int, warn: Callable[[str], None]
     ) -> list[list[int]]:
         """Subword ids per line (no eos); empty for blank lines; too long ones truncated."""
@@ -349,7 +349,7 @@ class Translator:
     ) -> list[list[Hypothesis]]:
         """Pad one batch and draw `nsamples` translations per sentence."""
         src, src_lengths = self._padded(batch)
-        with self._autocast():
+        with self.autocast():
             return sample_search(
                 self.model, src, src_lengths, torch.tensor(keys), sampling, nsamples,
                 max_len_a=opts["max_len_a"], max_len_b=opts["max_len_b"], min_len=opts["min_len"],
@@ -371,7 +371,7 @@ class Translator:
             max_len_a=opts["max_len_a"], max_len_b=opts["max_len_b"], min_len=opts["min_len"],
             need_attn=with_attention,
         )  # fmt: skip
-        with self._autocast():
+        with self.autocast():
             if k == 1:
                 hyps = greedy_search(
                     self.model, src, src_lengths, length_penalty_alpha=opts["length_penalty"],
