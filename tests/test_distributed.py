@@ -19,6 +19,7 @@ TRAIN_ARGV = [
     "--max-time", "1h30m",
     "--device", "cpu",
     "--seed", "-1",
+    "--init-from", "base model",
     "--resume",
     "--force",
     "-q",
