@@ -229,14 +229,16 @@ class _Run:
 
     def copy_sentencepiece(self, source: SpmSource) -> Pair:
         """Step 2 with --spm-from: copy its model(s) under this folder's names."""
-        if source.joint:
-            models = (self.tmp / "spm.model",) * 2
-        else:
-            models = tuple(self.tmp / f"spm.{lang}.model" for lang in self.cfg.langs)  # type: ignore[assignment]
-        for src, dst in zip((source.src, source.tgt), models, strict=True):
+        src, tgt = self.cfg.langs
+        models: Pair = (
+            (self.tmp / "spm.model",) * 2
+            if source.joint
+            else (self.tmp / f"spm.{src}.model", self.tmp / f"spm.{tgt}.model")
+        )
+        for origin, dst in zip((source.src, source.tgt), models, strict=True):
             for suffix in (".model", ".vocab"):  # the .vocab beside it is for people to read
-                if src.with_suffix(suffix).is_file():
-                    shutil.copyfile(src.with_suffix(suffix), dst.with_suffix(suffix))
+                if origin.with_suffix(suffix).is_file():
+                    shutil.copyfile(origin.with_suffix(suffix), dst.with_suffix(suffix))
         return models
 
     def encode_train(

@@ -393,11 +393,16 @@ def _hash32(x: Any) -> Any:
     return (x >> 16) ^ x
 
 
-def uniforms(seed: int, keys: torch.Tensor, t: int) -> torch.Tensor:
-    """One uniform in (0, 1) per key (n,) at step t: a function of (seed, key, t) only."""
+def uniforms(
+    seed: int, keys: torch.Tensor, t: int, samples: torch.Tensor | None = None
+) -> torch.Tensor:
+    """One uniform in (0, 1) per key (n,) at step t: a function of (seed, key, t, sample) only;
+    sample 0 (or none) draws as a single sample of that key does (hash32(0) is 0)."""
     salt = _hash32(_hash32(seed & MASK32) ^ (t & MASK32))
-    x = _hash32(_hash32(keys.long() & MASK32) ^ salt)
-    return (x.double() + 0.5) / 2.0**32
+    x = _hash32(keys.long() & MASK32) ^ salt
+    if samples is not None:
+        x = x ^ _hash32(samples.long() & MASK32)
+    return (_hash32(x).double() + 0.5) / 2.0**32
 
 
 @torch.inference_mode()
@@ -415,8 +420,9 @@ def sample_search(
     length_penalty_alpha: float = 1.0,
 ) -> list[list[Hypothesis]]:
     """`nsamples` sampled translations per sentence (keys (B,): one per sentence; sample j of
-    sentence i draws with key keys[i] * nsamples + j), best score first. Scores are the model's
-    own log-probabilities of the drawn tokens (before temperature and cuts)."""
+    sentence i draws with (keys[i], j), so sample 0 is what nsamples=1 draws), best score first.
+    Scores are the model's own log-probabilities of the drawn tokens (before temperature and
+    cuts)."""
     if nsamples < 1:
         raise SearchOptionError(f"the number of samples must be at least 1, got {nsamples}")
     if nsamples > 1:  # each sample is a row of its own (the encoder runs once per row)
@@ -424,12 +430,12 @@ def sample_search(
             src.repeat_interleave(nsamples, 0),
             src_lengths.repeat_interleave(nsamples),
         )
-    row_keys = keys.to(src.device).long().repeat_interleave(nsamples) * nsamples + torch.arange(
-        nsamples, device=src.device
-    ).repeat(keys.numel())  # (B * nsamples,)
+    row_keys = keys.to(src.device).long().repeat_interleave(nsamples)  # (B * nsamples,)
+    row_samples = torch.arange(nsamples, device=src.device).repeat(keys.numel())
 
     def draw(lp: torch.Tensor, origin: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
-        tok = sampling.draw(lp, uniforms(sampling.seed, row_keys[origin], t))
+        u = uniforms(sampling.seed, row_keys[origin], t, row_samples[origin])
+        tok = sampling.draw(lp, u)
         return lp.gather(1, tok.unsqueeze(1)).squeeze(1), tok
 
     start = _start(model, src, src_lengths, max_len_a, max_len_b)

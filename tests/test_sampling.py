@@ -78,6 +78,9 @@ def test_uniforms_are_a_function_of_seed_key_and_step():
     assert bool(((u > 0) & (u < 1)).all()) and abs(float(u.mean()) - 0.5) < 0.005
     assert u.unique().numel() == u.numel()  # distinct keys, distinct draws
     assert torch.equal(uniforms(1, keys[5:9], 0), u[5:9])  # whatever else is in the batch
+    assert torch.equal(uniforms(1, keys, 0, torch.zeros_like(keys)), u)  # sample 0 = a single one
+    later = uniforms(1, keys, 0, torch.ones_like(keys))
+    assert abs(float(torch.corrcoef(torch.stack([u, later]))[0, 1])) < 0.02
     assert not torch.equal(uniforms(2, keys, 0), u) and not torch.equal(uniforms(1, keys, 1), u)
     # Neighbouring keys and steps are not correlated.
     assert abs(float(torch.corrcoef(torch.stack([u[:-1], u[1:]]))[0, 1])) < 0.02
@@ -121,6 +124,8 @@ def test_samples_do_not_depend_on_batching_or_other_lines():
         alone = sample_search(model, src[i : i + 1, :m], lens[i : i + 1], keys[i : i + 1],
                               sampling, nsamples=2, **kw)  # fmt: skip
         assert [h.tokens for h in alone[0]] == [h.tokens for h in whole[i]]
+    single = sample_search(model, src, lens, keys, sampling, **kw)  # = sample 0 of each line
+    assert all(s[0].tokens in [h.tokens for h in w] for s, w in zip(single, whole, strict=True))
     other = sample_search(model, src, lens, keys, Sampling(temperature=1.3, seed=12), **kw)
     assert any(a[0].tokens != b[0].tokens for a, b in zip(other, whole, strict=True))
 
