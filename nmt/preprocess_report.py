@@ -44,8 +44,11 @@ def summary_table(manifest: dict[str, Any]) -> Table:
 
 
 def summary_notes(manifest: dict[str, Any]) -> list[str]:
-    """Train pairs dropped by reason; valid/test lines too long for common position limits."""
+    """Where the SentencePiece models came from (--spm-from); train pairs dropped by reason;
+    valid/test lines too long for common position limits."""
     notes = []
+    if manifest.get("spm_from"):
+        notes.append(f"SentencePiece models copied from {manifest['spm_from']} (--spm-from)")
     for name, s in manifest["splits"].items():
         if any(s["dropped"].values()):
             reasons = ", ".join(f"{k} {v:,}" for k, v in s["dropped"].items() if v)

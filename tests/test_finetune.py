@@ -20,6 +20,7 @@ from nmt.config import load_config, resolve_train_config
 from nmt.errors import NmtError
 from nmt.modeldir import checkpoint_path, load_model
 from nmt.preprocess import PreprocessConfig, preprocess
+from nmt.preprocess_report import summary_notes
 from nmt.trainer import Trainer, train
 from nmt.vocab import Tokenizer
 
@@ -73,6 +74,7 @@ def test_spm_from_copies_the_models_and_encodes_with_their_pieces(base, new_data
     data, model = base
     manifest = json.loads((new_data / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["spm_from"] == str(model)
+    assert f"SentencePiece models copied from {model} (--spm-from)" in summary_notes(manifest)
     assert manifest["joint"] is True and manifest["requested_vocab_size"] is None
     assert (new_data / "spm.model").read_bytes() == (data / "spm.model").read_bytes()
     assert manifest["vocab_size"] == json.loads((data / "manifest.json").read_text())["vocab_size"]
