@@ -184,6 +184,7 @@ def rescore_files(
                 on_warning=on_warning,
             )  # fmt: skip
             out.writelines(format_score(s, fmt, average) for s in scores)
+            out.flush()  # a reader gone (`| head`) is found here, inside the command
             n += len(scores)
             if advance:
                 advance(len(scores))

@@ -134,3 +134,18 @@ def test_cli_writes_one_score_per_pair(dirs, tmp_path):
         f"error: {src} has 10 lines but /dev/stdin has 2 (rescore needs one target per source "
         "line)\n"
     )
+
+
+def test_cli_stops_quietly_when_the_reader_goes_away(dirs, tmp_path):
+    """A reader gone before the scores come (`| head` done early): exit 141, nothing on stderr."""
+    src, tgt = tmp_path / "s.en", tmp_path / "t.de"
+    src.write_text("\n".join(synthetic_lines(50, seed=9)) + "\n", encoding="utf-8")
+    tgt.write_text("\n".join(synthetic_lines(50, seed=10)) + "\n", encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nmt", "rescore", "-m", str(dirs[0]), str(src), str(tgt), "-q"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    proc.stdout.close()  # long before the model has loaded
+    assert proc.wait(timeout=120) == 141
+    assert proc.stderr.read() == ""
