@@ -17,8 +17,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
+from nmt.batching import source_batches
 from nmt.errors import NmtError
 from nmt.models.base import BOS_ID, EOS_ID, PAD_ID
 from nmt.textio import atomic_write, read_lines
@@ -84,12 +86,12 @@ def score_ids(
 ) -> list[list[float]]:
     """Per pair of subword ids (no eos), the log-probability of each target token and of eos,
     in input order; pairs are batched longest first by padded tokens."""
-    width = [max(len(s), len(t)) + 1 for s, t in zip(src, tgt, strict=True)]
-    order = sorted(range(len(src)), key=lambda i: -width[i])
+    width = np.array([max(len(s), len(t)) for s, t in zip(src, tgt, strict=True)])
     budget = batch_tokens or translator.cfg.decoding.batch_tokens
     results: list[list[float]] = [[] for _ in src]
-    for batch in _batches(order, width, budget):
-        for i, lp in zip(batch, _score_batch(translator, src, tgt, batch), strict=True):
+    for batch in source_batches(width, budget):  # longest first, rows x (longest + 1) tokens
+        rows = batch.tolist()
+        for i, lp in zip(rows, _score_batch(translator, src, tgt, rows), strict=True):
             results[i] = lp
     return results
 
@@ -116,18 +118,6 @@ def _padded(rows: list[list[int]], device: torch.device) -> torch.Tensor:
     for r, ids in enumerate(rows):
         out[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
     return out.to(device)
-
-
-def _batches(order: list[int], width: list[int], budget: int) -> Iterator[list[int]]:
-    """Runs of `order` (longest first) whose padded size, rows x longest, fits the budget."""
-    batch: list[int] = []
-    for i in order:
-        if batch and width[batch[0]] * (len(batch) + 1) > budget:
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
 
 
 def _ignore(message: str) -> None:
