@@ -2,13 +2,18 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "Translator"]
+__all__ = ["__version__", "Sampling", "Translator"]
+
+# Public names and the module that defines each: imported on first use, so `nmt --help` starts
+# without torch.
+# (Forced decoding is `nmt.rescore.rescore`: a name here would clash with its module.)
+_LAZY = {"Translator": "nmt.translate", "Sampling": "nmt.search"}
 
 
 def __getattr__(name: str):
     """Import heavy modules (torch) only when their names are used, so `nmt --help` starts fast."""
-    if name == "Translator":
-        from nmt.translate import Translator
+    if name in _LAZY:
+        import importlib
 
-        return Translator
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'nmt' has no attribute {name!r}")
