@@ -4,12 +4,15 @@ nmt.translate, nmt.scoring). Each command parses options and calls one library f
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from nmt.cli_errors import user_errors
 from nmt.reporting import batch_progress, count_progress, step_progress
+
+if TYPE_CHECKING:
+    from nmt.search import Sampling
 
 app = typer.Typer(
     name="nmt",
@@ -306,7 +309,8 @@ def translate_cmd(
     from nmt.translation_io import check_inputs
 
     check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)  # before the model loads
-    draw = sampling_options(sampling, temperature, topk, topp, seed)
+    searching = greedy or beam_size not in (None, 1)
+    draw = sampling_options(sampling, temperature, topk, topp, seed, searching)
     from nmt.ct2 import open_translator  # a model directory, or an `nmt export` of one
     from nmt.translate import Translator, translate_files
 
@@ -380,11 +384,19 @@ def rescore_cmd(
 
 
 def sampling_options(
-    on: bool, temperature: float | None, topk: int | None, topp: float | None, seed: int | None
-) -> object:
-    """The `--sampling` settings (nmt.search.Sampling, checked before the model loads), or None."""
+    on: bool,
+    temperature: float | None,
+    topk: int | None,
+    topp: float | None,
+    seed: int | None,
+    searching: bool = False,
+) -> Sampling | None:
+    """The `--sampling` settings, checked before the model loads (`searching`: a beam size or
+    --greedy was also given), or None."""
     from nmt.errors import NmtError
 
+    if on and searching:
+        raise NmtError("--sampling draws its own tokens: drop --beam-size / --greedy")
     if not on:
         if (temperature, topk, topp, seed) != (None, None, None, None):
             raise NmtError(

@@ -182,5 +182,9 @@ def test_cli_sampling_writes_n_lines_per_input_and_refuses_stray_options(tiny_mo
     assert stray.returncode == 2 and stray.stderr == (
         "error: --temperature, --sampling-topk, --sampling-topp and --seed need --sampling\n"
     )
+    beam = nmt("--sampling", "-b", "4")  # refused before the model loads
+    assert beam.returncode == 2 and beam.stderr == (
+        "error: --sampling draws its own tokens: drop --beam-size / --greedy\n"
+    )
     bad = nmt("--sampling", "--sampling-topp", "0")
     assert bad.returncode == 2 and bad.stderr == "error: top-p must be in (0, 1], got 0.0\n"
