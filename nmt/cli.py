@@ -367,14 +367,10 @@ def rescore_cmd(
     its source line, one line per pair (n-best reranking, corpus filtering, model comparison)."""
     from nmt.translation_io import check_inputs, warn_to_stderr
 
-    check_inputs([source, target])  # missing files fail before the model loads
-    from nmt.rescore import FORMATS, rescore_files
+    check_inputs([source, target], fmt)  # a bad format or missing file fails before the model loads
+    from nmt.rescore import rescore_files
     from nmt.translate import Translator
 
-    if fmt not in FORMATS:
-        from nmt.errors import NmtError
-
-        raise NmtError(f"--format must be text or jsonl, got {fmt!r}")
     translator = Translator.from_dir(model_dir, device, checkpoint, precision)
     rescore_files(
         translator, source, target, output, fmt=fmt, average=average, batch_tokens=batch_tokens,

@@ -10,16 +10,16 @@ scramble of the embeddings.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nmt.dataset import MANIFEST, read_manifest
 from nmt.errors import NmtError
+from nmt.textio import read_json_object
 from nmt.vocab import Tokenizer
 
 MODEL_META = "vocab.json"  # nmt.modeldir writes it into every MODEL_DIR
-DATA_MANIFEST = "manifest.json"  # nmt.dataset.MANIFEST, without importing numpy here
 
 
 @dataclass(frozen=True)
@@ -44,15 +44,15 @@ def spm_source(directory: str | Path) -> SpmSource:
     (manifest.json); a folder that is neither, or a missing model file, is a one-line error."""
     d = Path(directory)
     if (d / MODEL_META).is_file():
-        meta = _json(d / MODEL_META)
+        meta = read_json_object(d / MODEL_META)
         names = meta.get("src_spm"), meta.get("tgt_spm")
-    elif (d / DATA_MANIFEST).is_file():
-        meta = _json(d / DATA_MANIFEST)
+    elif (d / MANIFEST).is_file():
+        meta = read_manifest(d)
         spm = meta.get("spm")
         names = (spm.get("src"), spm.get("tgt")) if isinstance(spm, dict) else (None, None)
     elif d.is_dir():
         raise NmtError(
-            f"{d}: neither a model directory ({MODEL_META}) nor a data directory ({DATA_MANIFEST})"
+            f"{d}: neither a model directory ({MODEL_META}) nor a data directory ({MANIFEST})"
         )
     else:
         raise NmtError(f"{d}: directory not found")
@@ -97,14 +97,3 @@ def init_weights(
     path = checkpoint_path(init_dir, checkpoint)
     load_weights(model, path, what="the model section of this run")
     return {"init_from": str(init_dir), "checkpoint": str(path), "step": weights_step(path)}
-
-
-def _json(path: Path) -> dict[str, Any]:
-    """A JSON object file; anything else is a one-line error naming it."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise NmtError(f"{path}: invalid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise NmtError(f"{path}: invalid JSON (expected an object)")
-    return data

@@ -28,7 +28,7 @@ import yaml
 from nmt.config import Config, ModelConfig, config_from_dict
 from nmt.errors import NmtError
 from nmt.models.base import VocabInfo
-from nmt.textio import atomic_write, publishing
+from nmt.textio import atomic_write, publishing, read_json_object
 
 CHECKPOINTS = "checkpoints"
 NAMED = ("best", "last", "averaged")
@@ -75,7 +75,7 @@ def read_meta(model_dir: str | Path) -> tuple[Config, VocabInfo, dict[str, Any]]
                 f"{model_dir / name}: file not found (is {model_dir} a model directory?)"
             )
     cfg = _read_config(model_dir / "config.yaml")
-    meta = _read_json(model_dir / "vocab.json")
+    meta = read_json_object(model_dir / "vocab.json")
     fields = {f.name for f in dataclasses.fields(VocabInfo)}
     try:
         vocab = VocabInfo(**{k: v for k, v in meta.items() if k in fields})
@@ -93,17 +93,6 @@ def _read_config(path: Path) -> Config:
     if not isinstance(data, dict):
         raise NmtError(f"{path}: invalid config (expected a mapping of sections)")
     return config_from_dict(data, str(path))
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    """A JSON object file; broken JSON is a one-line error naming the file."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise NmtError(f"{path}: invalid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise NmtError(f"{path}: invalid JSON (expected an object)")
-    return data
 
 
 def default_checkpoint(model_dir: str | Path) -> str:

@@ -15,23 +15,16 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
-from nmt.batching import source_batches
+from nmt.batching import collate, source_batches
 from nmt.errors import NmtError
-from nmt.models.base import BOS_ID, EOS_ID, PAD_ID
 from nmt.textio import atomic_write, read_lines
-from nmt.translation_io import count_lines, is_regular
-
-if TYPE_CHECKING:
-    from nmt.translate import Translator
-
-EOS_PIECE = "</s>"
-FORMATS = ("text", "jsonl")
-BATCH_PAIRS = 10_000  # pairs read and scored at a time (bounds memory)
+from nmt.translate import EOS_PIECE, Translator
+from nmt.translation_io import BATCH_LINES, check_inputs, count_lines, is_regular
 
 
 @dataclass
@@ -100,24 +93,12 @@ def _score_batch(
     translator: Translator, src: list[list[int]], tgt: list[list[int]], batch: list[int]
 ) -> list[list[float]]:
     """Per pair of the batch, the log-probability of each target token and of eos."""
-    dev = translator.device
-    s = _padded([src[i] + [EOS_ID] for i in batch], dev)  # (B, S)
-    t_in = _padded([[BOS_ID] + tgt[i] for i in batch], dev)  # (B, T)
-    t_out = _padded([tgt[i] + [EOS_ID] for i in batch], dev)  # (B, T)
-    lengths = torch.tensor([len(src[i]) + 1 for i in batch], device=dev)  # (B,)
+    b = collate(src, tgt, batch).to(translator.device)  # the layout training and validation use
     with torch.inference_mode(), translator.autocast():
-        logits = translator.model.forward(s, lengths, t_in).float()  # (B, T, V)
-        gold = logits.gather(2, t_out.unsqueeze(2)).squeeze(2)  # (B, T)
+        logits = translator.model.forward(b.src, b.src_lengths, b.tgt_in).float()  # (B, T, V)
+        gold = logits.gather(2, b.tgt_out.unsqueeze(2)).squeeze(2)  # (B, T)
         lp = (gold - torch.logsumexp(logits, 2)).tolist()
     return [row[: len(tgt[i]) + 1] for i, row in zip(batch, lp, strict=True)]
-
-
-def _padded(rows: list[list[int]], device: torch.device) -> torch.Tensor:
-    """Right-padded (B, longest) ids."""
-    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
-    for r, ids in enumerate(rows):
-        out[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return out.to(device)
 
 
 def _ignore(message: str) -> None:
@@ -157,8 +138,7 @@ def rescore_files(
     pair, streaming; returns the number of pairs. Files of different lengths are an error naming
     both (before anything is written when both are regular files). `progress(stack, total)`
     returns the per-chunk `advance(n)`."""
-    if fmt not in FORMATS:
-        raise NmtError(f"--format must be text or jsonl, got {fmt!r}")
+    check_inputs([source, target], fmt)  # the formats and file checks `nmt translate` has
     total = None
     if is_regular(source) and is_regular(target):
         total, other = count_lines(source), count_lines(target)
@@ -168,7 +148,7 @@ def rescore_files(
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         advance = progress(stack, total) if progress is not None and total is not None else None
-        for src_lines, tgt_lines in _paired_chunks(source, target, BATCH_PAIRS):
+        for src_lines, tgt_lines in _paired_chunks(source, target, BATCH_LINES):
             scores = rescore(
                 translator, src_lines, tgt_lines, batch_tokens, first_line=n + 1,
                 on_warning=on_warning,

@@ -7,6 +7,7 @@ import errno
 import functools
 import gzip
 import io
+import json
 import os
 import stat
 import sys
@@ -68,6 +69,17 @@ def read_lines(path: str | Path, errors: str = "strict") -> Iterator[str]:
     with open_binary(path) as f:
         for lineno, raw in enumerate(f, start=1):
             yield decode_line(raw, path, lineno, errors).rstrip("\r\n")
+
+
+def read_json_object(path: str | Path) -> dict[str, Any]:
+    """A JSON object file (vocab.json, a manifest); broken JSON is a one-line error naming it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise NmtError(f"{path}: invalid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise NmtError(f"{path}: invalid JSON (expected an object)")
+    return data
 
 
 def _file_mode() -> int:
