@@ -40,6 +40,15 @@ class PairScore:
         """Mean log-probability per predicted token (eos included): comparable across lengths."""
         return self.log_prob / len(self.tokens)
 
+    def to_json(self) -> dict[str, Any]:
+        """The record of `nmt rescore --format jsonl` and of `nmt serve`'s POST /score."""
+        return {
+            "log_prob": round(self.log_prob, 6),
+            "per_token": round(self.per_token, 6),
+            "tokens": self.tokens,
+            "token_log_probs": [round(x, 6) for x in self.token_log_probs],
+        }
+
 
 def rescore(
     translator: Translator,
@@ -113,13 +122,7 @@ def format_score(score: PairScore, fmt: str, average: bool) -> str:
     object with every field (jsonl)."""
     if fmt == "text":
         return f"{score.per_token if average else score.log_prob:.6f}\n"
-    record: dict[str, Any] = {
-        "log_prob": round(score.log_prob, 6),
-        "per_token": round(score.per_token, 6),
-        "tokens": score.tokens,
-        "token_log_probs": [round(x, 6) for x in score.token_log_probs],
-    }
-    return json.dumps(record, ensure_ascii=False) + "\n"
+    return json.dumps(score.to_json(), ensure_ascii=False) + "\n"
 
 
 def rescore_files(

@@ -35,6 +35,7 @@ from nmt.search import Hypothesis, Sampling, beam_search, greedy_search, sample_
 from nmt.textio import atomic_write
 from nmt.translation_io import (
     BATCH_LINES,
+    MAX_SAMPLES,
     check_inputs,
     count_lines,
     format_translation,
@@ -48,7 +49,6 @@ from nmt.workers import decode_workers, map_batches, resolve_workers
 
 EOS_PIECE = "</s>"
 MAX_BATCH_ROWS = 640  # sentences x beam per batch: beyond this CPU steps stop getting cheaper
-MAX_SAMPLES = 200  # --sampling --nbest: samples per line (as the beam's limit)
 
 
 @dataclass
@@ -206,12 +206,15 @@ class Translator:
         progress: Callable[[int], None] | None = None,
         scores: bool = True,
         sampling: Sampling | None = None,
+        keys: Sequence[int] | None = None,
     ) -> list[Translation]:
         """Translate raw lines; one Translation per line, in input order.
 
         Unset options come from the model's `decoding` config. Beam size 1 (or `greedy`) runs
         greedy search; `sampling` draws `nbest` samples per line instead (keyed by line number,
-        counted from `first_line`, so a line's samples do not depend on how lines are batched).
+        counted from `first_line`, so a line's samples do not depend on how lines are batched;
+        `keys` gives each line its own key instead: `nmt serve` keys a line by its place in its
+        request, so a request draws the same samples whatever it is batched with).
         `first_line` numbers the lines in warnings; `progress(n)` is called after each batch
         with the number of lines it finished. `scores=False` lets greedy search skip the
         log-probabilities (same text, NaN scores); beam search and sampling always have them.
@@ -232,6 +235,11 @@ class Translator:
         elif not 1 <= nbest <= k:
             raise NmtError(f"--nbest must be between 1 and the beam size ({k}), got {nbest}")
         lines = list(lines)
+        if keys is not None and len(keys) != len(lines):
+            raise NmtError(f"{len(keys)} sampling keys for {len(lines)} lines")
+        line_keys = (
+            list(keys) if keys is not None else range(first_line - 1, first_line - 1 + len(lines))
+        )
         warn = on_warning or _warn
         results: list[Translation | None] = [None] * len(lines)
         encoded = self.encode_sources(lines, first_line, warn)
@@ -252,8 +260,8 @@ class Translator:
             """Per sentence of the batch, its hypotheses best first."""
             ids = [encoded[i] for i in batch]
             if sampling is not None:
-                keys = [first_line - 1 + i for i in batch]  # line numbers from 0
-                return self._sample(ids, keys, sampling, nbest, opts, with_attention)
+                batch_keys = [line_keys[i] for i in batch]  # line numbers from 0 by default
+                return self._sample(ids, batch_keys, sampling, nbest, opts, with_attention)
             return self._search(ids, k, nbest, opts, with_attention, scores)
 
         workers = decode_workers(self.workers, self.device, len(batches))

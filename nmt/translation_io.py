@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 FORMATS = ("text", "jsonl")
 ERROR_MODES = ("strict", "replace")
+MAX_SAMPLES = 200  # --sampling --nbest: samples per line (as the beam's limit)
 BATCH_LINES = 10_000  # lines read (and sorted by length) per batch when input is abundant
 PAUSE_S = 0.005  # a pipe silent this long has paused: translate what has arrived
 MAX_GATHER_S = 0.25  # a steady trickle of lines still gets answers this often

@@ -30,6 +30,8 @@ from typer.testing import CliRunner  # noqa: E402
 
 from nmt.cli import app as cli  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
+from nmt.rescore import rescore  # noqa: E402
+from nmt.search import Sampling  # noqa: E402
 from nmt.serve import Settings, create_app  # noqa: E402
 from nmt.translate import Translator  # noqa: E402
 from nmt.translation_io import format_translation  # noqa: E402
@@ -125,7 +127,8 @@ def test_health_info_and_openapi(client):
     assert info["architecture"]["type"] == "transformer" and info["architecture"]["parameters"] > 0
     assert info["decoding"]["beam_size"] == 3 and info["limits"]["max_request_lines"] == 5
     paths = client.get("/openapi.json").json()["paths"]
-    assert {"/translate", "/health", "/info"} <= set(paths)
+    assert {"/translate", "/score", "/health", "/info"} <= set(paths)
+    assert info["sampling"] == {"max_samples": 200}
     assert "text" in json.dumps(paths["/translate"]["post"]["requestBody"])
 
 
@@ -164,7 +167,8 @@ ERRORS = [
     (b'{"text": ["a", null]}', 422, "'text'[1] must be a string, got null"),
     (b'{"text": "a\\nb"}', 422, "'text' contains a line break; send one sentence per list item"),
     (b'{"text": "a", "src": "b"}', 422,
-     "unknown field 'src' (expected text, beam_size, nbest, length_penalty, with_attention)"),
+     "unknown field 'src' (expected text, beam_size, nbest, length_penalty, with_attention, "
+     "sampling)"),
     (b'{"text": "a", "beam_size": "5"}', 422, "'beam_size' must be an integer, got string"),
     (b'{"text": "a", "beam_size": true}', 422, "'beam_size' must be an integer, got boolean"),
     (b'{"text": "a", "beam_size": 0}', 422, "'beam_size' must be in [1, 200], got 0"),
@@ -172,6 +176,22 @@ ERRORS = [
     (b'{"text": "a", "length_penalty": NaN}', 422,
      "'length_penalty' must be a finite number >= 0, got nan"),
     (b'{"text": "a", "with_attention": 1}', 422, "'with_attention' must be true or false, got number"),
+    (b'{"text": "a", "sampling": 1}', 422, "'sampling' must be true, false or an object like "
+     '{"temperature": 0.8, "top_p": 0.9, "seed": 1}, got number'),
+    (b'{"text": "a", "sampling": {"temp": 1}}', 422,
+     "unknown field 'sampling.temp' (expected temperature, top_k, top_p, seed)"),
+    (b'{"text": "a", "sampling": {"temperature": 0}}', 422,
+     "'sampling.temperature' must be > 0, got 0.0"),
+    (b'{"text": "a", "sampling": {"temperature": Infinity}}', 422,
+     "'sampling.temperature' must be a finite number > 0, got inf"),
+    (b'{"text": "a", "sampling": {"top_p": 1.5}}', 422, "'sampling.top_p' must be in (0, 1], got 1.5"),
+    (b'{"text": "a", "sampling": {"top_k": 2.5}}', 422,
+     "'sampling.top_k' must be an integer, got number"),
+    (b'{"text": "a", "sampling": {"seed": -1}}', 422, "'sampling.seed' must be in [0, 2**63), got -1"),
+    (b'{"text": "a", "sampling": true, "beam_size": 2}', 422,
+     "'sampling' draws its own tokens: drop 'beam_size'"),
+    (b'{"text": "a", "sampling": true, "nbest": 201}', 422,
+     "'nbest' must be between 1 and 200 with 'sampling', got 201"),
     (b'{"text": ["1", "2", "3", "4", "5", "6"]}', 413,
      "'text' has 6 lines; the limit is 5 (--max-request-lines)"),
     (json.dumps({"text": ["ok", "x" * 61]}).encode(), 413,
@@ -184,6 +204,81 @@ def test_bad_requests_get_one_line_and_the_server_keeps_serving(client, body, st
     r = client.post("/translate", content=body, headers={"content-type": "application/json"})
     assert (r.status_code, r.json()) == (status, {"detail": detail})
     assert client.post("/translate", json={"text": "two dogs"}).status_code == 200
+
+
+SAMPLING = {"temperature": 0.8, "top_k": 50, "seed": 7}
+
+
+def sampled(translator: Translator, lines: list[str], nbest: int = 1, settings=SAMPLING):
+    """`nmt translate --sampling` records of `lines` as one file (line i draws with key i)."""
+    return expected(translator, lines, nbest=nbest, sampling=Sampling(**settings))
+
+
+def test_sampling_draws_as_nmt_translate_sampling(client, translator):
+    r = client.post("/translate", json={"text": LINES, "sampling": SAMPLING, "nbest": 3})
+    assert r.status_code == 200, r.text
+    got = r.json()["translations"]
+    assert same_records(got, sampled(translator, LINES, nbest=3))
+    assert len(got[0]["hypotheses"]) == 3
+    again = client.post("/translate", json={"text": LINES, "sampling": SAMPLING, "nbest": 3})
+    assert again.json()["translations"] == got  # same seed, same request: same samples
+    other = client.post("/translate", json={"text": LINES, "sampling": {**SAMPLING, "seed": 8}})
+    assert other.json()["translations"] != got
+    plain = client.post("/translate", json={"text": LINES[0], "sampling": True}).json()
+    assert same_records(plain["translations"], sampled(translator, LINES[:1], settings={}))
+
+
+def test_sampled_requests_share_a_batch_and_draw_as_alone(translator):
+    bodies = [{"text": [f"{w} dogs play in the snow .", "a man"], "sampling": SAMPLING}
+              for w in ("one", "two", "three")] + [
+             {"text": "one dogs play", "sampling": {**SAMPLING, "seed": 9}}]  # fmt: skip
+    counting, answers = held_then_concurrent(translator, bodies)
+    assert sorted(map(len, counting.lines[1:])) == [1, 6]  # equal settings together, seed 9 apart
+    for body, r in zip(bodies, answers, strict=True):
+        lines = body["text"] if isinstance(body["text"], list) else [body["text"]]
+        want = sampled(translator, lines, settings=body["sampling"])
+        assert same_records(r.json()["translations"], want)
+
+
+def scored(translator: Translator, sources: list[str], targets: list[str]) -> list[dict]:
+    return [s.to_json() for s in rescore(translator, sources, targets)]
+
+
+TARGETS = ["ein mann in einem blauen hemd .", "", "zwei kinder", "zwei hunde spielen im schnee ."]
+
+
+def test_score_answers_as_nmt_rescore(client, translator):
+    r = client.post("/score", json={"source": LINES, "target": TARGETS})
+    assert r.status_code == 200, r.text
+    got = r.json()["scores"]
+    want = scored(translator, LINES, TARGETS)
+    assert len(got) == 4 and [g["tokens"] for g in got] == [w["tokens"] for w in want]
+    for g, w in zip(got, want, strict=True):
+        assert g["log_prob"] == pytest.approx(w["log_prob"], abs=1e-4)
+        assert g["token_log_probs"] == pytest.approx(w["token_log_probs"], abs=1e-4)
+    assert got[1]["tokens"] == ["</s>"]  # an empty target: eos alone
+    one = client.post("/score", json={"source": LINES[0], "target": TARGETS[0]}).json()
+    assert one["scores"][0]["log_prob"] == pytest.approx(want[0]["log_prob"], abs=1e-4)
+    assert "/score" in client.get("/openapi.json").json()["paths"]
+
+
+SCORE_ERRORS = [
+    ({"source": "a"}, 422, "'target' is required: a string or a list of strings"),
+    ({"source": ["a", "b"], "target": ["c"]}, 422,
+     "'source' has 2 lines but 'target' has 1 (one target per source line)"),
+    ({"source": "a", "target": ["c"]}, 422,
+     "'source' and 'target' must both be strings or both be lists"),
+    ({"source": "a", "target": "b", "text": "c"}, 422,
+     "unknown field 'text' (expected source, target)"),
+    ({"source": "a", "target": ["x"] * 6}, 413,
+     "'target' has 6 lines; the limit is 5 (--max-request-lines)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "status", "detail"), SCORE_ERRORS)
+def test_bad_score_requests_get_one_line(client, body, status, detail):
+    r = client.post("/score", json=body)
+    assert (r.status_code, r.json()) == (status, {"detail": detail})
 
 
 def test_an_oversized_body_is_refused_before_parsing(client):
@@ -360,6 +455,22 @@ def test_server_answers_as_nmt_translate_jsonl(server, model_dir, tmp_path):
     want = [json.loads(line) for line in out.stdout.splitlines()]
     r = httpx.post(server + "/translate", json={"text": LINES, "nbest": 2, "with_attention": True})
     assert r.json()["translations"] == want
+
+
+def test_server_scores_and_samples_as_the_cli(server, model_dir, tmp_path):
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("\n".join(LINES) + "\n")
+    tgt.write_text("\n".join(TARGETS) + "\n")
+    base = ["-m", str(model_dir), "--device", "cpu", "-q", "--format", "jsonl"]
+    out = CliRunner().invoke(cli, ["rescore", str(src), str(tgt), *base])
+    assert out.exit_code == 0, out.output
+    r = httpx.post(server + "/score", json={"source": LINES, "target": TARGETS})
+    assert r.json()["scores"] == [json.loads(line) for line in out.stdout.splitlines()]
+    out = CliRunner().invoke(cli, ["translate", str(src), *base, "--sampling", "--seed", "7",
+                                   "--temperature", "0.8", "--sampling-topk", "50", "--nbest", "2"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    r = httpx.post(server + "/translate", json={"text": LINES, "sampling": SAMPLING, "nbest": 2})
+    assert r.json()["translations"] == [json.loads(line) for line in out.stdout.splitlines()]
 
 
 def test_disconnecting_clients_do_not_hurt_others(server):

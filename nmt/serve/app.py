@@ -1,6 +1,7 @@
 """The HTTP API and page of `nmt serve`: `create_app(translator_factory, settings)` returns a
 FastAPI app that loads the model in a thread at start-up (GET /health says loading, then ready),
-micro-batches POST /translate requests (`nmt.serve.batcher`), and serves the page at /."""
+micro-batches POST /translate (search or sampling) and POST /score (forced decoding) requests
+(`nmt.serve.batcher`), and serves the page at /."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from nmt.errors import NmtError
-from nmt.serve.batcher import BatchResult, MicroBatcher
-from nmt.serve.request import Limits, bad, parse_request
-from nmt.serve.schema import OPENAPI_BODY, RESPONSES
+from nmt.serve.batcher import BatchResult, Decode, MicroBatcher
+from nmt.serve.request import Limits, bad, parse_request, parse_score_request
+from nmt.serve.schema import OPENAPI_BODY, RESPONSES, SCORE_BODY, SCORE_RESPONSES
+from nmt.translation_io import MAX_SAMPLES
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("nmt.serve")
@@ -101,11 +103,23 @@ def model_name(model_dir: str) -> str:
     return "/".join(Path(model_dir).resolve().parts[-2:]) if model_dir else "model"
 
 
-def _decoder(translator: Any, budget: int) -> Callable[[list[str], dict[str, Any]], list[Any]]:
-    """The worker thread's job: translate lines and turn them into JSONL-shaped records."""
+def _decoder(translator: Any, budget: int) -> Decode:
+    """The worker thread's job: translate lines (or score pairs) into JSONL-shaped records, the
+    records of `nmt translate --format jsonl` and `nmt rescore --format jsonl`."""
 
-    def decode(lines: list[str], options: dict[str, Any]) -> list[dict[str, Any]]:
-        out = translator.translate(lines, batch_tokens=budget, on_warning=log.warning, **options)
+    def decode(items: list[Any], options: dict[str, Any], keys: list[int]) -> list[dict[str, Any]]:
+        if options.get("task") == "score":
+            from nmt.rescore import rescore
+
+            sources, targets = [s for s, _ in items], [t for _, t in items]
+            scores = rescore(translator, sources, targets, budget, on_warning=log.warning)
+            return [score.to_json() for score in scores]
+        kwargs = dict(options)
+        if "sampling" in kwargs:
+            from nmt.search import Sampling
+
+            kwargs["sampling"], kwargs["keys"] = Sampling(*kwargs["sampling"]), keys
+        out = translator.translate(items, batch_tokens=budget, on_warning=log.warning, **kwargs)
         return [tr.to_json(options["with_attention"]) for tr in out]
 
     return decode
@@ -128,6 +142,7 @@ def model_info(translator: Any, settings: Settings, budget: int, name: str) -> d
         "languages": languages,
         "architecture": {**dataclasses.asdict(translator.cfg.model), "parameters": params},
         "decoding": dataclasses.asdict(translator.cfg.decoding),
+        "sampling": {"max_samples": MAX_SAMPLES},
         "device": str(translator.device),
         "limits": {
             "max_batch_tokens": budget,
@@ -192,15 +207,23 @@ def create_app(translator_factory: Callable[[], Any], settings: Settings | None 
         result = await _wait(request, batcher.submit(req.lines, req.options, lengths), settings)
         if result is None:
             return Response(status_code=499)  # the client is gone: nobody reads this
-        return JSONResponse(
-            {
-                "translations": result.results,
-                "model": state.name,
-                "elapsed_ms": round((time.perf_counter() - start) * 1000, 1),
-                "decode_ms": round(result.decode_ms, 1),
-                "batch": {"lines": result.batch_lines, "requests": result.batch_requests},
-            }
+        return _answer("translations", result, state.name, start)
+
+    @app.post("/score", openapi_extra=SCORE_BODY, responses=SCORE_RESPONSES)
+    async def score(request: Request) -> Response:
+        """Score given translations (forced decoding): per pair, the log-probability of `target`
+        given `source`, in order; the records of `nmt rescore --format jsonl`."""
+        start = time.perf_counter()
+        batcher = state.ready()
+        body = await _read_body(request, 2 * settings.limits.max_body_bytes)
+        req = parse_score_request(body, settings.limits)
+        lengths = _pair_lengths(state.translator, req.pairs)
+        result = await _wait(
+            request, batcher.submit(req.pairs, {"task": "score"}, lengths), settings
         )
+        if result is None:
+            return Response(status_code=499)
+        return _answer("scores", result, state.name, start)
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
@@ -208,6 +231,19 @@ def create_app(translator_factory: Callable[[], Any], settings: Settings | None 
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+def _answer(field: str, result: BatchResult, name: str, start: float) -> JSONResponse:
+    """A 200 answer: the records under `field`, the model's name, timings and the batch."""
+    return JSONResponse(
+        {
+            field: result.results,
+            "model": name,
+            "elapsed_ms": round((time.perf_counter() - start) * 1000, 1),
+            "decode_ms": round(result.decode_ms, 1),
+            "batch": {"lines": result.batch_lines, "requests": result.batch_requests},
+        }
+    )
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -229,6 +265,17 @@ def _lengths(translator: Any, lines: list[str]) -> list[int]:
     limit = getattr(translator, "max_source", 0)
     ids = translator.src_tok.encode_batch(lines, threads=1)
     return [1 + (min(len(x), limit) if limit > 0 else len(x)) for x in ids]
+
+
+def _pair_lengths(translator: Any, pairs: list[tuple[str, str]]) -> list[int]:
+    """Padded tokens per pair: the longer of its source and target as the model sees them."""
+    src = _lengths(translator, [s for s, _ in pairs])
+    tgt = translator.tgt_tok.encode_batch([t for _, t in pairs], threads=1)
+    limit = getattr(translator, "max_source", 0)
+    return [
+        max(s, 1 + (min(len(t), limit) if limit > 0 else len(t)))
+        for s, t in zip(src, tgt, strict=True)
+    ]
 
 
 async def _wait(request: Request, work: Any, settings: Settings) -> BatchResult | None:

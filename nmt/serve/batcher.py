@@ -15,14 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-Decode = Callable[[list[str], dict[str, Any]], list[Any]]  # (lines, options) -> one result per line
+# (items, options, keys) -> one result per item; an item's key is its place in its request
+Decode = Callable[[list[Any], dict[str, Any], list[int]], list[Any]]
 
 
 @dataclass
 class Job:
-    """One request's lines, options and the future its handler awaits."""
+    """One request's lines (or other items: /score's pairs), options and the future its handler
+    awaits."""
 
-    lines: list[str]
+    lines: list[Any]
     options: dict[str, Any]
     lengths: list[int]  # source tokens per line (eos included): the padded-size estimate
     future: asyncio.Future[Any]
@@ -80,7 +82,7 @@ class MicroBatcher:
         """Jobs queued and not yet taken into a batch."""
         return self._queue.qsize() + (self._held is not None)
 
-    async def submit(self, lines: list[str], options: dict[str, Any], lengths: list[int]) -> Any:
+    async def submit(self, lines: list[Any], options: dict[str, Any], lengths: list[int]) -> Any:
         """Queue one request and wait for its `BatchResult` (cancel the await to drop it)."""
         job = Job(lines, options, lengths, asyncio.get_running_loop().create_future())
         self._queue.put_nowait(job)
@@ -139,12 +141,13 @@ class MicroBatcher:
         if not jobs:
             return
         lines = [line for j in jobs for line in j.lines]
+        keys = [i for j in jobs for i in range(len(j.lines))]  # sampling draws by request line
         loop = asyncio.get_running_loop()
         start = time.perf_counter()
         self.calls += 1
         try:
             results = await loop.run_in_executor(
-                self._executor, self.decode, lines, jobs[0].options
+                self._executor, self.decode, lines, jobs[0].options, keys
             )
         except asyncio.CancelledError:
             _fail(jobs, RuntimeError("the server is shutting down"))

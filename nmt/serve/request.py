@@ -12,8 +12,11 @@ from typing import Any
 from fastapi import HTTPException
 
 from nmt.config import DecodingConfig
+from nmt.translation_io import MAX_SAMPLES
 
-FIELDS = ("text", "beam_size", "nbest", "length_penalty", "with_attention")
+FIELDS = ("text", "beam_size", "nbest", "length_penalty", "with_attention", "sampling")
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
+SCORE_FIELDS = ("source", "target")
 _RANGES = {f.name: f.metadata.get("range") for f in dataclasses.fields(DecodingConfig)}
 
 
@@ -35,7 +38,14 @@ class TranslateRequest:
     """A checked request: its lines and fully resolved decoding options."""
 
     lines: list[str]
-    options: dict[str, Any]  # beam_size, nbest, length_penalty, with_attention
+    options: dict[str, Any]  # beam_size or sampling, nbest, length_penalty, with_attention
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """A checked /score request: (source, target) pairs."""
+
+    pairs: list[tuple[str, str]]
 
 
 def bad(status: int, message: str) -> HTTPException:
@@ -57,6 +67,49 @@ def json_type(value: Any) -> str:
 
 def parse_request(body: bytes, limits: Limits, defaults: DecodingConfig) -> TranslateRequest:
     """Decode and check a /translate body; 400 for broken JSON, 413 over a limit, 422 otherwise."""
+    data = _object(body, '{"text": "..."}', FIELDS)
+    lines = _lines(data, "text", limits)
+    sampling = _sampling(data.get("sampling", False))
+    nbest = _integer(data, "nbest", 1)
+    if sampling is not None:
+        if data.get("beam_size") is not None:
+            raise bad(422, "'sampling' draws its own tokens: drop 'beam_size'")
+        if not 1 <= nbest <= MAX_SAMPLES:
+            raise bad(
+                422, f"'nbest' must be between 1 and {MAX_SAMPLES} with 'sampling', got {nbest}"
+            )
+        search: dict[str, Any] = {"sampling": sampling}
+    else:
+        beam = _integer(data, "beam_size", defaults.beam_size)
+        if not 1 <= nbest <= beam:
+            raise bad(422, f"'nbest' must be between 1 and the beam size ({beam}), got {nbest}")
+        search = {"beam_size": beam}
+    penalty = _number(data, "length_penalty", defaults.length_penalty)
+    attention = data.get("with_attention", False)
+    if not isinstance(attention, bool):
+        raise bad(422, f"'with_attention' must be true or false, got {json_type(attention)}")
+    options = {**search, "nbest": nbest, "length_penalty": penalty}
+    return TranslateRequest(lines, {**options, "with_attention": attention})
+
+
+def parse_score_request(body: bytes, limits: Limits) -> ScoreRequest:
+    """Decode and check a /score body: `source` and `target`, both a string or both a list of
+    the same length."""
+    data = _object(body, '{"source": "...", "target": "..."}', SCORE_FIELDS)
+    source, target = _lines(data, "source", limits), _lines(data, "target", limits)
+    if isinstance(data["source"], str) != isinstance(data["target"], str):
+        raise bad(422, "'source' and 'target' must both be strings or both be lists")
+    if len(source) != len(target):
+        raise bad(
+            422,
+            f"'source' has {len(source)} lines but 'target' has {len(target)} "
+            "(one target per source line)",
+        )
+    return ScoreRequest(list(zip(source, target, strict=True)))
+
+
+def _object(body: bytes, example: str, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The body as a JSON object with only known fields; 400 for broken JSON, 422 otherwise."""
     try:
         data = json.loads(body)
     except UnicodeDecodeError:
@@ -65,42 +118,65 @@ def parse_request(body: bytes, limits: Limits, defaults: DecodingConfig) -> Tran
         msg = f"the body is not valid JSON ({e.msg}: line {e.lineno} column {e.colno})"
         raise bad(400, msg) from None
     if not isinstance(data, dict):
-        raise bad(
-            422, f'the body must be a JSON object like {{"text": "..."}}, got {json_type(data)}'
-        )
+        raise bad(422, f"the body must be a JSON object like {example}, got {json_type(data)}")
     for key in data:
-        if key not in FIELDS:
-            raise bad(422, f"unknown field {key!r} (expected {', '.join(FIELDS)})")
-    lines = _lines(data, limits)
-    beam = _integer(data, "beam_size", defaults.beam_size)
-    nbest = _integer(data, "nbest", 1)
-    if not 1 <= nbest <= beam:
-        raise bad(422, f"'nbest' must be between 1 and the beam size ({beam}), got {nbest}")
-    penalty = _number(data, "length_penalty", defaults.length_penalty)
-    attention = data.get("with_attention", False)
-    if not isinstance(attention, bool):
-        raise bad(422, f"'with_attention' must be true or false, got {json_type(attention)}")
-    options = {"beam_size": beam, "nbest": nbest, "length_penalty": penalty}
-    return TranslateRequest(lines, {**options, "with_attention": attention})
+        if key not in fields:
+            raise bad(422, f"unknown field {key!r} (expected {', '.join(fields)})")
+    return data
 
 
-def _lines(data: dict[str, Any], limits: Limits) -> list[str]:
-    """`text` as a list of single-line strings within the limits."""
-    if "text" not in data:
-        raise bad(422, "'text' is required: a string or a list of strings")
-    text = data["text"]
+def _sampling(value: Any) -> tuple[float, int, float, int] | None:
+    """`sampling` (false, true or an object of settings) as (temperature, top_k, top_p, seed),
+    or None; the defaults are `nmt translate --sampling`'s."""
+    if value is False or value is None:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise bad(
+            422,
+            "'sampling' must be true, false or an object like "
+            f'{{"temperature": 0.8, "top_p": 0.9, "seed": 1}}, got {json_type(value)}',
+        )
+    for key in value:
+        if key not in SAMPLING_FIELDS:
+            expected = ", ".join(SAMPLING_FIELDS)
+            raise bad(422, f"unknown field 'sampling.{key}' (expected {expected})")
+    named = {f"sampling.{k}": v for k, v in value.items()}
+    temperature = _number(named, "sampling.temperature", 1.0, bounds="> 0")
+    top_k = _integer(named, "sampling.top_k", 0)
+    top_p = _number(named, "sampling.top_p", 1.0, bounds="in (0, 1]")
+    seed = _integer(named, "sampling.seed", 0)
+    checks = [
+        (temperature > 0, "'sampling.temperature' must be > 0", temperature),
+        (top_k >= 0, "'sampling.top_k' must be >= 0 (0: all tokens)", top_k),
+        (0 < top_p <= 1, "'sampling.top_p' must be in (0, 1]", top_p),
+        (0 <= seed < 2**63, "'sampling.seed' must be in [0, 2**63)", seed),
+    ]
+    for ok, message, got in checks:
+        if not ok:
+            raise bad(422, f"{message}, got {got}")
+    return temperature, top_k, top_p, seed
+
+
+def _lines(data: dict[str, Any], field: str, limits: Limits) -> list[str]:
+    """A field (`text`, `source`, `target`) as a list of single-line strings within the limits."""
+    if field not in data:
+        raise bad(422, f"{field!r} is required: a string or a list of strings")
+    text = data[field]
     if isinstance(text, str):
-        lines, names = [text], ["'text'"]
+        lines, names = [text], [repr(field)]
     elif isinstance(text, list):
-        lines, names = text, [f"'text'[{i}]" for i in range(len(text))]
+        lines, names = text, [f"{field!r}[{i}]" for i in range(len(text))]
     else:
-        raise bad(422, f"'text' must be a string or a list of strings, got {json_type(text)}")
+        raise bad(422, f"{field!r} must be a string or a list of strings, got {json_type(text)}")
     if text in ("", []):
-        raise bad(422, "'text' is empty")
+        raise bad(422, f"{field!r} is empty")
     if len(lines) > limits.max_lines:
         raise bad(
             413,
-            f"'text' has {len(lines)} lines; the limit is {limits.max_lines} (--max-request-lines)",
+            f"{field!r} has {len(lines)} lines; the limit is {limits.max_lines} "
+            "(--max-request-lines)",
         )
     for name, line in zip(names, lines, strict=True):
         if not isinstance(line, str):
@@ -129,14 +205,15 @@ def _integer(data: dict[str, Any], key: str, default: int) -> int:
     return value
 
 
-def _number(data: dict[str, Any], key: str, default: float) -> float:
-    """An optional finite number field, in its `decoding` config range."""
+def _number(data: dict[str, Any], key: str, default: float, bounds: str = "") -> float:
+    """An optional finite number field, in its `decoding` config range (`bounds`: how the
+    caller's own range reads, for the message)."""
     value = data.get(key)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise bad(422, f"{key!r} must be a number, got {json_type(value)}")
-    bounds = _RANGES[key]
-    if not math.isfinite(value) or (bounds is not None and value not in bounds):
-        raise bad(422, f"{key!r} must be a finite number {bounds}, got {value}")
+    limits = _RANGES.get(key)
+    if not math.isfinite(value) or (limits is not None and value not in limits):
+        raise bad(422, f"{key!r} must be a finite number {bounds or limits}, got {value}")
     return float(value)

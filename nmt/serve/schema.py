@@ -13,11 +13,53 @@ class TranslateBody(BaseModel):
 
     text: str | list[str] = Field(description="One line, or a list of lines (no line breaks).")
     beam_size: int | None = Field(None, description="Beam width; 1 = greedy (default: model's).")
-    nbest: int = Field(1, description="Hypotheses per line, 1..beam_size.")
+    nbest: int = Field(
+        1, description="Hypotheses per line, 1..beam_size (with sampling: samples, 1..200)."
+    )
     length_penalty: float | None = Field(None, description="GNMT alpha (default: model's).")
     with_attention: bool = Field(
         False, description="Add source_tokens and per hypothesis attention (target x source)."
     )
+    sampling: bool | SamplingBody = Field(
+        False,
+        description="Draw tokens instead of searching (no beam_size): true for the defaults or "
+        "the settings. A line's samples depend on the seed and its place in the request only.",
+    )
+
+
+class SamplingBody(BaseModel):
+    """`nmt translate --sampling`'s settings."""
+
+    temperature: float = Field(1.0, description="Softmax temperature, > 0.")
+    top_k: int = Field(0, description="Draw among the k most likely tokens (0: all).")
+    top_p: float = Field(1.0, description="Nucleus: the smallest set holding top_p (1: all).")
+    seed: int = Field(0, description="Same seed, same request: same samples.")
+
+
+class ScoreBody(BaseModel):
+    """Pairs to score: both strings, or both lists of the same length."""
+
+    source: str | list[str] = Field(description="Source line(s).")
+    target: str | list[str] = Field(description="One translation per source line.")
+
+
+class PairScore(BaseModel):
+    """One pair's log-probabilities (natural log; eos is the last token)."""
+
+    log_prob: float
+    per_token: float
+    tokens: list[str]
+    token_log_probs: list[float]
+
+
+class ScoreAnswer(BaseModel):
+    """The scores in input order, and timings."""
+
+    scores: list[PairScore]
+    model: str
+    elapsed_ms: float
+    decode_ms: float
+    batch: dict[str, int]
 
 
 class Hypothesis(BaseModel):
@@ -54,12 +96,36 @@ class Problem(BaseModel):
     detail: str
 
 
-OPENAPI_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": TranslateBody.model_json_schema()}},
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema with its nested models written in place (a request body given
+    through `openapi_extra` cannot point into pydantic's own `$defs`)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return resolve(schema)
+
+
+def request_body(model: type[BaseModel]) -> dict[str, Any]:
+    """`openapi_extra` for an endpoint that reads `model` as its JSON body."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": inline_schema(model)}},
+        }
     }
-}
+
+
+OPENAPI_BODY = request_body(TranslateBody)
 RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"model": TranslateAnswer, "description": "One record per input line, in order."},
     400: {"model": Problem, "description": "The body is not JSON."},
@@ -67,4 +133,10 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {"model": Problem, "description": "A missing, unknown or mistyped field."},
     503: {"model": Problem, "description": "The model is still loading."},
     504: {"model": Problem, "description": "No decoder time within --timeout."},
+}
+
+SCORE_BODY = request_body(ScoreBody)
+SCORE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **RESPONSES,
+    200: {"model": ScoreAnswer, "description": "One record per pair, in order."},
 }
