@@ -72,9 +72,9 @@ def test_page_translates_and_draws_the_heatmap(browser, server):
     box.clear()
     box.send_keys("\n".join(SENTENCES))
     browser.find_element(By.ID, "translate").click()
-    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results li .translation")) == 2)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results > li > .translation")) == 2)
 
-    shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#results li .translation")]
+    shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#results > li > .translation")]
     api = httpx.post(server + "/translate", json={"text": SENTENCES}).json()["translations"]
     assert shown == [t["hypotheses"][0]["translation"] for t in api]
     assert "server" in browser.find_element(By.ID, "timings").text
@@ -85,11 +85,42 @@ def test_page_translates_and_draws_the_heatmap(browser, server):
     assert (rows, cols) == (len(hyp["hypotheses"][0]["tokens"]) + 1, len(hyp["source_tokens"]))
     assert ink > rows * cols * 100  # coloured cells (24 px squares) and labels, not a blank canvas
 
-    browser.find_elements(By.CSS_SELECTOR, "#results li")[1].click()  # the other sentence's map
+    browser.find_elements(By.CSS_SELECTOR, "#results > li")[1].click()  # the other sentence's map
     assert browser.find_element(By.ID, "attention-title").text == "(sentence 2)"
-    assert "selected" in browser.find_elements(By.CSS_SELECTOR, "#results li")[1].get_attribute(
+    assert "selected" in browser.find_elements(By.CSS_SELECTOR, "#results > li")[1].get_attribute(
         "class"
     )
+
+
+def test_page_samples_alternatives_as_the_api_does(browser, server):
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 30)
+    wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "ready"))
+    assert browser.find_element(By.ID, "temperature").get_attribute("disabled") == "true"
+    browser.find_element(By.ID, "sample").click()
+    assert browser.find_element(By.ID, "beam").get_attribute("disabled") == "true"
+    for field, value in (("nbest", "3"), ("temperature", "0.7"), ("seed", "4")):
+        box = browser.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    box = browser.find_element(By.ID, "source")
+    box.clear()
+    box.send_keys("\n".join(SENTENCES))
+    browser.find_element(By.ID, "translate").click()
+    items = "#results > li"
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, items + " .alternative")) == 4)
+
+    body = {"text": SENTENCES, "nbest": 3, "sampling": {"temperature": 0.7, "seed": 4}}
+    api = httpx.post(server + "/translate", json=body).json()["translations"]
+    for li, record in zip(browser.find_elements(By.CSS_SELECTOR, items), api, strict=True):
+        best = li.find_element(By.CSS_SELECTOR, ":scope > .translation").text
+        rest = [e.text for e in li.find_elements(By.CSS_SELECTOR, ".alternative")]
+        want = [
+            " ".join(h["translation"].split()) for h in record["hypotheses"]
+        ]  # as HTML shows it
+        assert [best, *rest] == want
+    ink, rows, cols = browser.execute_script(INK)
+    assert rows == len(api[0]["hypotheses"][0]["tokens"]) + 1 and ink > 0  # the first sample's map
 
 
 def test_page_shows_api_errors(browser, server):
@@ -119,8 +150,10 @@ def test_page_names_an_ensemble_and_translates_with_it(browser, tmp_path):
         box.clear()
         box.send_keys(SENTENCES[0])
         browser.find_element(By.ID, "translate").click()
-        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results li .translation")) == 1)
-        shown = browser.find_element(By.CSS_SELECTOR, "#results li .translation").text
+        wait.until(
+            lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results > li > .translation")) == 1
+        )
+        shown = browser.find_element(By.CSS_SELECTOR, "#results > li > .translation").text
         api = httpx.post(url + "/translate", json={"text": SENTENCES[0]}).json()
         assert shown == api["translations"][0]["hypotheses"][0]["translation"]
     finally:

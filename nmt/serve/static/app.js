@@ -1,5 +1,6 @@
-// nmt serve page: POST /translate with attention, list the translations, draw the chosen
-// sentence's attention (target rows x source columns) on a canvas. No libraries, no build step.
+// nmt serve page: POST /translate with attention (beam search, or sampling with a temperature
+// and seed), list the translations with their alternatives, draw the chosen sentence's attention
+// (target rows x source columns) on a canvas. No libraries, no build step.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -43,9 +44,7 @@ async function translate() {
   const button = $("translate");
   button.disabled = true;
   $("timings").textContent = "translating…";
-  const body = { text: lines, with_attention: true };
-  const beam = parseInt($("beam").value, 10);
-  if (beam > 0) body.beam_size = beam;
+  const body = requestBody(lines);
   const t0 = performance.now();
   try {
     const res = await fetch("/translate", {
@@ -67,6 +66,31 @@ async function translate() {
   }
 }
 
+// What the controls ask for: beam search (beam size, alternatives = n-best) or sampling
+// (alternatives = samples per sentence, drawn at the temperature from the seed).
+function requestBody(lines) {
+  const body = { text: lines, with_attention: true };
+  const nbest = parseInt($("nbest").value, 10);
+  if (nbest > 1) body.nbest = nbest;
+  if ($("sample").checked) {
+    body.sampling = {
+      temperature: parseFloat($("temperature").value) || 1.0,
+      seed: parseInt($("seed").value, 10) || 0,
+    };
+  } else {
+    const beam = parseInt($("beam").value, 10);
+    if (beam > 0) body.beam_size = beam;
+  }
+  return body;
+}
+
+function toggleSampling() {
+  const on = $("sample").checked;
+  $("beam").disabled = on;
+  $("temperature").disabled = !on;
+  $("seed").disabled = !on;
+}
+
 function render(data, roundTripMs) {
   answer = data;
   const n = data.translations.length;
@@ -83,6 +107,16 @@ function render(data, roundTripMs) {
     const best = record.hypotheses[0];
     li.append(span("src", record.source), document.createElement("br"));
     li.append(span("translation", best.translation), span("score", `score ${best.score.toFixed(3)}`));
+    if (record.hypotheses.length > 1) {
+      const alternatives = document.createElement("ol");
+      alternatives.className = "alternatives";
+      record.hypotheses.slice(1).forEach((hyp) => {
+        const item = document.createElement("li");
+        item.append(span("alternative", hyp.translation), span("score", `score ${hyp.score.toFixed(3)}`));
+        alternatives.append(item);
+      });
+      li.append(alternatives);
+    }
     li.addEventListener("click", () => select(i));
     list.append(li);
   });
@@ -97,7 +131,7 @@ function span(cls, text) {
 }
 
 function select(i) {
-  document.querySelectorAll("#results li").forEach((li) => li.classList.toggle("selected", +li.dataset.index === i));
+  document.querySelectorAll("#results > li").forEach((li) => li.classList.toggle("selected", +li.dataset.index === i));
   const record = answer.translations[i];
   const hyp = record.hypotheses[0];
   $("attention").hidden = false;
@@ -158,6 +192,7 @@ function drawHeatmap(canvas, cols, rows, weights) {
 }
 
 $("translate").addEventListener("click", translate);
+$("sample").addEventListener("change", toggleSampling);
 $("source").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) translate();
 });
