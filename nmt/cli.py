@@ -368,10 +368,10 @@ def rescore_cmd(
     from nmt.translation_io import check_inputs, warn_to_stderr
 
     check_inputs([source, target], fmt)  # a bad format or missing file fails before the model loads
+    from nmt.ct2 import open_translator  # a model directory, or an `nmt export` of one
     from nmt.rescore import rescore_files
-    from nmt.translate import Translator
 
-    translator = Translator.from_dir(model_dir, device, checkpoint, precision)
+    translator = open_translator(model_dir, device, checkpoint, precision)
     rescore_files(
         translator, source, target, output, fmt=fmt, average=average, batch_tokens=batch_tokens,
         progress=None if quiet else lambda stack, n: count_progress(stack, n, "scoring"),

@@ -115,9 +115,9 @@ class CT2Translator:
         self.max_source = self.max_positions - 1  # eos included
         self.src_pieces = [src_tok.id_to_piece(i) for i in range(src_tok.vocab_size)]
         self.src_pieces[0] = PAD_PIECE
-        tgt_pieces = [tgt_tok.id_to_piece(i) for i in range(tgt_tok.vocab_size)]
-        tgt_pieces[0] = PAD_PIECE
-        self.tgt_ids = {p: i for i, p in enumerate(tgt_pieces)}
+        self.tgt_pieces = [tgt_tok.id_to_piece(i) for i in range(tgt_tok.vocab_size)]
+        self.tgt_pieces[0] = PAD_PIECE
+        self.tgt_ids = {p: i for i, p in enumerate(self.tgt_pieces)}
 
     @classmethod
     def from_dir(
@@ -234,6 +234,28 @@ class CT2Translator:
                 chunk = []
         if chunk:
             yield from self.translate(chunk, first_line=first_line, **kwargs)
+
+    def encode_sources(
+        self, lines: list[str], first_line: int, warn: Callable[[str], None]
+    ) -> list[list[int]]:
+        """Subword ids per line (no eos); empty for blank lines; too long ones truncated."""
+        return self._encode(lines, first_line, warn)
+
+    def score_ids(
+        self, src: list[list[int]], tgt: list[list[int]], batch_tokens: int | None = None
+    ) -> list[list[float]]:
+        """Per pair of subword ids (no eos), the log-probability of each target token and of
+        eos, in input order (`nmt rescore`): CTranslate2's `score_batch`, batched by tokens."""
+        if not src:
+            return []
+        results = self.ct2.score_batch(
+            [[self.src_pieces[t] for t in ids] + [EOS_PIECE] for ids in src],
+            [[self.tgt_pieces[t] for t in ids] for ids in tgt],
+            max_batch_size=batch_tokens or self.decoding.batch_tokens,
+            batch_type="tokens",
+            max_input_length=0,
+        )
+        return [[float(x) for x in res.log_probs] for res in results]
 
     # ---- internals ------------------------------------------------------------------------
 

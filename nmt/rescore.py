@@ -4,7 +4,9 @@ The log-probability of a target given its source, summed over its subwords and e
 reranking with a second model (right-to-left, the reverse direction, an ensemble), corpus filtering
 (dual conditional cross-entropy, Junczys-Dowmunt 2018) and model comparison read: fairseq calls it
 `--score-reference`, Marian `marian-scorer`, CTranslate2 `score_batch`. One teacher-forced pass per
-batch of pairs, no search; an ensemble scores with its mixture (log of the mean probability).
+batch of pairs, no search; an ensemble scores with its mixture (log of the mean probability). Both
+engines score through their `score_ids`: `Translator`'s is `score_ids` below, an `nmt export`'s
+(`CT2Translator`) is CTranslate2's `score_batch`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,6 +27,9 @@ from nmt.errors import NmtError
 from nmt.textio import atomic_write, read_lines
 from nmt.translate import EOS_PIECE, Translator
 from nmt.translation_io import BATCH_LINES, check_inputs, count_lines, is_regular
+
+if TYPE_CHECKING:
+    from nmt.ct2 import CT2Translator
 
 
 @dataclass
@@ -51,7 +56,7 @@ class PairScore:
 
 
 def rescore(
-    translator: Translator,
+    translator: Translator | CT2Translator,
     sources: Sequence[str],
     targets: Sequence[str],
     batch_tokens: int | None = None,
@@ -73,7 +78,7 @@ def rescore(
                 f"line {first_line + i}: target has {n} subword tokens, scored on its first {limit}"
             )
             tgt[i] = ids[:limit]
-    lps = score_ids(translator, src, tgt, batch_tokens)
+    lps = translator.score_ids(src, tgt, batch_tokens)
     return [
         PairScore(sum(lp), [translator.tgt_tok.id_to_piece(t) for t in ids] + [EOS_PIECE], lp)
         for ids, lp in zip(tgt, lps, strict=True)
@@ -126,7 +131,7 @@ def format_score(score: PairScore, fmt: str, average: bool) -> str:
 
 
 def rescore_files(
-    translator: Translator,
+    translator: Translator | CT2Translator,
     source: str,
     target: str,
     output: str | None = None,

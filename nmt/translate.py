@@ -318,6 +318,15 @@ class Translator:
         pieces = [self.tgt_tok.id_to_piece(i) for i in tgt] + [EOS_PIECE]
         return weights, self._pieces(ids), pieces, self.tgt_tok.decode(tgt)
 
+    def score_ids(
+        self, src: list[list[int]], tgt: list[list[int]], batch_tokens: int | None = None
+    ) -> list[list[float]]:
+        """Per pair of subword ids (no eos), the log-probability of each target token and of
+        eos, in input order (forced decoding: `nmt.rescore`)."""
+        from nmt.rescore import score_ids
+
+        return score_ids(self, src, tgt, batch_tokens)
+
     # ---- internals ------------------------------------------------------------------------
 
     def encode_sources(

@@ -24,6 +24,7 @@ ct2 = pytest.importorskip("ctranslate2")
 
 from nmt.ct2 import CT2Translator, open_translator  # noqa: E402
 from nmt.export import EXPORT_MANIFEST, export_ctranslate2, require_ctranslate2  # noqa: E402
+from nmt.rescore import rescore  # noqa: E402
 from nmt.translate import Translator  # noqa: E402
 
 WORDS = "a man in blue shirt is riding his bike down the street two dogs play snow".split()
@@ -185,6 +186,21 @@ def test_beam_is_nearly_identical(exported):
     assert same >= 0.9 * len(pairs), f"beam 5: {same} of {len(pairs)} token-identical"
 
 
+def test_rescore_equals_the_model(exported):
+    """Forced decoding through CTranslate2's score_batch gives the model's log-probabilities:
+    same tokens (eos last), same numbers to float32 noise; blank sources and targets included."""
+    ours, theirs, _, _ = exported
+    sources = list(TEST_LINES[:60])
+    targets = [t.text for t in ours.translate(sources, greedy=True)]
+    sources[4], targets[7] = "", ""
+    targets[9] = " ".join(reversed(targets[9].split()))  # an unlikely target scores low on both
+    a, b = rescore(ours, sources, targets, 256), rescore(theirs, sources, targets, 256)
+    assert [x.tokens for x in a] == [y.tokens for y in b]
+    for x, y in zip(a, b, strict=True):
+        assert y.token_log_probs == pytest.approx(x.token_log_probs, abs=1e-3)
+    assert b[7].tokens == ["</s>"] and a[9].log_prob < a[8].log_prob
+
+
 def test_length_limits_map_exactly(exported):
     ours, theirs, _, _ = exported
     for opts in ({"max_len_a": 0.0, "max_len_b": 2}, {"max_len_a": 0.5, "max_len_b": 1}):
@@ -323,5 +339,14 @@ def test_cli_export_then_translate(model_dir, tmp_path):
     for workers in ("1", "2"):  # CTranslate2's inter_threads: the same lines
         r = run_cli("translate", "-m", str(out), "-q", "--workers", workers, input=lines.encode())
         assert r.exit_code == 0 and r.stdout.split("\n") == [*expected, ""], workers
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text(lines)
+    tgt.write_text("\n".join(expected) + "\n")
+    scores = [run_cli("rescore", str(src), str(tgt), "-m", str(d), "-q") for d in (model_dir, out)]
+    assert all(r.exit_code == 0 for r in scores), [r.output for r in scores]
+    mine, exported = ([float(x) for x in r.stdout.split()] for r in scores)
+    assert len(mine) == 4 and exported == pytest.approx(mine, abs=1e-3)
+    r = run_cli("rescore", str(src), str(tgt), "-m", str(out), "-q", "--precision", "bf16")
+    assert r.exit_code == 2 and "--precision does not apply" in r.output
     r = run_cli("translate", "-m", str(out), "-q", "--workers", "-1", input=b"a man\n")
     assert r.exit_code == 2 and r.output == "error: --workers must be 0 (auto) or more, got -1\n"
