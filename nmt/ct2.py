@@ -56,22 +56,8 @@ def open_translator(
     """A Translator for a model directory (several: an ensemble), a CT2Translator for an
     `nmt export` directory; both offer `translate`, `translate_stream` and `options`."""
     dirs = model_dirs(model_dir)
-    exports = [d for d in dirs if is_export(d)]
-    if exports and len(dirs) > 1:
-        raise NmtError(
-            f"{exports[0]}: an ensemble takes model directories, not `nmt export` directories"
-        )
-    if exports:
-        export = exports[0]
-        if checkpoint not in ("default", "best"):
-            raise NmtError(
-                f"--checkpoint does not apply to {export}: an export holds one checkpoint"
-            )
-        if precision != "auto":
-            raise NmtError(
-                f"--precision does not apply to {export}: an export's compute type is its "
-                "`nmt export --quantization`"
-            )
+    export = checked_export(dirs, checkpoint, precision)
+    if export is not None:
         return CT2Translator.from_dir(export, device=device, workers=workers)
     from nmt.translate import Translator
 
@@ -79,6 +65,27 @@ def open_translator(
         dirs if len(dirs) > 1 else dirs[0], device=device, checkpoint=checkpoint,
         precision=precision, workers=workers,
     )  # fmt: skip
+
+
+def checked_export(dirs: Sequence[str | Path], checkpoint: str, precision: str) -> str | None:
+    """The `nmt export` directory among `dirs` (None if there is none), once the options that
+    do not apply to one are refused: an ensemble of it, a checkpoint, a precision."""
+    exports = [d for d in dirs if is_export(d)]
+    if not exports:
+        return None
+    export = str(exports[0])
+    if len(dirs) > 1:
+        raise NmtError(
+            f"{export}: an ensemble takes model directories, not `nmt export` directories"
+        )
+    if checkpoint not in ("default", "best"):
+        raise NmtError(f"--checkpoint does not apply to {export}: an export holds one checkpoint")
+    if precision != "auto":
+        raise NmtError(
+            f"--precision does not apply to {export}: an export's compute type is its "
+            "`nmt export --quantization`"
+        )
+    return export
 
 
 def gnmt(length: int, alpha: float) -> float:
@@ -240,6 +247,15 @@ class CT2Translator:
     ) -> list[list[int]]:
         """Subword ids per line (no eos); empty for blank lines; too long ones truncated."""
         return self._encode(lines, first_line, warn)
+
+    def describe(self) -> dict[str, Any]:
+        """What runs, for `nmt serve`'s /info: engine, architecture, device and compute type."""
+        return {
+            "engine": "ctranslate2",
+            "architecture": {**self.manifest.get("model", {}), "parameters": None},
+            "device": self.ct2.device,
+            "precision": self.manifest.get("quantization"),
+        }
 
     def score_ids(
         self, src: list[list[int]], tgt: list[list[int]], batch_tokens: int | None = None

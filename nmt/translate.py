@@ -318,6 +318,22 @@ class Translator:
         pieces = [self.tgt_tok.id_to_piece(i) for i in tgt] + [EOS_PIECE]
         return weights, self._pieces(ids), pieces, self.tgt_tok.decode(tgt)
 
+    @property
+    def decoding(self) -> DecodingConfig:
+        """The model's decoding defaults (as an export's `CT2Translator.decoding`)."""
+        return self.cfg.decoding
+
+    def describe(self) -> dict[str, Any]:
+        """What runs, for `nmt serve`'s /info: engine, architecture, device and precision."""
+        module = self.model if isinstance(self.model, torch.nn.Module) else None
+        params = sum(p.numel() for p in module.parameters()) if module is not None else None
+        return {
+            "engine": "pytorch",
+            "architecture": {**dataclasses.asdict(self.cfg.model), "parameters": params},
+            "device": str(self.device),
+            "precision": self.precision,
+        }
+
     def score_ids(
         self, src: list[list[int]], tgt: list[list[int]], batch_tokens: int | None = None
     ) -> list[list[float]]:

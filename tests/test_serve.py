@@ -509,6 +509,52 @@ def test_cli_errors_are_one_line(model_dir, tmp_path):
     assert (r.exit_code, r.output) == (2, f"error: 127.0.0.1:{port}: address already in use\n")
 
 
+@pytest.fixture(scope="module")
+def export_dir(model_dir, tmp_path_factory) -> Path:
+    pytest.importorskip("ctranslate2")
+    from nmt.export import export_ctranslate2
+
+    return export_ctranslate2(model_dir, tmp_path_factory.mktemp("export") / "ct2", quiet=True)
+
+
+def test_an_export_is_served_by_ctranslate2(export_dir, tmp_path):
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("\n".join(LINES) + "\n")
+    tgt.write_text("\n".join(TARGETS) + "\n")
+    base = ["-m", str(export_dir), "-q", "--format", "jsonl"]
+    translated = CliRunner().invoke(cli, ["translate", str(src), *base, "--nbest", "2"])
+    rescored = CliRunner().invoke(cli, ["rescore", str(src), str(tgt), *base])
+    assert translated.exit_code == rescored.exit_code == 0, translated.output + rescored.output
+    proc, url = start_server(export_dir)
+    try:
+        info = httpx.get(url + "/info").json()
+        assert (info["engine"], info["sampling"], info["precision"]) == (
+            "ctranslate2",
+            None,
+            "float32",
+        )
+        assert info["languages"] == {"source": "en", "target": "de"}
+        assert info["architecture"]["type"] == "transformer"
+        r = httpx.post(url + "/translate", json={"text": LINES, "nbest": 2})
+        assert r.json()["translations"] == [json.loads(x) for x in translated.stdout.splitlines()]
+        r = httpx.post(url + "/score", json={"source": LINES, "target": TARGETS})
+        assert r.json()["scores"] == [json.loads(x) for x in rescored.stdout.splitlines()]
+        r = httpx.post(url + "/translate", json={"text": "a", "sampling": True})
+        assert (r.status_code, r.json()["detail"]) == (
+            422,
+            "'sampling' needs a model directory: this server runs an `nmt export` "
+            "(CTranslate2 does not draw nmt's keyed samples)",
+        )
+    finally:
+        stop_server(proc)
+    r = CliRunner().invoke(cli, ["serve", "-m", str(export_dir), "--precision", "bf16"])
+    assert (r.exit_code, r.output) == (
+        2,
+        f"error: --precision does not apply to {export_dir}: an export's compute type is its "
+        "`nmt export --quantization`\n",
+    )
+
+
 def test_sigterm_stops_the_server_after_answering(served):
     proc, url = served
     with ThreadPoolExecutor(1) as pool:

@@ -158,3 +158,32 @@ def test_page_names_an_ensemble_and_translates_with_it(browser, tmp_path):
         assert shown == api["translations"][0]["hypotheses"][0]["translation"]
     finally:
         stop_server(proc)
+
+
+def test_page_serves_an_export_without_sampling(browser, tmp_path):
+    """`nmt serve -m EXPORT_DIR`: the header names CTranslate2, sampling is switched off, and the
+    page translates (with the heatmap of the last layer's head mean)."""
+    pytest.importorskip("ctranslate2")
+    from nmt.export import export_ctranslate2
+
+    export = export_ctranslate2(build_tiny_model_dir(tmp_path), tmp_path / "ct2", quiet=True)
+    proc, url = start_server(export)
+    try:
+        browser.get(url + "/")
+        wait = WebDriverWait(browser, 30)
+        wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "ready"))
+        assert browser.find_element(By.ID, "model").text.endswith("· cpu · CTranslate2 float32")
+        assert browser.find_element(By.ID, "sample").get_attribute("disabled") == "true"
+        box = browser.find_element(By.ID, "source")
+        box.clear()
+        box.send_keys(SENTENCES[0])
+        browser.find_element(By.ID, "translate").click()
+        item = "#results > li > .translation"
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, item)) == 1)
+        api = httpx.post(url + "/translate", json={"text": SENTENCES[0]}).json()
+        want = api["translations"][0]["hypotheses"][0]["translation"]
+        assert browser.find_element(By.CSS_SELECTOR, item).text == " ".join(want.split())
+        ink, rows, cols = browser.execute_script(INK)
+        assert rows > 0 and cols > 0 and ink > 0
+    finally:
+        stop_server(proc)

@@ -82,7 +82,7 @@ class ServerState:
             self.error = f"the model failed to load: {e}"
             log.error(self.error)
             return
-        budget = self.settings.max_batch_tokens or translator.cfg.decoding.batch_tokens
+        budget = self.settings.max_batch_tokens or translator.decoding.batch_tokens
         self.info = model_info(translator, self.settings, budget, self.name)
         batcher = MicroBatcher(_decoder(translator, budget), budget, self.settings.max_wait_ms)
         batcher.start()
@@ -126,24 +126,27 @@ def _decoder(translator: Any, budget: int) -> Decode:
 
 
 def model_info(translator: Any, settings: Settings, budget: int, name: str) -> dict[str, Any]:
-    """GET /info: what is served, its languages, architecture, decoding defaults and limits."""
+    """GET /info: what is served (engine, languages, architecture), its decoding defaults, what
+    it can do (sampling: model directories only) and the limits."""
     languages = {"source": None, "target": None}
     if settings.model_dir:
+        from nmt.export import is_export, read_export_manifest
         from nmt.modeldir import read_meta
 
-        _, _, meta = read_meta(settings.model_dir)
+        if is_export(settings.model_dir):
+            meta = read_export_manifest(settings.model_dir)
+        else:
+            meta = read_meta(settings.model_dir)[2]
         languages = {"source": meta.get("src_lang"), "target": meta.get("tgt_lang")}
-    params = sum(p.numel() for p in translator.model.parameters())
     return {
         "model": name,
         "model_dir": str(Path(settings.model_dir).resolve()) if settings.model_dir else None,
         "checkpoint": settings.checkpoint,
         "ensemble": [model_name(d) for d in settings.members] or None,
         "languages": languages,
-        "architecture": {**dataclasses.asdict(translator.cfg.model), "parameters": params},
-        "decoding": dataclasses.asdict(translator.cfg.decoding),
-        "sampling": {"max_samples": MAX_SAMPLES},
-        "device": str(translator.device),
+        **translator.describe(),
+        "decoding": dataclasses.asdict(translator.decoding),
+        "sampling": {"max_samples": MAX_SAMPLES} if can_sample(translator) else None,
         "limits": {
             "max_batch_tokens": budget,
             "max_wait_ms": settings.max_wait_ms,
@@ -152,6 +155,11 @@ def model_info(translator: Any, settings: Settings, budget: int, name: str) -> d
             "timeout_s": settings.timeout,
         },
     }
+
+
+def can_sample(translator: Any) -> bool:
+    """Whether the engine draws nmt's keyed samples (an export's CTranslate2 does not)."""
+    return translator.describe()["engine"] == "pytorch"
 
 
 def create_app(translator_factory: Callable[[], Any], settings: Settings | None = None) -> FastAPI:
@@ -202,7 +210,9 @@ def create_app(translator_factory: Callable[[], Any], settings: Settings | None 
         start = time.perf_counter()
         batcher = state.ready()
         body = await _read_body(request, settings.limits.max_body_bytes)
-        req = parse_request(body, settings.limits, state.translator.cfg.decoding)
+        req = parse_request(
+            body, settings.limits, state.translator.decoding, can_sample(state.translator)
+        )
         lengths = _lengths(state.translator, req.lines)
         result = await _wait(request, batcher.submit(req.lines, req.options, lengths), settings)
         if result is None:

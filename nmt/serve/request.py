@@ -65,13 +65,22 @@ def json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def parse_request(body: bytes, limits: Limits, defaults: DecodingConfig) -> TranslateRequest:
-    """Decode and check a /translate body; 400 for broken JSON, 413 over a limit, 422 otherwise."""
+def parse_request(
+    body: bytes, limits: Limits, defaults: DecodingConfig, sampling_ok: bool = True
+) -> TranslateRequest:
+    """Decode and check a /translate body; 400 for broken JSON, 413 over a limit, 422 otherwise
+    (`sampling_ok` False: the engine cannot sample, an export's CTranslate2)."""
     data = _object(body, '{"text": "..."}', FIELDS)
     lines = _lines(data, "text", limits)
     sampling = _sampling(data.get("sampling", False))
     nbest = _integer(data, "nbest", 1)
     if sampling is not None:
+        if not sampling_ok:
+            raise bad(
+                422,
+                "'sampling' needs a model directory: this server runs an `nmt export` "
+                "(CTranslate2 does not draw nmt's keyed samples)",
+            )
         if data.get("beam_size") is not None:
             raise bad(422, "'sampling' draws its own tokens: drop 'beam_size'")
         if not 1 <= nbest <= MAX_SAMPLES:

@@ -4,7 +4,6 @@ then load the model in the background while the port already answers /health."""
 from __future__ import annotations
 
 import errno
-import inspect
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -22,18 +21,14 @@ def translator_factory(
     checkpoint: str = "best",
     precision: str = "auto",
 ) -> Callable[[], Any]:
-    """A deferred `Translator.from_dir` (a list: an ensemble); precision is passed where the
-    Translator takes it."""
-    from nmt.translate import Translator
+    """A deferred `open_translator`: a `Translator` for a model directory (a list: an ensemble),
+    CTranslate2 for an `nmt export` directory; options that do not apply fail now."""
+    from nmt.ct2 import checked_export, open_translator
 
     if precision not in PRECISIONS:
         raise NmtError(f"--precision must be {', '.join(PRECISIONS)}, got {precision!r}")
-    kwargs: dict[str, Any] = {"device": device, "checkpoint": checkpoint}
-    if "precision" in inspect.signature(Translator.from_dir).parameters:
-        kwargs["precision"] = precision
-    elif precision not in ("auto", "fp32"):
-        raise NmtError(f"--precision {precision}: this Translator decodes in fp32 only")
-    return lambda: Translator.from_dir(model_dir, **kwargs)
+    checked_export(model_dirs(model_dir), checkpoint, precision)
+    return lambda: open_translator(model_dir, device, checkpoint, precision)
 
 
 def check_port(host: str, port: int) -> None:
@@ -60,16 +55,18 @@ def serve(
     precision: str = "auto",
     quiet: bool = False,
 ) -> None:
-    """Serve MODEL_DIR (several: their ensemble) until Ctrl-C / SIGTERM."""
+    """Serve MODEL_DIR (several: their ensemble; an `nmt export` directory: CTranslate2) until
+    Ctrl-C / SIGTERM."""
     import uvicorn
 
+    from nmt.export import is_export, read_export_manifest
     from nmt.modeldir import read_meta
 
     dirs = [str(d) for d in model_dirs(model_dir)]
     settings = settings or Settings(model_dir=dirs[0], members=tuple(dirs) if len(dirs) > 1 else ())
     settings.check()
     for d in dirs:  # a wrong path or a non-model directory fails now, not in the background
-        read_meta(d)
+        read_export_manifest(d) if is_export(d) else read_meta(d)
     factory = translator_factory(dirs[0] if len(dirs) == 1 else dirs, device, settings.checkpoint,
                                  precision)  # fmt: skip
     check_port(host, port)

@@ -18,10 +18,13 @@ async function loadInfo() {
   const arch = info.architecture;
   const langs = info.languages.source ? `${info.languages.source} → ${info.languages.target} · ` : "";
   const layers = arch.encoder_layers !== undefined ? ` ${arch.encoder_layers}+${arch.decoder_layers} layers` : "";
-  const params = (arch.parameters / 1e6).toFixed(1);
+  const params = arch.parameters ? ` · ${(arch.parameters / 1e6).toFixed(1)}M parameters` : "";
   const name = info.ensemble ? `ensemble of ${info.ensemble.length} (${info.ensemble.join(", ")})` : info.model;
-  $("model").textContent = `${name} · ${langs}${arch.type}${layers} · ${params}M parameters · ${info.device}`;
+  const engine = info.engine === "ctranslate2" ? ` · CTranslate2 ${info.precision}` : "";
+  $("model").textContent = `${name} · ${langs}${arch.type}${layers}${params} · ${info.device}${engine}`;
   $("beam").value = info.decoding.beam_size;
+  $("sample").disabled = !info.sampling; // an export's CTranslate2 does not sample
+  if (!info.sampling) $("sample").parentElement.title = "sampling needs a model directory";
   setStatus("ready");
 }
 
