@@ -100,6 +100,13 @@ def preprocess_cmd(
         help="Reuse the SentencePiece models of this MODEL_DIR or DATA_DIR instead of learning "
         "new ones (for nmt train --init-from); --vocab-size, --spm-type and --joint are theirs.",
     ),
+    extend_vocab: int = typer.Option(
+        0,
+        "--extend-vocab",
+        help="With --spm-from: append up to N pieces for the characters its models cannot "
+        "encode (a new language's letters), learnt from this corpus; existing ids keep "
+        "their pieces and text without new characters encodes as before.",
+    ),
     quiet: QuietOpt = False,
 ) -> None:
     """Clean a parallel corpus, learn SentencePiece, and encode every split into DATA_DIR."""
@@ -124,6 +131,7 @@ def preprocess_cmd(
         character_coverage=character_coverage,
         spm_sample=spm_sample,
         spm_from=spm_from,
+        extend_vocab=extend_vocab,
     )
     with contextlib.ExitStack() as stack:
         progress = None if quiet else step_progress(stack)

@@ -5,7 +5,10 @@ with the SentencePiece models of DIR (a MODEL_DIR or a DATA_DIR), so every id me
 to the trained weights; `nmt train --init-from MODEL_DIR` then starts from that model's weights with
 a fresh optimizer, schedule and step count. The pieces are checked one by one before any weights
 load, so a corpus encoded with other SentencePiece models is a one-line error, not a silent
-scramble of the embeddings.
+scramble of the embeddings. A corpus encoded with --spm-from and --extend-vocab holds the same
+pieces plus appended ones: the trained rows are copied and each new id's embedding and output rows
+start at the mean of the trained rows (a new piece starts as an average token, not as noise the
+trained layers never saw).
 """
 
 from __future__ import annotations
@@ -69,17 +72,28 @@ def spm_source(directory: str | Path) -> SpmSource:
     )  # fmt: skip
 
 
-def check_same_vocabulary(init_dir: Path, data_dir: Path, data_spm: tuple[Path, Path]) -> None:
-    """The corpus must be encoded with the pieces the initial weights were trained on."""
+# The parameters with one row per vocabulary id, and the side whose vocabulary they follow.
+VOCAB_ROWS = {"src_embed.weight": 0, "tgt_embed.weight": 1, "output.weight": 1}
+
+
+def check_same_vocabulary(
+    init_dir: Path, data_dir: Path, data_spm: tuple[Path, Path]
+) -> tuple[int, int]:
+    """The corpus must be encoded with the pieces the initial weights were trained on (or those
+    plus appended ones, `--extend-vocab`); returns the initial model's (source, target) sizes."""
     theirs = spm_source(init_dir)
+    sizes = []
     for side, ours, init in zip(
         ("source", "target"), data_spm, (theirs.src, theirs.tgt), strict=True
     ):
-        if not Tokenizer.load(ours).same_pieces(Tokenizer.load(init)):
+        mine, trained = Tokenizer.load(ours), Tokenizer.load(init)
+        if not (mine.same_pieces(trained) or mine.extends(trained)):
             raise NmtError(
                 f"{data_dir}: its {side} vocabulary differs from {init_dir}'s (preprocess the "
                 f"corpus with --spm-from {init_dir})"
             )
+        sizes.append(trained.vocab_size)
+    return sizes[0], sizes[1]
 
 
 def init_weights(
@@ -93,7 +107,54 @@ def init_weights(
     if not (init_dir / MODEL_META).is_file():
         spm_source(init_dir)  # names what the folder is (missing, or a DATA_DIR)
         raise NmtError(f"{init_dir}: not a model directory (--init-from takes a MODEL_DIR)")
-    check_same_vocabulary(init_dir, data_dir, data_spm)
+    sizes = check_same_vocabulary(init_dir, data_dir, data_spm)
     path = checkpoint_path(init_dir, checkpoint)
-    load_weights(model, path, what="the model section of this run")
-    return {"init_from": str(init_dir), "checkpoint": str(path), "step": weights_step(path)}
+    added = extend_rows(model, path, sizes)
+    if added is None:
+        load_weights(model, path, what="the model section of this run")
+    loaded = {"init_from": str(init_dir), "checkpoint": str(path), "step": weights_step(path)}
+    return {**loaded, "new_rows": added} if added else loaded
+
+
+def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int] | None:
+    """Load `path` into a model whose vocabularies extend the checkpoint's `sizes` (source,
+    target): trained rows copied, new rows set to the mean trained row; None (nothing loaded)
+    when the vocabularies are the checkpoint's own."""
+    import torch
+    from safetensors.torch import load_file
+
+    from nmt.modeldir import _unwrap
+
+    module = _unwrap(model)
+    own = module.state_dict()
+    grown = {
+        k: side for k, side in VOCAB_ROWS.items() if k in own and own[k].shape[0] > sizes[side]
+    }
+    if not grown:
+        return None
+    state = load_file(str(path))
+    for key, side in grown.items():
+        if key not in state:
+            continue  # tied to another entry of the file (safetensors stores shared tensors once)
+        trained = state[key]
+        if trained.shape[0] != sizes[side] or trained.shape[1:] != own[key].shape[1:]:
+            raise NmtError(f"{path}: {key} has shape {tuple(trained.shape)}, not the vocabulary's")
+        rows = trained.new_empty(own[key].shape)
+        rows[: sizes[side]] = trained
+        rows[sizes[side] :] = trained.mean(0)
+        state[key] = rows
+    with torch.no_grad():
+        missing, unexpected = module.load_state_dict(state, strict=False)
+    shared = _tied_names(own, set(state))
+    if set(missing) - shared or unexpected:
+        raise NmtError(
+            f"{path}: weights do not match the model section of this run (missing "
+            f"{sorted(set(missing) - shared)[:3]}, unexpected {sorted(unexpected)[:3]})"
+        )
+    return {k: own[k].shape[0] - sizes[side] for k, side in grown.items()}
+
+
+def _tied_names(own: dict[str, Any], loaded: set[str]) -> set[str]:
+    """Entries of the model that share storage with an entry that was loaded."""
+    ptrs = {own[k].data_ptr() for k in loaded if k in own}
+    return {k for k, v in own.items() if k not in loaded and v.data_ptr() in ptrs}

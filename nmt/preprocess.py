@@ -62,6 +62,7 @@ class PreprocessConfig:
     character_coverage: float = 1.0
     spm_sample: int = 500_000
     spm_from: str | Path | None = None  # reuse this MODEL_DIR's or DATA_DIR's SentencePiece models
+    extend_vocab: int = 0  # with spm_from: append up to this many pieces for unknown characters
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tests", tuple(self.tests))
@@ -75,6 +76,13 @@ class PreprocessConfig:
             raise NmtError(f"--spm-type must be unigram or bpe, got {self.spm_type!r}")
         if self.src_lang == self.tgt_lang:
             raise NmtError(f"source and target language are both {self.src_lang!r}")
+        if self.extend_vocab < 0:
+            raise NmtError(f"--extend-vocab must be >= 0, got {self.extend_vocab}")
+        if self.extend_vocab and self.spm_from is None:
+            raise NmtError(
+                "--extend-vocab extends reused SentencePiece models: it needs --spm-from "
+                "(a new model learns every character of the corpus already)"
+            )
         if self.max_len < 1 or self.max_ratio < 1.0:
             raise NmtError(
                 f"--max-len must be >= 1 and --max-ratio >= 1 (got {self.max_len}, {self.max_ratio})"
@@ -171,6 +179,7 @@ class _Run:
     threads: int
     report: Progress
     reused: SpmSource | None = None  # --spm-from: the SentencePiece models to copy, not learn
+    extension: dict[str, Any] | None = None  # --extend-vocab: what was appended, per side
 
     def build(self) -> dict[str, Any]:
         """All steps in order; returns the manifest, also written into `tmp`."""
@@ -205,7 +214,10 @@ class _Run:
         --spm-from's, so a trained model's ids mean the same pieces here)."""
         cfg = self.cfg
         if self.reused is not None:
-            return self.copy_sentencepiece(self.reused)
+            models = self.copy_sentencepiece(self.reused)
+            if cfg.extend_vocab:
+                self.extension = self.extend_sentencepiece(models, clean, self.reused)
+            return models
         step = "train sentencepiece"
         self.report(step, 0, 1)
 
@@ -240,6 +252,38 @@ class _Run:
                 if origin.with_suffix(suffix).is_file():
                     shutil.copyfile(origin.with_suffix(suffix), dst.with_suffix(suffix))
         return models
+
+    def extend_sentencepiece(self, models: Pair, clean: Pair, source: SpmSource) -> dict[str, Any]:
+        """Step 2b with --extend-vocab: append pieces for the characters the copied model(s)
+        cannot encode, learnt from the cleaned train side(s) each model encodes."""
+        from nmt.vocab_extension import extend_for, model_type
+
+        step = "extend sentencepiece"
+        self.report(step, 0, 1)
+        kind = source.spm_type or model_type(models[0])
+        sides = (
+            [(models[0], list(clean))]
+            if models[0] == models[1]
+            else list(zip(models, ([clean[0]], [clean[1]]), strict=True))
+        )
+        done = [
+            extend_for(
+                model,
+                text,
+                self.cfg.extend_vocab,
+                kind,
+                self.cfg.character_coverage,
+                self.cfg.spm_sample,
+                self.threads,
+            )  # fmt: skip
+            for model, text in sides
+        ]
+        self.report(step, 1, 1)
+        entries = [
+            {"added": e.added, "from_size": e.parent_size, "characters": "".join(e.characters)}
+            for e in done
+        ]
+        return {"src": entries[0], "tgt": entries[-1]}
 
     def encode_train(
         self, clean: Pair, chunks: list[Chunk], models: Pair, dtype: str, counts: dict[str, int]
@@ -298,6 +342,7 @@ class _Run:
             "spm_type": cfg.spm_type if reused is None else reused.spm_type,
             "spm": {"src": models[0].name, "tgt": models[1].name},
             "spm_from": None if reused is None else str(reused.dir),
+            "vocab_extension": self.extension,
             "vocab_size": {"src": toks[0].vocab_size, "tgt": toks[1].vocab_size},
             "requested_vocab_size": cfg.vocab_size if reused is None else None,
             "special_ids": dict(SPECIAL_IDS),

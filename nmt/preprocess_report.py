@@ -49,6 +49,18 @@ def summary_notes(manifest: dict[str, Any]) -> list[str]:
     notes = []
     if manifest.get("spm_from"):
         notes.append(f"SentencePiece models copied from {manifest['spm_from']} (--spm-from)")
+    if ext := manifest.get("vocab_extension"):
+        sides = [("", ext["src"])] if ext["src"] == ext["tgt"] else [
+            (" (source)", ext["src"]), (" (target)", ext["tgt"])
+        ]  # fmt: skip
+        for label, e in sides:
+            chars = e["characters"]
+            notes.append(
+                f"vocabulary extended{label}: {e['added']} pieces after its {e['from_size']} for "
+                f"{len(chars)} new characters ({chars[:20]}{'...' if len(chars) > 20 else ''})"
+                if e["added"]
+                else f"vocabulary extension{label}: no new characters, nothing added"
+            )
     for name, s in manifest["splits"].items():
         if any(s["dropped"].values()):
             reasons = ", ".join(f"{k} {v:,}" for k, v in s["dropped"].items() if v)

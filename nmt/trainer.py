@@ -521,6 +521,8 @@ class Trainer:
         if self.init is not None:
             step = self.init["step"]
             what += f" from {self.init['checkpoint']}" + (f" (step {step})" if step else "")
+            if rows := self.init.get("new_rows"):
+                what += f" + {max(rows.values()):,} new vocabulary rows (mean-initialised)"
         self.log.info(
             f"{what} {self.cfg.model.type} ({self.n_params:,} parameters) on {self.device}"
             f" x{self.dist.world_size}, {precision}, {int(self.keep.sum()):,} training pairs"

@@ -189,6 +189,13 @@ class Tokenizer:
             self.sp.id_to_piece(i) == other.sp.id_to_piece(i) for i in range(size)
         )
 
+    def extends(self, other: Tokenizer) -> bool:
+        """Whether this model is `other` with pieces appended (`--extend-vocab`): every id of
+        `other` means the same piece here, and there are more."""
+        return self.vocab_size > other.vocab_size and all(
+            self.sp.id_to_piece(i) == other.sp.id_to_piece(i) for i in range(other.vocab_size)
+        )
+
     def decode(self, ids: Iterable[int]) -> str:
         """Detokenized text; pad, bos and eos are dropped so raw model output can be passed in."""
         return self.sp.decode([int(i) for i in ids if int(i) not in _SKIP_ON_DECODE])

@@ -1,0 +1,148 @@
+"""Vocabulary extension (`nmt preprocess --spm-from DIR --extend-vocab N`): pieces for the
+characters a reused SentencePiece model cannot encode are appended after its own, so every old id
+keeps its piece and text without new characters encodes exactly as before; `nmt train
+--init-from` copies the trained rows and starts the new ones at their mean."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from test_finetune import WORDS, _corpus, _preprocess, _tiny, base  # noqa: F401 (a fixture)
+
+from nmt import distributed
+from nmt.errors import NmtError
+from nmt.finetune import VOCAB_ROWS
+from nmt.modeldir import load_model
+from nmt.preprocess_report import summary_notes
+from nmt.trainer import Trainer, train
+from nmt.vocab import UNK_ID, Tokenizer, train_spm
+from nmt.vocab_extension import extend_for, model_type, unknown_characters
+
+NEW_WORDS = ["řeka", "dům", "město", "čaj", "růže", "žena", "ěř"]
+NEW_CHARS = set("".join(NEW_WORDS)) - set("".join(WORDS))  # ř ů ě č ž s
+
+
+def _new_language(root: Path, seed: int, n: int = 800) -> Path:
+    """Sources in the old words, targets mixing in words with letters the old model never saw."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", n), ("valid", 40)):
+        src = [rng.choices(WORDS, k=rng.randint(3, 6)) for _ in range(count)]
+        tgt = [[rng.choice(NEW_WORDS) if rng.random() < 0.4 else w for w in s] for s in src]
+        for lang, lines in (("en", src), ("de", tgt)):
+            text = "\n".join(" ".join(w) for w in lines) + "\n"
+            (root / f"{split}.{lang}").write_text(text, encoding="utf-8")
+    return root
+
+
+@pytest.mark.parametrize("kind", ["unigram", "bpe"])
+def test_extension_appends_pieces_and_keeps_old_text_encoded_as_before(tmp_path, kind):
+    old_text = _corpus(tmp_path / "old", 0, n=600)
+    model = train_spm([old_text / "train.en"], tmp_path / "spm", 60, kind, threads=1)
+    assert model_type(model) == kind
+    before = Tokenizer.load(model)
+    new = _new_language(tmp_path / "new", 1)
+    lines = (new / "train.de").read_text(encoding="utf-8").splitlines()
+    unknown = unknown_characters(before, lines)
+    assert set(unknown) == NEW_CHARS
+    assert sum(before.encode(line).count(UNK_ID) for line in lines) > 100
+
+    ext = extend_for(model, [new / "train.en", new / "train.de"], 40, kind, threads=1)
+    after = Tokenizer.load(model)
+    assert (ext.added, ext.parent_size) == (after.vocab_size - before.vocab_size, before.vocab_size)
+    assert 5 <= ext.added <= 40 and after.extends(before)
+    added = [after.id_to_piece(i) for i in range(before.vocab_size, after.vocab_size)]
+    assert NEW_CHARS <= set(added) and all(set(p) & NEW_CHARS for p in added)
+    assert all(UNK_ID not in after.encode(line) for line in lines)
+    assert all(after.sp.decode(after.encode(line)) == line for line in lines)
+    old_lines = (old_text / "train.en").read_text(encoding="utf-8").splitlines()
+    old_lines += [
+        "golf kilo",
+        "a b c xyz 123",
+        "Alpha!",
+        "dum reka meto",
+    ]  # text the new pieces cannot touch
+    assert all(after.encode(line) == before.encode(line) for line in old_lines)
+    listing = model.with_suffix(".vocab").read_text(encoding="utf-8").splitlines()
+    assert len(listing) == after.vocab_size and listing[-1].split("\t")[0] == added[-1]
+
+
+def test_extension_with_nothing_new_leaves_the_model_alone(tmp_path):
+    text = _corpus(tmp_path / "t", 2, n=300)
+    model = train_spm([text / "train.en"], tmp_path / "spm", 50, threads=1)
+    data = model.read_bytes()
+    ext = extend_for(model, [text / "train.de"], 100, "unigram", threads=1)
+    assert (ext.added, ext.characters) == (0, []) and model.read_bytes() == data
+
+
+@pytest.fixture(scope="module")
+def extended(base, tmp_path_factory) -> Path:  # noqa: F811 (base is test_finetune's fixture)
+    """The new language encoded with the base model's SentencePiece model, extended."""
+    root = tmp_path_factory.mktemp("ext")
+    text = _new_language(root / "text", 3)
+    return _preprocess(text, root / "data", spm_from=base[1], extend_vocab=30)
+
+
+def test_preprocess_records_the_extension(base, extended):  # noqa: F811
+    manifest = json.loads((extended / "manifest.json").read_text(encoding="utf-8"))
+    ext = manifest["vocab_extension"]
+    n = Tokenizer.load(base[0] / "spm.model").vocab_size
+    assert ext["src"] == ext["tgt"] and ext["src"]["from_size"] == n
+    assert set(ext["src"]["characters"]) == NEW_CHARS
+    assert manifest["vocab_size"]["tgt"] == n + ext["src"]["added"]
+    note = f"vocabulary extended: {ext['src']['added']} pieces after its {n} for 6 new characters"
+    assert any(n.startswith(note) for n in summary_notes(manifest))
+    tok = Tokenizer.load(extended / "spm.model")
+    assert tok.extends(Tokenizer.load(base[0] / "spm.model"))
+    valid = (extended / "valid.de.txt").read_text(encoding="utf-8").splitlines()
+    assert all(UNK_ID not in tok.encode(line) for line in valid)
+
+
+def test_init_from_copies_trained_rows_and_starts_new_ones_at_their_mean(base, extended, tmp_path):  # noqa: F811
+    _, model = base
+    cfg = _tiny(f"training.init_from={model}")
+    trainer = Trainer(cfg, extended, tmp_path / "ft", torch.device("cpu"),
+                      distributed.from_env(), False, True)  # fmt: skip
+    trained = load_model(model)[0].state_dict()
+    ours = trainer.model.state_dict()
+    size = Tokenizer.load(extended / "spm.model").vocab_size
+    n = Tokenizer.load(base[0] / "spm.model").vocab_size
+    for key in ours:
+        if key in VOCAB_ROWS:
+            assert ours[key].shape[0] == size > n
+            assert torch.equal(ours[key][:n], trained[key])
+            mean = trained[key].mean(0)
+            assert all(torch.allclose(row, mean) for row in ours[key][n:])
+        else:
+            assert torch.equal(ours[key], trained[key])
+    assert trainer.init is not None and trainer.init["new_rows"]["tgt_embed.weight"] == size - n
+    summary = train(_tiny(f"training.init_from={model}", "training.max_steps=6"), extended,
+                    tmp_path / "run", "cpu", quiet=True, threads=1)  # fmt: skip
+    assert summary.steps == 6
+
+
+def test_extension_errors_are_one_line(base, tmp_path):  # noqa: F811
+    text = _new_language(tmp_path / "t", 4, n=100)
+    with pytest.raises(NmtError) as e:
+        _preprocess(text, tmp_path / "out", extend_vocab=10)
+    assert str(e.value) == (
+        "--extend-vocab extends reused SentencePiece models: it needs --spm-from (a new model "
+        "learns every character of the corpus already)"
+    )
+    with pytest.raises(NmtError, match=r"^--extend-vocab must be >= 0, got -1$"):
+        _preprocess(text, tmp_path / "out", spm_from=base[1], extend_vocab=-1)
+    own = _preprocess(_corpus(tmp_path / "t3", 5, n=300), tmp_path / "own", vocab_size=40)
+    data = _preprocess(_new_language(tmp_path / "t2", 5, n=200), tmp_path / "d", spm_from=own,
+                       extend_vocab=10)  # fmt: skip
+    model = base[1]  # another model's pieces, extended, are still not this model's
+    with pytest.raises(NmtError) as e:
+        train(_tiny(f"training.init_from={model}", "training.max_steps=2"), data,
+              tmp_path / "m", "cpu", quiet=True, threads=1)  # fmt: skip
+    assert str(e.value) == (
+        f"{data}: its source vocabulary differs from {model}'s (preprocess the corpus with "
+        f"--spm-from {model})"
+    )
