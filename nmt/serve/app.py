@@ -72,6 +72,7 @@ class ServerState:
         self.batcher: MicroBatcher | None = None
         self.error: str | None = None
         self.info: dict[str, Any] = {}
+        self.sampling_ok = False  # the engine draws nmt's keyed samples (not an export)
         self.name = model_name(settings.model_dir)
 
     async def load(self, factory: Callable[[], Any]) -> None:
@@ -84,6 +85,7 @@ class ServerState:
             return
         budget = self.settings.max_batch_tokens or translator.decoding.batch_tokens
         self.info = model_info(translator, self.settings, budget, self.name)
+        self.sampling_ok = self.info["sampling"] is not None
         batcher = MicroBatcher(_decoder(translator, budget), budget, self.settings.max_wait_ms)
         batcher.start()
         self.translator, self.batcher = translator, batcher
@@ -210,9 +212,7 @@ def create_app(translator_factory: Callable[[], Any], settings: Settings | None 
         start = time.perf_counter()
         batcher = state.ready()
         body = await _read_body(request, settings.limits.max_body_bytes)
-        req = parse_request(
-            body, settings.limits, state.translator.decoding, can_sample(state.translator)
-        )
+        req = parse_request(body, settings.limits, state.translator.decoding, state.sampling_ok)
         lengths = _lengths(state.translator, req.lines)
         result = await _wait(request, batcher.submit(req.lines, req.options, lengths), settings)
         if result is None:
