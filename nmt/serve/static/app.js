@@ -113,6 +113,7 @@ function render(data, roundTripMs) {
     if (record.hypotheses.length > 1) {
       const alternatives = document.createElement("ol");
       alternatives.className = "alternatives";
+      alternatives.start = 2; // the best is the first
       record.hypotheses.slice(1).forEach((hyp) => {
         const item = document.createElement("li");
         item.append(span("alternative", hyp.translation), span("score", `score ${hyp.score.toFixed(3)}`));
