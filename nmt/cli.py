@@ -107,6 +107,13 @@ def preprocess_cmd(
         "encode (a new language's letters), learnt from this corpus; existing ids keep "
         "their pieces and text without new characters encodes as before.",
     ),
+    extend_all: bool = typer.Option(
+        False,
+        "--extend-all",
+        help="With --extend-vocab: offer every piece this corpus wants (the new language's "
+        "words in old letters too), less those that would change how its text in the reused "
+        "models' own languages encodes.",
+    ),
     quiet: QuietOpt = False,
 ) -> None:
     """Clean a parallel corpus, learn SentencePiece, and encode every split into DATA_DIR."""
@@ -132,6 +139,7 @@ def preprocess_cmd(
         spm_sample=spm_sample,
         spm_from=spm_from,
         extend_vocab=extend_vocab,
+        extend_all=extend_all,
     )
     with contextlib.ExitStack() as stack:
         progress = None if quiet else step_progress(stack)

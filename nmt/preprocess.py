@@ -63,6 +63,7 @@ class PreprocessConfig:
     spm_sample: int = 500_000
     spm_from: str | Path | None = None  # reuse this MODEL_DIR's or DATA_DIR's SentencePiece models
     extend_vocab: int = 0  # with spm_from: append up to this many pieces for unknown characters
+    extend_all: bool = False  # extend_vocab with every piece the corpus wants (old text kept)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tests", tuple(self.tests))
@@ -83,6 +84,8 @@ class PreprocessConfig:
                 "--extend-vocab extends reused SentencePiece models: it needs --spm-from "
                 "(a new model learns every character of the corpus already)"
             )
+        if self.extend_all and not self.extend_vocab:
+            raise NmtError("--extend-all needs --extend-vocab N (how many pieces at most)")
         if self.max_len < 1 or self.max_ratio < 1.0:
             raise NmtError(
                 f"--max-len must be >= 1 and --max-ratio >= 1 (got {self.max_len}, {self.max_ratio})"
@@ -261,27 +264,40 @@ class _Run:
         step = "extend sentencepiece"
         self.report(step, 0, 1)
         kind = source.spm_type or model_type(models[0])
-        sides = (
-            [(models[0], list(clean))]
-            if models[0] == models[1]
-            else list(zip(models, ([clean[0]], [clean[1]]), strict=True))
-        )
+        cfg = self.cfg
+        made_for = {source.src_lang, source.tgt_lang}  # the reused models' own languages
+        sides: list[tuple[Path, list[Path], list[Path]]]
+        if models[0] == models[1]:
+            own = [c for c, lang in zip(clean, cfg.langs, strict=True) if lang in made_for]
+            sides = [(models[0], list(clean), own)]
+        else:
+            sides = [
+                (models[0], [clean[0]], [clean[0]] if cfg.src_lang == source.src_lang else []),
+                (models[1], [clean[1]], [clean[1]] if cfg.tgt_lang == source.tgt_lang else []),
+            ]
         done = [
             extend_for(
                 model,
                 text,
-                self.cfg.extend_vocab,
+                cfg.extend_vocab,
                 kind,
-                self.cfg.character_coverage,
-                self.cfg.spm_sample,
+                cfg.character_coverage,
+                cfg.spm_sample,
                 self.threads,
+                keep=own if cfg.extend_all else None,
             )  # fmt: skip
-            for model, text in sides
+            for model, text, own in sides
         ]
         self.report(step, 1, 1)
         entries = [
-            {"added": e.added, "from_size": e.parent_size, "characters": "".join(e.characters)}
-            for e in done
+            {
+                "added": e.added,
+                "from_size": e.parent_size,
+                "characters": "".join(e.characters),
+                "all_pieces": cfg.extend_all,
+                "checked_languages": [p.suffix[1:] for p in own] if cfg.extend_all else None,
+            }  # fmt: skip
+            for e, (_, _, own) in zip(done, sides, strict=True)
         ]
         return {"src": entries[0], "tgt": entries[-1]}
 

@@ -55,9 +55,16 @@ def summary_notes(manifest: dict[str, Any]) -> list[str]:
         ]  # fmt: skip
         for label, e in sides:
             chars = e["characters"]
+            shown = f"{chars[:20]}{'...' if len(chars) > 20 else ''}"
+            kept = e.get("checked_languages") or []
+            scope = (
+                f"every piece the corpus wants that leaves {'/'.join(kept)} encoded as before"
+                if e.get("all_pieces")
+                else "pieces holding new characters"
+            )
             notes.append(
-                f"vocabulary extended{label}: {e['added']} pieces after its {e['from_size']} for "
-                f"{len(chars)} new characters ({chars[:20]}{'...' if len(chars) > 20 else ''})"
+                f"vocabulary extended{label}: {e['added']} pieces after its {e['from_size']} "
+                f"({scope}; {len(chars)} new characters: {shown})"
                 if e["added"]
                 else f"vocabulary extension{label}: no new characters, nothing added"
             )

@@ -8,7 +8,10 @@ own). Only pieces that hold a character the reused model cannot encode are added
 such characters is encoded exactly as before, piece for piece, so the parent's languages are not
 disturbed. The pieces come from a SentencePiece model of the reused model's type and size learnt
 on the new corpus (its size the reused model's plus the limit): every new character, then the most
-probable pieces holding one.
+probable pieces holding one. `--extend-all` offers every piece the new corpus wants instead
+(whole words of the new language made of old letters), less those that would change how this
+corpus's text in the reused model's own languages encodes (checked on up to 50,000 of its lines,
+until they encode exactly as before).
 
 The model file is a protobuf message whose field 1 repeats the pieces; a repeated field may
 continue anywhere in the message, so appending encoded pieces to the file's bytes extends the list
@@ -17,6 +20,7 @@ without a protobuf library.
 
 from __future__ import annotations
 
+import itertools
 import struct
 import tempfile
 from collections import Counter
@@ -30,6 +34,8 @@ from nmt.errors import NmtError
 from nmt.vocab import UNK_ID, Tokenizer, train_spm
 
 NORMAL = 1  # SentencePiece's ModelProto.SentencePiece.Type.NORMAL
+KEEP_SAMPLE = 50_000  # lines of the reused languages' text checked to encode as before
+MAX_ROUNDS = 20  # pieces dropped, then checked again, at most this often
 WORD_BOUNDARY = "\u2581"
 
 
@@ -59,11 +65,12 @@ def new_pieces(
     characters: Sequence[str],
     limit: int,
     model_type: str,
+    every_piece: bool = False,
 ) -> list[tuple[str, float]]:
     """Up to `limit` (piece, score) pairs to append to `parent`: each new character, then the
-    child's most probable pieces holding one. Unigram pieces keep the child's log-probabilities
-    (they compete only with segmentations that hold a new character anyway); BPE pieces score
-    below every parent merge, in the child's order."""
+    child's most probable pieces holding one (`every_piece`: its most probable pieces the parent
+    lacks, new characters or not). Unigram pieces keep the child's log-probabilities; BPE pieces
+    score below every parent merge, in the child's order."""
     known = {parent.id_to_piece(i) for i in range(parent.vocab_size)}
     chosen = [c for c in characters if c not in known][:limit]
     wanted = set(characters)
@@ -72,7 +79,7 @@ def new_pieces(
         piece = child.id_to_piece(i)
         if child.sp.is_control(i) or child.sp.is_unknown(i) or piece in known:
             continue
-        if len(piece.replace(WORD_BOUNDARY, "")) > 1 and wanted & set(piece):
+        if len(piece.replace(WORD_BOUNDARY, "")) > 1 and (every_piece or wanted & set(piece)):
             scored.append((child.sp.get_score(i), i, piece))
     scored.sort(key=lambda x: (-x[0], x[1]))
     chosen += [p for _, _, p in scored[: max(0, limit - len(chosen))]]
@@ -114,12 +121,15 @@ def extend_for(
     character_coverage: float = 1.0,
     sample: int = 500_000,
     threads: int | None = None,
+    keep: Sequence[Path] | None = None,
 ) -> Extension:
     """Extend `model` in place with up to `limit` pieces for the characters of the files `text`
-    it cannot encode (nothing when it encodes them all)."""
+    it cannot encode (nothing when it encodes them all). With `keep` (files in the languages
+    `model` was made for), every piece the new text wants is a candidate, less those that would
+    change how the lines of `keep` encode."""
     parent = Tokenizer.load(model)
     characters = unknown_characters(parent, _lines(text))
-    if not characters or limit <= 0:
+    if (not characters and keep is None) or limit <= 0:
         return Extension(0, characters, parent.vocab_size)
     with tempfile.TemporaryDirectory(prefix=".extend-", dir=model.parent) as tmp:
         child_model = train_spm(
@@ -128,9 +138,33 @@ def extend_for(
             character_coverage=character_coverage, input_sentence_size=sample, threads=threads,
         )  # fmt: skip
         child = Tokenizer.load(child_model)
-        pieces = new_pieces(parent, child, characters, limit, model_type)
+        pieces = new_pieces(parent, child, characters, limit, model_type, keep is not None)
+    if keep:
+        pieces = _sparing(model, pieces, list(itertools.islice(_lines(keep), KEEP_SAMPLE)))
     extend_model(model, pieces)
     return Extension(len(pieces), characters, parent.vocab_size)
+
+
+def _sparing(
+    model: Path, pieces: list[tuple[str, float]], lines: list[str]
+) -> list[tuple[str, float]]:
+    """`pieces` less every piece the extended model would use on `lines` (text the model
+    already encodes), repeated until those lines encode exactly as before."""
+    parent = Tokenizer.load(model)
+    encoded = parent.encode_batch(lines, threads=1)
+    kept = [(line, ids) for line, ids in zip(lines, encoded, strict=True) if UNK_ID not in ids]
+    lines, before = [line for line, _ in kept], [ids for _, ids in kept]  # new letters may change
+    base = model.read_bytes()
+    for _ in range(MAX_ROUNDS):
+        processor = spm.SentencePieceProcessor()
+        processor.load_from_serialized_proto(base + b"".join(_piece_field(p, s) for p, s in pieces))
+        after = processor.encode(lines, out_type=int, num_threads=1)
+        used = {i for a, b in zip(after, before, strict=True) if a != b for i in a}
+        drop = {processor.id_to_piece(i) for i in used if i >= parent.vocab_size}
+        if not drop:
+            return pieces
+        pieces = [(p, s) for p, s in pieces if p not in drop]
+    raise NmtError(f"{model}: no extension leaves its own languages' text as it was")
 
 
 def model_type(model: Path) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,13 @@ from nmt import distributed
 from nmt.errors import NmtError
 from nmt.finetune import VOCAB_ROWS
 from nmt.modeldir import load_model
+from nmt.preprocess import PreprocessConfig, preprocess
 from nmt.preprocess_report import summary_notes
 from nmt.trainer import Trainer, train
 from nmt.vocab import UNK_ID, Tokenizer, train_spm
 from nmt.vocab_extension import extend_for, model_type, unknown_characters
 
-NEW_WORDS = ["řeka", "dům", "město", "čaj", "růže", "žena", "ěř"]
+NEW_WORDS = ["řeka", "dům", "město", "čaj", "růže", "žena", "ěř", "pomalu", "kolem"]
 NEW_CHARS = set("".join(NEW_WORDS)) - set("".join(WORDS))  # ř ů ě č ž s
 
 
@@ -94,7 +96,10 @@ def test_preprocess_records_the_extension(base, extended):  # noqa: F811
     assert ext["src"] == ext["tgt"] and ext["src"]["from_size"] == n
     assert set(ext["src"]["characters"]) == NEW_CHARS
     assert manifest["vocab_size"]["tgt"] == n + ext["src"]["added"]
-    note = f"vocabulary extended: {ext['src']['added']} pieces after its {n} for 6 new characters"
+    note = (
+        f"vocabulary extended: {ext['src']['added']} pieces after its {n} (pieces holding new "
+        "characters; 6 new characters: "
+    )
     assert any(n.startswith(note) for n in summary_notes(manifest))
     tok = Tokenizer.load(extended / "spm.model")
     assert tok.extends(Tokenizer.load(base[0] / "spm.model"))
@@ -125,6 +130,54 @@ def test_init_from_copies_trained_rows_and_starts_new_ones_at_their_mean(base, e
     assert summary.steps == 6
 
 
+def test_extend_all_adds_words_of_old_letters_and_keeps_the_old_language(tmp_path):
+    old_text = _corpus(tmp_path / "old", 0, n=600)
+    model = train_spm([old_text / "train.en", old_text / "train.de"], tmp_path / "spm", 60,
+                      threads=1)  # fmt: skip
+    before = Tokenizer.load(model)
+    plain = tmp_path / "plain.model"
+    shutil.copyfile(model, plain)  # to extend with pieces holding new letters only
+    new = _new_language(tmp_path / "new", 6)
+    en = (new / "train.en").read_text(encoding="utf-8").splitlines()
+    ext = extend_for(model, [new / "train.en", new / "train.de"], 200, "unigram", threads=1,
+                     keep=[new / "train.en"])  # fmt: skip
+    after = Tokenizer.load(model)
+    added = [after.id_to_piece(i) for i in range(before.vocab_size, after.vocab_size)]
+    assert ext.added == len(added) and NEW_CHARS <= set(added)
+    assert any(not set(p) & NEW_CHARS for p in added)  # pieces of old letters only, too
+    assert all(after.encode(line) == before.encode(line) for line in en)
+    de = (new / "train.de").read_text(encoding="utf-8").splitlines()
+    plain_ext = extend_for(plain, [new / "train.en", new / "train.de"], 200, "unigram", threads=1)
+    assert plain_ext.added < ext.added
+    shorter = sum(map(len, after.encode_batch(de))) < sum(
+        map(len, Tokenizer.load(plain).encode_batch(de))
+    )
+    assert shorter  # the new language takes fewer subwords than with new letters alone
+
+
+def test_preprocess_extend_all_checks_the_reused_models_languages(base, tmp_path):  # noqa: F811
+    text = _new_language(tmp_path / "t", 7, n=300)
+    for lang in ("en", "de"):  # a corpus in English and Czech: en is one of the model's own
+        (text / f"train.{lang.replace('de', 'cs')}").write_text(
+            (text / f"train.{lang}").read_text(encoding="utf-8"), encoding="utf-8"
+        )
+        (text / f"valid.{lang.replace('de', 'cs')}").write_text(
+            (text / f"valid.{lang}").read_text(encoding="utf-8"), encoding="utf-8"
+        )
+    cfg = PreprocessConfig("en", "cs", text / "train", valid=text / "valid", threads=1,
+                           spm_from=base[1], extend_vocab=40, extend_all=True)  # fmt: skip
+    manifest = preprocess(cfg, tmp_path / "data", quiet=True)
+    ext = manifest["vocab_extension"]["src"]
+    assert ext["all_pieces"] is True and ext["checked_languages"] == ["en"]
+    assert "leaves en encoded as before" in summary_notes(manifest)[1]
+    tok, old = (
+        Tokenizer.load(tmp_path / "data" / "spm.model"),
+        Tokenizer.load(base[0] / "spm.model"),
+    )
+    en = (text / "train.en").read_text(encoding="utf-8").splitlines()
+    assert all(tok.encode(line) == old.encode(line) for line in en)
+
+
 def test_extension_errors_are_one_line(base, tmp_path):  # noqa: F811
     text = _new_language(tmp_path / "t", 4, n=100)
     with pytest.raises(NmtError) as e:
@@ -133,6 +186,8 @@ def test_extension_errors_are_one_line(base, tmp_path):  # noqa: F811
         "--extend-vocab extends reused SentencePiece models: it needs --spm-from (a new model "
         "learns every character of the corpus already)"
     )
+    with pytest.raises(NmtError, match=r"^--extend-all needs --extend-vocab N \(how many"):
+        _preprocess(text, tmp_path / "out", spm_from=base[1], extend_all=True)
     with pytest.raises(NmtError, match=r"^--extend-vocab must be >= 0, got -1$"):
         _preprocess(text, tmp_path / "out", spm_from=base[1], extend_vocab=-1)
     own = _preprocess(_corpus(tmp_path / "t3", 5, n=300), tmp_path / "own", vocab_size=40)
