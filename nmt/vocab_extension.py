@@ -36,7 +36,6 @@ from nmt.vocab import UNK_ID, Tokenizer, train_spm
 NORMAL = 1  # SentencePiece's ModelProto.SentencePiece.Type.NORMAL
 KEEP_SAMPLE = 50_000  # lines of the reused languages' text checked to encode as before
 MAX_ROUNDS = 20  # pieces dropped, then checked again, at most this often
-WORD_BOUNDARY = "\u2581"
 
 
 @dataclass(frozen=True)
@@ -73,13 +72,13 @@ def new_pieces(
     score below every parent merge, in the child's order."""
     known = {parent.id_to_piece(i) for i in range(parent.vocab_size)}
     chosen = [c for c in characters if c not in known][:limit]
-    wanted = set(characters)
+    first, wanted = set(chosen), set(characters)
     scored = []
     for i in range(child.vocab_size):
         piece = child.id_to_piece(i)
         if child.sp.is_control(i) or child.sp.is_unknown(i) or piece in known:
             continue
-        if len(piece.replace(WORD_BOUNDARY, "")) > 1 and (every_piece or wanted & set(piece)):
+        if piece not in first and (every_piece or wanted & set(piece)):
             scored.append((child.sp.get_score(i), i, piece))
     scored.sort(key=lambda x: (-x[0], x[1]))
     chosen += [p for _, _, p in scored[: max(0, limit - len(chosen))]]
