@@ -189,7 +189,7 @@ class CT2Translator:
         if not 1 <= nbest <= k:
             raise NmtError(f"--nbest must be between 1 and the beam size ({k}), got {nbest}")
         lines = list(lines)
-        encoded = self._encode(lines, first_line, on_warning or _warn)
+        encoded = self.encode_sources(lines, first_line, on_warning or _warn)
         results: list[Any] = [None] * len(lines)
         groups: dict[int, list[int]] = {}
         for i, ids in enumerate(encoded):
@@ -242,12 +242,6 @@ class CT2Translator:
         if chunk:
             yield from self.translate(chunk, first_line=first_line, **kwargs)
 
-    def encode_sources(
-        self, lines: list[str], first_line: int, warn: Callable[[str], None]
-    ) -> list[list[int]]:
-        """Subword ids per line (no eos); empty for blank lines; too long ones truncated."""
-        return self._encode(lines, first_line, warn)
-
     def describe(self) -> dict[str, Any]:
         """What runs, for `nmt serve`'s /info: engine, architecture, device and compute type."""
         return {
@@ -273,9 +267,7 @@ class CT2Translator:
         )
         return [[float(x) for x in res.log_probs] for res in results]
 
-    # ---- internals ------------------------------------------------------------------------
-
-    def _encode(
+    def encode_sources(
         self, lines: list[str], first_line: int, warn: Callable[[str], None]
     ) -> list[list[int]]:
         """Subword ids per line (no eos); empty for blank lines; too long ones truncated."""
@@ -289,6 +281,8 @@ class CT2Translator:
                 )
                 encoded[i] = ids[: self.max_source]
         return encoded
+
+    # ---- internals ------------------------------------------------------------------------
 
     def _max_len(self, n: int, opts: dict) -> int:
         """Most output tokens for a source of n subwords, as nmt.search.max_lengths."""

@@ -123,9 +123,9 @@ def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int
     import torch
     from safetensors.torch import load_file
 
-    from nmt.modeldir import _unwrap
+    from nmt.modeldir import unwrap
 
-    module = _unwrap(model)
+    module = unwrap(model)
     own = module.state_dict()
     grown = {
         k: side for k, side in VOCAB_ROWS.items() if k in own and own[k].shape[0] > sizes[side]

@@ -138,7 +138,7 @@ def save_weights(model: Any, path: str | Path, step: int | None = None) -> None:
     from safetensors.torch import save_model
 
     with publishing(path) as tmp:
-        save_model(_unwrap(model), tmp, metadata=None if step is None else {"step": str(step)})
+        save_model(unwrap(model), tmp, metadata=None if step is None else {"step": str(step)})
 
 
 def weights_step(path: str | Path) -> int | None:
@@ -162,9 +162,7 @@ def load_weights(
     from safetensors.torch import load_model
 
     try:
-        missing, unexpected = load_model(
-            _unwrap(model), str(path), strict=False, device=str(device)
-        )
+        missing, unexpected = load_model(unwrap(model), str(path), strict=False, device=str(device))
     except SafetensorError as e:
         raise NmtError(f"{path}: damaged or not a safetensors file ({e})") from None
     except RuntimeError as e:
@@ -177,7 +175,7 @@ def load_weights(
         )
 
 
-def _unwrap(model: Any) -> Any:
+def unwrap(model: Any) -> Any:
     """The plain module under DDP / torch.compile wrappers."""
     model = getattr(model, "module", model)
     return getattr(model, "_orig_mod", model)

@@ -270,22 +270,19 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _lengths(translator: Any, lines: list[str]) -> list[int]:
-    """Source tokens per line as the model will see them (eos included, truncation applied)."""
+def _lengths(translator: Any, lines: list[str], tokenizer: Any = None) -> list[int]:
+    """Tokens per line as the model will see them (eos included, truncation applied), by the
+    source tokenizer unless another is given."""
     limit = getattr(translator, "max_source", 0)
-    ids = translator.src_tok.encode_batch(lines, threads=1)
+    ids = (tokenizer or translator.src_tok).encode_batch(lines, threads=1)
     return [1 + (min(len(x), limit) if limit > 0 else len(x)) for x in ids]
 
 
 def _pair_lengths(translator: Any, pairs: list[tuple[str, str]]) -> list[int]:
     """Padded tokens per pair: the longer of its source and target as the model sees them."""
     src = _lengths(translator, [s for s, _ in pairs])
-    tgt = translator.tgt_tok.encode_batch([t for _, t in pairs], threads=1)
-    limit = getattr(translator, "max_source", 0)
-    return [
-        max(s, 1 + (min(len(t), limit) if limit > 0 else len(t)))
-        for s, t in zip(src, tgt, strict=True)
-    ]
+    tgt = _lengths(translator, [t for _, t in pairs], translator.tgt_tok)
+    return [max(s, t) for s, t in zip(src, tgt, strict=True)]
 
 
 async def _wait(request: Request, work: Any, settings: Settings) -> BatchResult | None:
