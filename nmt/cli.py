@@ -57,6 +57,9 @@ NoProgressOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress 
 @app.callback()
 def main() -> None:
     """Neural machine translation: preprocess, train, translate, score."""
+    from nmt.runtime import retain_freed_memory
+
+    retain_freed_memory()  # every command: decoding reuses its large buffers without page faults
 
 
 # ---- preprocess (nmt.preprocess) ---------------------------------------------------------------

@@ -6,9 +6,10 @@ Kept free of torch imports, so the CLI can apply them before anything loads torc
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 # One entry per matmul primitive and shape. A transformer-multi30k batch shape needs ~49, an epoch
 # of Multi30k has ~90 shapes that all recur, so the default 1,024 entries are evicted before they are
@@ -25,6 +26,39 @@ def enlarge_kernel_caches(env: MutableMapping[str, str] | None = None) -> dict[s
     for name in KERNEL_CACHE_VARIABLES:
         env.setdefault(name, str(KERNEL_CACHE_CAPACITY))
     return {name: env[name] for name in KERNEL_CACHE_VARIABLES}
+
+
+# glibc's mallopt parameters, and what nmt sets them to: blocks of up to 32 MiB (mallopt's
+# largest mmap threshold) come from the heap, and up to 1 GiB of freed heap stays mapped.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HEAP_SETTINGS = {M_TRIM_THRESHOLD: 2**30, M_MMAP_THRESHOLD: 2**25}
+USER_MALLOC_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+
+
+def retain_freed_memory(env: Mapping[str, str] | None = None) -> bool:
+    """Keep freed memory mapped instead of handing it back to the OS (glibc only; settings
+    the user made through the environment win). Decoding frees and reallocates the same
+    multi-megabyte buffers (caches, logits) every step and batch; by default glibc returns
+    them, and touching them again costs a page fault per 4 KiB: beam 5 on Multi30k ran 12%
+    slower (DESIGN.md, "Allocator"). Returns whether the settings were applied."""
+    env = os.environ if env is None else env
+    if any(name in env for name in USER_MALLOC_VARIABLES):
+        return False
+    if sys.platform != "linux" or not _glibc():
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return all(mallopt(param, value) == 1 for param, value in HEAP_SETTINGS.items())
+
+
+def _glibc() -> bool:
+    """Whether this process runs on glibc (musl and others have no such mallopt)."""
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (ValueError, OSError, AttributeError):
+        return False
 
 
 def rss_mb() -> int | None:

@@ -45,7 +45,13 @@ from nmt.translation_io import (
     warn_to_stderr,
 )
 from nmt.vocab import Tokenizer
-from nmt.workers import decode_workers, map_batches, resolve_workers
+from nmt.workers import (
+    DecodePool,
+    decode_workers,
+    map_batches,
+    processes_available,
+    resolve_workers,
+)
 
 EOS_PIECE = "</s>"
 MAX_BATCH_ROWS = 640  # sentences x beam per batch: beyond this CPU steps stop getting cheaper
@@ -134,11 +140,15 @@ class Translator:
         device: torch.device,
         precision: str = "fp32",
         workers: int = 0,
+        processes: bool | None = None,
     ) -> None:
         self.model, self.cfg, self.src_tok, self.tgt_tok = model, cfg, src_tok, tgt_tok
         self.device, self.precision = device, precision
         resolve_workers(workers, 1, True)  # a bad value fails here, not at the first batch
         self.workers = workers
+        # Forked worker processes where they can be (nmt.workers), else threads.
+        self.worker_processes = processes_available(device) if processes is None else processes
+        self._pool: DecodePool | None = None
         # Models that keep fp32 parts (Seq2Seq's recurrences) decode under autocast instead.
         use_autocast = precision != "fp32" and getattr(model, "autocast_inference", False)
         self.autocast = autocast_for(precision, device) if use_autocast else contextlib.nullcontext
@@ -152,13 +162,16 @@ class Translator:
         checkpoint: str = "default",
         precision: str = "auto",
         workers: int = 0,
+        processes: bool | None = None,
     ) -> Translator:
         """Load MODEL_DIR (config, SentencePiece, weights) for translation; several directories
         load as one ensemble (`nmt.models.ensemble`), with the first one's decoding defaults.
 
         `precision` auto: bf16 on GPUs, and on native-bf16 CPUs from d_model 256 up (narrower
         models decode faster in fp32), else fp32. bf16/fp16 cast the weights once (so the decoder
-        cache follows); scores stay fp32 (log-softmax in fp32).
+        cache follows); scores stay fp32 (log-softmax in fp32). `workers` batches are decoded at
+        once (0: one per intra-op thread, at most 4), on forked processes where `processes`
+        (None: on Linux CPUs, `nmt.workers`), else on threads; `close` stops the processes.
         """
         from nmt.modeldir import load_model, read_meta
 
@@ -182,7 +195,7 @@ class Translator:
                 model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
             models.append(model)
         model = models[0] if len(models) == 1 else Ensemble(models)
-        return cls(model, loaded[0][1], src_tok, tgt_tok, dev, prec, workers)
+        return cls(model, loaded[0][1], src_tok, tgt_tok, dev, prec, workers, processes)
 
     def options(self, **given: Any) -> dict[str, Any]:
         """Search options: the given ones, else the model config's decoding section."""
@@ -256,22 +269,37 @@ class Translator:
         lengths = [len(encoded[i]) + 1 for i in todo]
         batches = list(_batches(todo, lengths, opts["batch_tokens"], max_rows))
 
-        def search(batch: list[int]) -> list[list[Hypothesis]]:
-            """Per sentence of the batch, its hypotheses best first."""
-            ids = [encoded[i] for i in batch]
-            if sampling is not None:
-                batch_keys = [line_keys[i] for i in batch]  # line numbers from 0 by default
-                return self._sample(ids, batch_keys, sampling, nbest, opts, with_attention)
-            return self._search(ids, k, nbest, opts, with_attention, scores)
-
-        workers = decode_workers(self.workers, self.device, len(batches))
-        for b, hyps in map_batches(search, batches, workers):
-            batch = batches[b]
-            for i, sent in zip(batch, hyps, strict=True):
-                results[i] = self._to_translation(lines[i], encoded[i], sent)
+        jobs = [
+            _Job(
+                [lines[i] for i in batch], [encoded[i] for i in batch], k, nbest, opts,
+                with_attention, scores, sampling,
+                [line_keys[i] for i in batch] if sampling is not None else None,
+            )
+            for batch in batches
+        ]  # fmt: skip
+        for b, translations in self._map(jobs):
+            for i, translation in zip(batches[b], translations, strict=True):
+                results[i] = translation
             if progress:
-                progress(len(batch))
+                progress(len(batches[b]))
         return results  # type: ignore[return-value]
+
+    def start_workers(self) -> None:
+        """Fork the decoding worker processes now rather than at the first batches that need
+        them (`nmt serve` does, before its server threads start); a no-op without them."""
+        workers = decode_workers(self.workers, self.device, MAX_BATCH_ROWS)
+        if workers > 1 and self.worker_processes:
+            self._worker_pool(workers).start()
+
+    def worker_peak_mb(self) -> int:
+        """Memory the worker processes added at their peak (0 without them; nmt.workers)."""
+        return self._pool.peak_extra_mb() if self._pool is not None else 0
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (a later translate starts new ones)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     def translate_stream(
         self, lines: Iterable[str], buffer_size: int = 1000, first_line: int = 1, **kwargs: Any
@@ -362,6 +390,37 @@ class Translator:
                     encoded[i] = ids[:limit]
         return encoded
 
+    def _map(self, jobs: list[_Job]) -> Iterator[tuple[int, list[Translation]]]:
+        """(i, translations of jobs[i]) as they finish: here, on worker processes or on worker
+        threads (`nmt.workers`)."""
+        workers = decode_workers(self.workers, self.device, len(jobs))
+        if workers > 1 and self.worker_processes:
+            return self._worker_pool(workers).map(jobs)
+        return map_batches(self._run, jobs, workers)
+
+    def _worker_pool(self, workers: int) -> DecodePool:
+        """The worker processes, forked at first use with this translator as it is then; as
+        many as `workers` asks for on this machine (fewer batches leave some idle)."""
+        if self._pool is None:
+            size = max(workers, decode_workers(self.workers, self.device, MAX_BATCH_ROWS))
+            threads = max(1, torch.get_num_threads() // size)
+            self._pool = DecodePool(self._run, size, threads)
+        return self._pool
+
+    def _run(self, job: _Job) -> list[Translation]:
+        """Search one batch and detokenize it: what a worker does (in this process or not)."""
+        if job.sampling is not None:
+            assert job.keys is not None  # line numbers from 0 by default
+            hyps = self._sample(
+                job.ids, job.keys, job.sampling, job.nbest, job.opts, job.with_attention
+            )
+        else:
+            hyps = self._search(job.ids, job.k, job.nbest, job.opts, job.with_attention, job.scores)
+        return [
+            self._to_translation(line, ids, h)
+            for line, ids, h in zip(job.lines, job.ids, hyps, strict=True)
+        ]
+
     def _padded(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """One batch as (B, S) source ids with eos, padded, and (B,) lengths, on the device."""
         lengths = [len(ids) + 1 for ids in batch]
@@ -434,6 +493,21 @@ class Translator:
                 )
             )
         return Translation(line, out, self._pieces(ids))
+
+
+@dataclass
+class _Job:
+    """One batch to search, with everything a worker process needs (pickled to it)."""
+
+    lines: list[str]
+    ids: list[list[int]]  # subword ids per line, no eos
+    k: int  # beam size, or samples per line
+    nbest: int
+    opts: dict[str, Any]
+    with_attention: bool
+    scores: bool
+    sampling: Sampling | None = None
+    keys: list[int] | None = None  # sampling keys per line
 
 
 def _tokenizers(model_dir: Path, meta: dict[str, Any]) -> tuple[Tokenizer, Tokenizer]:

@@ -1,17 +1,24 @@
-"""Decoding workers: independent batches searched side by side on threads of their own.
+"""Decoding workers: independent batches searched side by side, each on one intra-op thread.
 
 A decoder step at the sizes this toolkit trains (a few hundred rows, d 128-512) is many small
-operators. One search over all intra-op threads pays a thread-team barrier per operator and runs
-its Python alone; workers of one intra-op thread each run both side by side (PyTorch releases the
-GIL inside operators). On 2 cores that decoded 1.2x (greedy) to 1.3x (beam 5) faster with the
-same output, and on a busy machine it avoids the barriers' spinning, which was far worse.
+operators. One search over all intra-op threads pays a thread-team barrier per operator; workers
+of one thread each run side by side instead. Threads (`map_batches`) share one interpreter, and
+every operator call hands the GIL over twice: on 2 cores two threads each decoding half of
+test_2016_flickr took 1.2-1.5x as long as one of them alone (session 20). Forked processes
+(`DecodePool`, Linux CPUs) have no such lock between them: two ran as fast as one alone.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
+import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import TYPE_CHECKING, TypeVar
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nmt.errors import NmtError
 
@@ -68,3 +75,120 @@ def map_batches(
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         torch.set_num_threads(threads)
+
+
+# ---- forked worker processes ------------------------------------------------------------------
+
+
+def processes_available(device: torch.device | str) -> bool:
+    """Whether decoding workers can be forked processes: CPU decoding on Linux (CUDA does not
+    survive a fork, and macOS frameworks are not fork-safe)."""
+    import torch
+
+    return torch.device(device).type == "cpu" and sys.platform == "linux"
+
+
+class DecodePool:
+    """`workers` forked processes that run `target(job)`, each on `threads` intra-op threads.
+
+    Each process is a copy of this one at the first `map` (copy-on-write: the model's weights
+    are shared until written, and nothing writes them), so `target` and what it reaches must
+    not change afterwards; jobs and results are pickled. The processes ignore SIGINT (the
+    caller handles Ctrl-C and closes the pool) and live until `close` or interpreter exit.
+    """
+
+    def __init__(self, target: Callable[[Any], Any], workers: int, threads: int = 1) -> None:
+        self.target, self.workers, self.threads = target, workers, threads
+        self._executor: ProcessPoolExecutor | None = None
+        self._baseline: dict[int, int] = {}
+
+    def start(self) -> None:
+        """Fork the processes now (they would be at the first `map`): before the caller starts
+        threads of its own, whose locks a fork would copy in whatever state they are in."""
+        if self._executor is not None:
+            return
+        executor = ProcessPoolExecutor(
+            self.workers, multiprocessing.get_context("fork"), initializer=_start_worker,
+            initargs=(self.target, self.threads),
+        )  # fmt: skip
+        self._executor = executor
+        # Forking happens at the first submit; one no-op per process also records what each
+        # held then (shared with this process), so `peak_extra_mb` counts only what it added.
+        for f in [executor.submit(os.getpid) for _ in range(self.workers)]:
+            f.result()
+        self._baseline = {pid: _rss_kb(pid, "VmRSS") for pid in self.pids()}
+
+    def pids(self) -> list[int]:
+        """The worker processes' ids (empty before `start`)."""
+        procs = getattr(self._executor, "_processes", None) or {}
+        return sorted(procs)
+
+    def map(self, jobs: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        """(i, target(jobs[i])) for every job, as they finish. Leaving the loop early (or an
+        error in a job) cancels the jobs not yet started."""
+        self.start()
+        assert self._executor is not None
+        futures: dict[Future, int] = {}
+        try:
+            futures = {self._executor.submit(_run_job, job): i for i, job in enumerate(jobs)}
+            for done in as_completed(futures):
+                yield futures[done], done.result()
+        except BrokenProcessPool as e:
+            self.close()
+            raise NmtError("a decoding worker process died (out of memory? try --workers 1)") from e
+        except KeyboardInterrupt:
+            self.close(now=True)  # Ctrl-C: do not wait for the batches being decoded
+            raise
+        finally:
+            for f in futures:
+                f.cancel()
+
+    def peak_extra_mb(self) -> int:
+        """What the processes added at their peak, over what they shared with this one when
+        forked (peak resident set less resident set at start, summed; Linux /proc)."""
+        extra = sum(
+            max(0, _rss_kb(pid, "VmHWM") - self._baseline.get(pid, 0)) for pid in self.pids()
+        )
+        return round(extra / 1024)
+
+    def close(self, now: bool = False) -> None:
+        """Stop the processes (jobs not yet started are dropped; `now`: running ones too)."""
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        if now:
+            for process in list((getattr(executor, "_processes", None) or {}).values()):
+                process.terminate()
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+# The job function a worker process runs: set once per process by `_start_worker`, when it is
+# forked (so nothing is pickled for it), and read only there.
+_WORKER_TARGET: list[Callable[[Any], Any]] = []
+
+
+def _start_worker(target: Callable[[Any], Any], threads: int) -> None:
+    """A worker process's set-up: its thread count, no Ctrl-C of its own, no warnings written
+    to a stderr whose lock a fork may have copied while another thread held it."""
+    import torch
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(threads)
+    _WORKER_TARGET[:] = [target]
+
+
+def _run_job(job: Any) -> Any:
+    return _WORKER_TARGET[0](job)
+
+
+def _rss_kb(pid: int, field: str) -> int:
+    """A /proc/PID/status memory field in KiB (0 where there is none)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

@@ -173,10 +173,12 @@ def workers_kwarg(args: argparse.Namespace, engine: str) -> dict:
 
 def child(args: argparse.Namespace) -> None:
     """One timed configuration in this process (fresh peak RSS); prints a JSON line."""
+    from nmt.runtime import peak_rss_mb, retain_freed_memory
+
+    retain_freed_memory()  # as every `nmt` command does (nmt.cli), for both engines
     import torch
 
     torch.set_num_threads(args.threads)
-    from nmt.runtime import peak_rss_mb
     from nmt.textio import read_lines
 
     lines = list(read_lines(args.input))[: args.sentences]
@@ -191,7 +193,8 @@ def child(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         out = tr.translate(lines, **kwargs)
         times.append(time.perf_counter() - t0)
-    rss_mb = peak_rss_mb() or 0
+    # worker processes (nmt.workers) hold their own buffers: what they added counts too
+    rss_mb = (peak_rss_mb() or 0) + getattr(tr, "worker_peak_mb", lambda: 0)()
     Path(args.hyp_out).write_text("".join(t.text + "\n" for t in out), encoding="utf-8")
     lengths = [[len(t.source_tokens), len(t.hypotheses[0].tokens) + 1] for t in out]
     gemm = gemm_gflops(args.precision, args.device) if args.gemm and native(args) else None

@@ -12,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -208,11 +209,11 @@ def test_greedy_without_scores_same_text_nan_scores(tiny_model_dir, tmp_path):
     ]
 
 
-def test_workers_same_output_in_order_and_threads_restored(tiny_model_dir):
+def test_worker_threads_same_output_in_order_and_threads_restored(tiny_model_dir):
     """Batches decoded on two worker threads: the same translations and scores in input order,
     progress for every line, and the caller's intra-op thread count back afterwards."""
     one = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
-    two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2)
+    two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2, processes=False)
     names: set[str] = set()
     search = two._search
 
@@ -231,10 +232,50 @@ def test_workers_same_output_in_order_and_threads_restored(tiny_model_dir):
         ]
     assert names and all(n.startswith("nmt-decode") for n in names)
     assert sum(done) == 2 * len(lines) and torch.get_num_threads() == before
+    assert two.worker_peak_mb() == 0
 
 
-def test_worker_error_reaches_the_caller(tiny_model_dir):
+@pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
+def test_worker_processes_same_output_attention_and_sampling(tiny_model_dir):
+    """Batches decoded on two forked processes (the Linux default): the same translations,
+    scores, attention and samples as one process, progress for every line, and the processes
+    are other processes that stop on close."""
+    from nmt.search import Sampling
+
+    one = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
     two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2)
+    assert two.worker_processes and two._pool is None  # forked at the first batches, not before
+    lines = synthetic_lines(40, seed=7) + ["", "two dogs ."]
+    done: list[int] = []
+
+    def same(**kwargs):
+        a = one.translate(lines, batch_tokens=40, **kwargs)
+        b = two.translate(lines, batch_tokens=40, progress=done.append, **kwargs)
+        assert [t.source_tokens for t in a] == [t.source_tokens for t in b]
+        for x, y in zip(a, b, strict=True):
+            assert [(h.text, h.tokens, repr(h.score)) for h in x.hypotheses] == [
+                (h.text, h.tokens, repr(h.score)) for h in y.hypotheses
+            ]  # repr: greedy without scores reports NaN
+            for hx, hy in zip(x.hypotheses, y.hypotheses, strict=True):
+                assert (hx.attention is None) == (hy.attention is None)
+                if hx.attention is not None:
+                    assert np.array_equal(hx.attention, hy.attention)
+
+    same(beam_size=3, nbest=2, with_attention=True)
+    same(greedy=True, scores=False)
+    same(sampling=Sampling(temperature=0.8, seed=3), nbest=2)
+    assert sum(done) == 3 * len(lines)
+    pids = two._pool.pids() if two._pool else []
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert two.worker_peak_mb() >= 0
+    two.close()
+    assert two._pool is None and all(not Path(f"/proc/{p}").exists() for p in pids)
+    assert two.translate(lines[:3])[0].text == one.translate(lines[:3])[0].text  # reopens
+
+
+@pytest.mark.parametrize("processes", [False, sys.platform == "linux"])
+def test_worker_error_reaches_the_caller(tiny_model_dir, processes):
+    two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2, processes=processes)
 
     def failing(batch, *args, **kwargs):
         raise NmtError(f"batch of {len(batch)} failed")
@@ -244,6 +285,29 @@ def test_worker_error_reaches_the_caller(tiny_model_dir):
     with pytest.raises(NmtError, match=r"batch of \d+ failed"):
         two.translate(synthetic_lines(30, seed=2), batch_tokens=30)
     assert torch.get_num_threads() == before
+    two.close()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
+def test_a_worker_process_that_dies_is_one_error(tiny_model_dir):
+    two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2)
+
+    def dying(batch, *args, **kwargs):
+        os._exit(3)  # as the OOM killer would
+
+    two._search = dying  # type: ignore[method-assign]
+    with pytest.raises(
+        NmtError, match=r"^a decoding worker process died \(out of memory\? try --workers 1\)$"
+    ):
+        two.translate(synthetic_lines(30, seed=2), batch_tokens=30)
+    assert two._pool is not None and two._pool.pids() == []  # stopped
+    del two._search  # the next batches fork new processes, which work
+    lines = synthetic_lines(30, seed=2)
+    one = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
+    assert [t.text for t in two.translate(lines, batch_tokens=30)] == [
+        t.text for t in one.translate(lines, batch_tokens=30)
+    ]
+    two.close()
 
 
 def test_decode_workers_rule(tiny_model_dir):

@@ -78,7 +78,7 @@ class ServerState:
     async def load(self, factory: Callable[[], Any]) -> None:
         """Build the translator on a thread (the loop keeps answering /health), then start batching."""
         try:
-            translator = await asyncio.to_thread(factory)
+            translator = await asyncio.to_thread(_loaded, factory)
         except Exception as e:  # noqa: BLE001 - shown by /health and /translate instead of dying
             self.error = f"the model failed to load: {e}"
             log.error(self.error)
@@ -98,6 +98,15 @@ class ServerState:
                 503, self.error or "the model is still loading; retry when GET /health is ready"
             )
         return self.batcher
+
+
+def _loaded(factory: Callable[[], Any]) -> Any:
+    """The translator with its decoding processes forked now, while no request is decoding
+    (a fork copies other threads' locks as they are at that moment)."""
+    translator = factory()
+    if hasattr(translator, "start_workers"):
+        translator.start_workers()
+    return translator
 
 
 def model_name(model_dir: str) -> str:
@@ -179,6 +188,8 @@ def create_app(translator_factory: Callable[[], Any], settings: Settings | None 
             await asyncio.gather(loading, return_exceptions=True)
             if state.batcher is not None:
                 await state.batcher.stop()
+            if state.translator is not None and hasattr(state.translator, "close"):
+                await asyncio.to_thread(state.translator.close)
 
     from nmt import __version__
 
