@@ -143,3 +143,21 @@ def test_bf16_training_path_matches_fp32_sdpa(causal, monkeypatch):
     torch.testing.assert_close(out.float(), ref.detach(), atol=3e-2, rtol=3e-2)
     for got, want in ((q16, q32), (k16, k32), (v16, v32)):
         torch.testing.assert_close(got.grad.float(), want.grad, atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize("keys", [1, 5, 12, 13, 40])  # both sides of SMALL_PRODUCT at Dh 32
+def test_step_attention_elementwise_and_matmul_paths_agree(keys):
+    """One query per row: the elementwise path (few keys) and the matmul path give the
+    reference softmax(q k^T / sqrt(d)) v, masked keys included, on a permuted cache view."""
+    from nmt.models.attention import step_attention
+
+    g = torch.Generator().manual_seed(keys)
+    q = torch.randn(6, 4, 1, 32, generator=g)
+    cache = torch.randn(keys, 6, 4, 32, generator=g)  # time-major, as the decoder's cache
+    k, v = cache.permute(1, 2, 0, 3), cache.flip(0).permute(1, 2, 0, 3)
+    mask = torch.ones(6, 1, 1, keys, dtype=torch.bool)
+    mask[0, ..., keys // 2 + 1 :] = False
+    ref = (q @ k.transpose(-1, -2) / 32**0.5).masked_fill(~mask, float("-inf")).softmax(-1) @ v
+    out = step_attention(q, k, v, mask)
+    assert out.shape == (6, 4, 1, 32)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
