@@ -87,3 +87,16 @@ def test_rss_follows_allocation_and_peak_stays():
     del block
     peak = peak_rss_mb()
     assert peak is not None and peak >= grown - 8  # the kernel syncs RSS counters in batches
+
+
+def test_freed_memory_is_retained_unless_the_user_tuned_malloc():
+    """Every nmt command keeps freed heap mapped (glibc); a user's MALLOC_* or GLIBC_TUNABLES
+    setting wins, and off glibc nothing is attempted."""
+    from nmt.runtime import USER_MALLOC_VARIABLES, retain_freed_memory
+
+    for name in USER_MALLOC_VARIABLES:
+        assert retain_freed_memory({name: "0"}) is False
+    on_glibc = sys.platform == "linux" and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith(
+        "glibc"
+    )
+    assert retain_freed_memory({}) is on_glibc
