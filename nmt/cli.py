@@ -296,8 +296,8 @@ def translate_cmd(
     workers: int = typer.Option(
         0,
         "--workers",
-        help="Batches decoded at once, the CPU threads split between them (same output). "
-        "0: one per thread, at most 4, on a CPU; 1 on a GPU.",
+        help="Batches decoded at once, the CPU threads split between them (same output; "
+        "worker processes on Linux). 0: one per thread, at most 4, on a CPU; 1 on a GPU.",
     ),
     sampling: bool = typer.Option(
         False,
