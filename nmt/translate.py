@@ -287,9 +287,8 @@ class Translator:
     def start_workers(self) -> None:
         """Fork the decoding worker processes now rather than at the first batches that need
         them (`nmt serve` does, before its server threads start); a no-op without them."""
-        workers = decode_workers(self.workers, self.device, MAX_BATCH_ROWS)
-        if workers > 1 and self.worker_processes:
-            self._worker_pool(workers).start()
+        if self.worker_processes and self._pool_size() > 1:
+            self._worker_pool().start()
 
     def worker_peak_mb(self) -> int:
         """Memory the worker processes added at their peak (0 without them; nmt.workers)."""
@@ -395,16 +394,19 @@ class Translator:
         threads (`nmt.workers`)."""
         workers = decode_workers(self.workers, self.device, len(jobs))
         if workers > 1 and self.worker_processes:
-            return self._worker_pool(workers).map(jobs)
+            return self._worker_pool().map(jobs)
         return map_batches(self._run, jobs, workers)
 
-    def _worker_pool(self, workers: int) -> DecodePool:
-        """The worker processes, forked at first use with this translator as it is then; as
-        many as `workers` asks for on this machine (fewer batches leave some idle)."""
+    def _pool_size(self) -> int:
+        """Worker processes for this machine: `workers`, or one per intra-op thread (at most 4)."""
+        return resolve_workers(self.workers, torch.get_num_threads(), on_cpu=True)
+
+    def _worker_pool(self) -> DecodePool:
+        """The worker processes, forked at first use with this translator as it is then (a call
+        with fewer batches than processes leaves some idle)."""
         if self._pool is None:
-            size = max(workers, decode_workers(self.workers, self.device, MAX_BATCH_ROWS))
-            threads = max(1, torch.get_num_threads() // size)
-            self._pool = DecodePool(self._run, size, threads)
+            size = self._pool_size()
+            self._pool = DecodePool(self._run, size, max(1, torch.get_num_threads() // size))
         return self._pool
 
     def _run(self, job: _Job) -> list[Translation]:
