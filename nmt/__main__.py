@@ -1,6 +1,6 @@
 """`python -m nmt` (and `torchrun -m nmt train ...`) run the CLI."""
 
-from nmt.cli import app
+from nmt.cli import run
 
 if __name__ == "__main__":
-    app()
+    run()

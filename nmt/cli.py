@@ -54,6 +54,18 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors
 NoProgressOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 
 
+def run() -> None:
+    """The `nmt` command (console script and `python -m nmt`): the app, then a quick exit once
+    the command has returned (nmt.runtime.exit_quickly: 0.35 s less per command)."""
+    from nmt.runtime import exit_quickly
+
+    try:
+        app()
+    except SystemExit as e:
+        exit_quickly(e.code)
+    exit_quickly(0)
+
+
 @app.callback()
 def main() -> None:
     """Neural machine translation: preprocess, train, translate, score."""
@@ -346,12 +358,14 @@ def translate_cmd(
                 "decodes with CTranslate2's search)"
             )
         extra["sampling"] = draw
-    translate_files(
-        translator, inputs, output, fmt=fmt, nbest=nbest, with_attention=with_attention,
-        errors=errors, buffer_size=buffer_size, progress=None if quiet else count_progress,
-        beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, max_len_a=max_len_a,
-        max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, stop=stop, **extra,
-    )  # fmt: skip
+    with translator:  # its worker processes end with the command
+        translate_files(
+            translator, inputs, output, fmt=fmt, nbest=nbest, with_attention=with_attention,
+            errors=errors, buffer_size=buffer_size, progress=None if quiet else count_progress,
+            beam_size=beam_size, greedy=greedy, length_penalty=length_penalty,
+            max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
+            batch_tokens=batch_tokens, stop=stop, **extra,
+        )  # fmt: skip
 
 
 @app.command("rescore")
@@ -390,12 +404,12 @@ def rescore_cmd(
     from nmt.ct2 import open_translator  # a model directory, or an `nmt export` of one
     from nmt.rescore import rescore_files
 
-    translator = open_translator(model_dir, device, checkpoint, precision)
-    rescore_files(
-        translator, source, target, output, fmt=fmt, average=average, batch_tokens=batch_tokens,
-        progress=None if quiet else lambda stack, n: count_progress(stack, n, "scoring"),
-        on_warning=warn_to_stderr(f"{source}, {target}"),
-    )  # fmt: skip
+    with open_translator(model_dir, device, checkpoint, precision) as translator:
+        rescore_files(
+            translator, source, target, output, fmt=fmt, average=average,
+            batch_tokens=batch_tokens, on_warning=warn_to_stderr(f"{source}, {target}"),
+            progress=None if quiet else lambda stack, n: count_progress(stack, n, "scoring"),
+        )  # fmt: skip
 
 
 def sampling_options(

@@ -152,6 +152,18 @@ class CT2Translator:
             raise NmtError(f"{export_dir}: cannot load the CTranslate2 model ({e})") from None
         return cls(translator, manifest, src_tok, tgt_tok)
 
+    def start_workers(self) -> None:
+        """Nothing to start: CTranslate2 runs its workers (`inter_threads`) itself."""
+
+    def close(self) -> None:
+        """Nothing to stop (as `Translator.close`: CTranslate2 frees its workers with the model)."""
+
+    def __enter__(self) -> CT2Translator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def options(self, **given: Any) -> dict[str, Any]:
         """Search options: the given ones, else the exported model's decoding defaults; each
         checked against its config key's range (other keys are ignored)."""

@@ -74,7 +74,8 @@ def evaluate(
     kwargs.setdefault("scores", False)  # only the text is scored
     if progress is not None:
         kwargs["progress"] = lambda n: progress(n, len(src_lines))
-    hyps = [one_line(h.text) for h in translator.translate(src_lines, **kwargs)]  # as translate
+    with translator:  # its worker processes end with the translation
+        hyps = [one_line(h.text) for h in translator.translate(src_lines, **kwargs)]  # as translate
     if len(hyps) != len(src_lines):  # the translator's contract; never score a shifted file
         raise NmtError(f"translator returned {len(hyps)} lines for {len(src_lines)} inputs")
     if hyp_out is not None:

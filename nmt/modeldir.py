@@ -188,7 +188,7 @@ def load_model(
     from nmt.models import build
 
     cfg, vocab, meta = read_meta(model_dir)
-    model = build(cfg.model, vocab)
+    model = build(cfg.model, vocab, init=False)  # every weight comes from the checkpoint
     load_weights(model, checkpoint_path(model_dir, checkpoint), device="cpu")
     model.to(device).eval()
     return model, cfg, vocab, meta

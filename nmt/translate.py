@@ -300,6 +300,12 @@ class Translator:
         if pool is not None:
             pool.close()
 
+    def __enter__(self) -> Translator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def translate_stream(
         self, lines: Iterable[str], buffer_size: int = 1000, first_line: int = 1, **kwargs: Any
     ) -> Iterator[Translation]:

@@ -303,6 +303,12 @@ def fake_translator(monkeypatch):
                 progress(len(lines))
             return [_Hyp(x) for x in lines]
 
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            calls["closed"] = True
+
     module = types.ModuleType("nmt.translate")
     module.Translator = Translator
     monkeypatch.setitem(sys.modules, "nmt.translate", module)
@@ -323,6 +329,7 @@ def test_evaluate_translates_writes_and_scores(files, tmp_path, fake_translator)
     assert res.exit_code == 0, res.output
     assert out.read_text(encoding="utf-8") == files["hyp"].read_text(encoding="utf-8")
     assert fake_translator["from_dir"] == (str(model), "cpu", "last", "bf16")
+    assert fake_translator["closed"]  # its worker processes do not outlive the evaluation
     assert fake_translator["translate"] == {
         "beam_size": 3,
         "greedy": False,

@@ -225,3 +225,32 @@ def test_taking_the_lock_removes_temporaries_of_a_killed_run(tmp_path):
     with model_dir_lock(tmp_path):
         assert [p.exists() for p in stale] == [False] * 3
         assert [p.exists() for p in kept] == [True] * 3
+
+
+@pytest.mark.parametrize("preset", ["transformer-tiny", "seq2seq-tiny"])
+def test_load_model_draws_no_random_weights_and_keeps_buffers_and_ties(tmp_path, preset):
+    cfg = load_config(preset=preset)
+    vocab = VocabInfo(src_size=40, tgt_size=40, joint=True)
+    spm = tmp_path / "spm.model"
+    spm.write_bytes(b"sp")
+    out = tmp_path / "m"
+    write_meta(out, cfg, "en", "de", spm, spm, vocab)
+    model = build(cfg.model, vocab)
+    save_weights(model, out / "checkpoints" / "best.safetensors")
+    rng = torch.get_rng_state()
+    loaded, *_ = load_model(out, "best")
+    assert torch.equal(torch.get_rng_state(), rng)  # build(init=False) drew nothing
+    want, got = dict(model.named_buffers()), dict(loaded.named_buffers())  # sinusoids too
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    shared = {n for n, _ in model.named_parameters(remove_duplicate=False)} - {
+        n for n, _ in model.named_parameters()
+    }  # tied matrices: still one tensor after loading
+    assert len(list(loaded.parameters())) == len(list(model.parameters()))
+    assert {n for n, _ in loaded.named_parameters(remove_duplicate=False)} - {
+        n for n, _ in loaded.named_parameters()
+    } == shared
+    src, tgt = torch.randint(4, 40, (2, 5)), torch.randint(4, 40, (2, 4))
+    lengths = torch.tensor([5, 3])
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(src, lengths, tgt), loaded(src, lengths, tgt))

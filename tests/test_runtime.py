@@ -1,4 +1,5 @@
-"""Kernel caches: `nmt train` enlarges them before torch loads, and a user's setting wins."""
+"""Process settings: kernel caches (`nmt train` enlarges them before torch loads, a user's setting
+wins), the allocator's freed memory, and the quick exit after a command."""
 
 from __future__ import annotations
 
@@ -100,3 +101,53 @@ def test_freed_memory_is_retained_unless_the_user_tuned_malloc():
         "glibc"
     )
     assert retain_freed_memory({}) is on_glibc
+
+
+def _exit_script(body: str, tmp_path) -> subprocess.CompletedProcess:
+    """Run `body` then exit_quickly in a fresh interpreter; marker files go to tmp_path."""
+    script = f"import atexit, os, sys, threading\nfrom nmt.runtime import exit_quickly\n{body}"
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+
+
+def test_quick_exit_flushes_output_runs_atexit_and_keeps_the_status(tmp_path):
+    r = _exit_script(
+        "atexit.register(lambda: open('atexit-ran', 'w').close())\n"
+        "sys.stdout.write('x' * 100000)\nsys.stderr.write('warned')\nexit_quickly(3)",
+        tmp_path,
+    )
+    assert (r.returncode, len(r.stdout), r.stderr) == (3, 100000, "warned")
+    assert (tmp_path / "atexit-ran").exists()
+    r = _exit_script("exit_quickly('error: bad input')", tmp_path)
+    assert (r.returncode, r.stderr) == (1, "error: bad input\n")  # as sys.exit(str)
+    assert _exit_script("exit_quickly(None)", tmp_path).returncode == 0
+
+
+def test_quick_exit_waits_for_a_running_thread_as_an_ordinary_exit_does(tmp_path):
+    # A non-daemon thread still at work: the exit is the ordinary one, which lets it finish.
+    r = _exit_script(
+        "import time\n"
+        "def late():\n    time.sleep(0.5)\n    open('thread-done', 'w').close()\n"
+        "threading.Thread(target=late).start()\nexit_quickly(0)",
+        tmp_path,
+    )
+    assert r.returncode == 0 and (tmp_path / "thread-done").exists()
+
+
+def test_nmt_command_exit_codes_through_the_entry_point(tmp_path):
+    # `python -m nmt` is the console script's run(): statuses as typer / user_errors set them.
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    ok = subprocess.run([sys.executable, "-m", "nmt", "score", "--help"], capture_output=True,
+                        text=True, env=env, timeout=120)  # fmt: skip
+    assert ok.returncode == 0 and "BLEU" in ok.stdout
+    hyp = tmp_path / "hyp"
+    hyp.write_text("a b\n", encoding="utf-8")
+    bad = subprocess.run(
+        [sys.executable, "-m", "nmt", "score", str(hyp), "-r", str(tmp_path / "missing")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "missing" in bad.stderr
+    usage = subprocess.run([sys.executable, "-m", "nmt", "score", "--no-such-option"],
+                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert usage.returncode == 2 and "No such option" in usage.stderr

@@ -271,6 +271,10 @@ def test_worker_processes_same_output_attention_and_sampling(tiny_model_dir):
     two.close()
     assert two._pool is None and all(not Path(f"/proc/{p}").exists() for p in pids)
     assert two.translate(lines[:3])[0].text == one.translate(lines[:3])[0].text  # reopens
+    with two:  # as `nmt translate` uses it: the processes end with the block
+        two.translate(lines, batch_tokens=40)
+        pids = two._pool.pids() if two._pool else []
+    assert len(pids) == 2 and all(not Path(f"/proc/{p}").exists() for p in pids)
 
 
 @pytest.mark.parametrize("processes", [False, sys.platform == "linux"])

@@ -104,8 +104,7 @@ def _loaded(factory: Callable[[], Any]) -> Any:
     """The translator with its decoding processes forked now, while no request is decoding
     (a fork copies other threads' locks as they are at that moment)."""
     translator = factory()
-    if hasattr(translator, "start_workers"):
-        translator.start_workers()
+    translator.start_workers()
     return translator
 
 
@@ -188,7 +187,7 @@ def create_app(translator_factory: Callable[[], Any], settings: Settings | None 
             await asyncio.gather(loading, return_exceptions=True)
             if state.batcher is not None:
                 await state.batcher.stop()
-            if state.translator is not None and hasattr(state.translator, "close"):
+            if state.translator is not None:
                 await asyncio.to_thread(state.translator.close)
 
     from nmt import __version__
