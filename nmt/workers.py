@@ -69,12 +69,24 @@ def map_batches(
         initargs=(max(1, threads // workers),),
     )  # fmt: skip
     try:
-        futures = {pool.submit(fn, batch): i for i, batch in enumerate(batches)}
-        for done in as_completed(futures):
-            yield futures[done], done.result()
+        yield from _as_completed(lambda batch: pool.submit(fn, batch), batches)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         torch.set_num_threads(threads)
+
+
+def _as_completed(
+    submit: Callable[[Any], Future], items: Sequence[Any]
+) -> Iterator[tuple[int, Any]]:
+    """(i, result of items[i]) for every item submitted, as they finish; leaving early (or an
+    error) cancels the ones not yet started. Threads and processes share it."""
+    futures = {submit(item): i for i, item in enumerate(items)}
+    try:
+        for done in as_completed(futures):
+            yield futures[done], done.result()
+    finally:
+        for f in futures:
+            f.cancel()
 
 
 # ---- forked worker processes ------------------------------------------------------------------
@@ -128,20 +140,15 @@ class DecodePool:
         error in a job) cancels the jobs not yet started."""
         self.start()
         assert self._executor is not None
-        futures: dict[Future, int] = {}
         try:
-            futures = {self._executor.submit(_run_job, job): i for i, job in enumerate(jobs)}
-            for done in as_completed(futures):
-                yield futures[done], done.result()
+            executor = self._executor
+            yield from _as_completed(lambda job: executor.submit(_run_job, job), jobs)
         except BrokenProcessPool as e:
             self.close()
             raise NmtError("a decoding worker process died (out of memory? try --workers 1)") from e
         except KeyboardInterrupt:
             self.close(now=True)  # Ctrl-C: do not wait for the batches being decoded
             raise
-        finally:
-            for f in futures:
-                f.cancel()
 
     def peak_extra_mb(self) -> int:
         """What the processes added at their peak, over what they shared with this one when

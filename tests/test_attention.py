@@ -145,6 +145,41 @@ def test_bf16_training_path_matches_fp32_sdpa(causal, monkeypatch):
         torch.testing.assert_close(got.grad.float(), want.grad, atol=5e-2, rtol=5e-2)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_cpu_training_takes_plain_matmuls_on_short_sequences_with_sdpa_values(causal, monkeypatch):
+    """fp32 with grad on CPU: up to SMALL_ATTENTION positions (and with any dropout) plain
+    matmuls, beyond it SDPA; the values and gradients are SDPA's either way."""
+    import torch.nn.functional as F
+
+    from nmt.models.attention import SMALL_ATTENTION
+
+    sdpa, calls = F.scaled_dot_product_attention, []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].size(-2))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counted)
+    torch.manual_seed(0)
+    for t in (12, 65):  # 12 x 12 and 65 x 65 positions: both sides of SMALL_ATTENTION
+        b, h, d = 3, 2, 8
+        mask = None if causal else _mask(torch.tensor([t, t - 5, 1]), t)[:, None, None]
+        base = [torch.randn(b, h, t, d) for _ in range(3)]
+        q, k, v = (x.clone().requires_grad_() for x in base)
+        out, _ = dot_product_attention(q, k, v, mask, causal)
+        out.sum().backward()
+        rq, rk, rv = (x.clone().requires_grad_() for x in base)
+        ref = sdpa(rq, rk, rv, attn_mask=mask, is_causal=causal)
+        ref.sum().backward()
+        torch.testing.assert_close(out, ref)
+        for got, want in ((q, rq), (k, rk), (v, rv)):
+            torch.testing.assert_close(got.grad, want.grad)
+    assert 12 * 12 <= SMALL_ATTENTION < 65 * 65 and calls == [65]
+    q = torch.randn(2, 2, 65, 8, requires_grad=True)
+    dot_product_attention(q, q, q, dropout_p=0.1)  # dropout: plain matmuls at any length
+    assert calls == [65]
+
+
 @pytest.mark.parametrize("keys", [1, 5, 12, 13, 40])  # both sides of SMALL_PRODUCT at Dh 32
 def test_step_attention_elementwise_and_matmul_paths_agree(keys):
     """One query per row: the elementwise path (few keys) and the matmul path give the

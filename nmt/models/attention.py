@@ -118,8 +118,8 @@ def dot_product_attention(
     dropout_p: float = 0.0,
     need_weights: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Scaled dot-product attention over heads; fused SDPA unless the weights are wanted
-    (or its backward is the slow one: bf16 on CPU).
+    """Scaled dot-product attention over heads; fused SDPA unless the weights are wanted or
+    plain matmuls train faster (CPU training: `plain_matmuls_train_faster`).
 
     q (B, H, T, D), k / v (B, H, S, D), mask broadcastable to (B, H, T, S), True = may attend.
     `causal` aligns the query and key ends as in training (T == S); not for single steps.
@@ -128,10 +128,7 @@ def dot_product_attention(
     if single and not need_weights:
         # Decoder steps: at one query the fused kernel's setup costs more than plain matmuls.
         return step_attention(q, k, v, mask), None  # (B, H, 1, D)
-    # On CPU, SDPA's backward in bf16 / fp16 runs 5-6x slower than in fp32 (torch 2.13, 258 x 4
-    # heads x 17 tokens: 70 ms against 13); plain matmuls with an fp32 softmax are faster there.
-    slow_backward = q.requires_grad and q.device.type == "cpu" and q.dtype != torch.float32
-    if not need_weights and not slow_backward:
+    if not need_weights and not plain_matmuls_train_faster(q, k, dropout_p):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal
         )
@@ -144,6 +141,23 @@ def dot_product_attention(
     weights = masked_softmax(scores, mask)  # (B, H, T, S) float32
     out = torch.matmul(dropout(weights, dropout_p).to(v.dtype), v)  # (B, H, T, D)
     return out, weights if need_weights else None
+
+
+# Up to this many query x key positions per head, CPU training runs attention faster as plain
+# matmuls than through SDPA's fused kernel (forward + backward, fp32, torch 2.13, AMD EPYC: 2.4x
+# at 16 tokens x Dh 32, 1.3-1.8x at 16-32 tokens x Dh 64, 1.1-1.2x at 64; SDPA wins from 128).
+SMALL_ATTENTION = 64 * 64
+
+
+def plain_matmuls_train_faster(q: torch.Tensor, k: torch.Tensor, dropout_p: float) -> bool:
+    """Whether attention with grad on a CPU should skip SDPA: its backward in bf16 / fp16 runs
+    5-6x slower than in fp32 (258 x 4 heads x 17 tokens: 70 ms against 13), with dropout it
+    falls back to matmuls anyway (with dearer masks than nmt's dropout), and in fp32 its fused
+    kernel is slower on short sequences (SMALL_ATTENTION). Elsewhere SDPA is kept."""
+    if not (q.requires_grad and q.device.type == "cpu"):
+        return False
+    short = q.size(-2) * k.size(-2) <= SMALL_ATTENTION
+    return q.dtype != torch.float32 or dropout_p > 0.0 or short
 
 
 # Below this many multiply-adds per (row, head), PyTorch's CPU bmm leaves BLAS for a scalar loop
