@@ -90,14 +90,14 @@ def exit_quickly(code: int | str | None) -> NoReturn:
     (DESIGN.md, "Start-up and exit"). Output is flushed and atexit handlers run first; while
     another thread, a profiler or tracer, or a torch.distributed group is alive, the exit is
     the ordinary one (they may still have work to finish)."""
-    status = _exit_status(code)
     if not _quiet_process():
         sys.exit(code)
+    status = _exit_status(code)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
     except (OSError, ValueError):  # a closed or broken stream: let Python report it as usual
-        sys.exit(code)
+        sys.exit(status)
     atexit._run_exitfuncs()
     os._exit(status)
 

@@ -80,8 +80,10 @@ def _as_completed(
 ) -> Iterator[tuple[int, Any]]:
     """(i, result of items[i]) for every item submitted, as they finish; leaving early (or an
     error) cancels the ones not yet started. Threads and processes share it."""
-    futures = {submit(item): i for i, item in enumerate(items)}
+    futures: dict[Future, int] = {}
     try:
+        for i, item in enumerate(items):
+            futures[submit(item)] = i
         for done in as_completed(futures):
             yield futures[done], done.result()
     finally:

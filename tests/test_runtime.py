@@ -121,6 +121,12 @@ def test_quick_exit_flushes_output_runs_atexit_and_keeps_the_status(tmp_path):
     assert (tmp_path / "atexit-ran").exists()
     r = _exit_script("exit_quickly('error: bad input')", tmp_path)
     assert (r.returncode, r.stderr) == (1, "error: bad input\n")  # as sys.exit(str)
+    r = _exit_script(
+        "threading.Thread(target=__import__('time').sleep, args=(0.2,)).start()\n"
+        "exit_quickly('error: once')",
+        tmp_path,
+    )  # the ordinary exit (a thread still runs) prints the message once too
+    assert (r.returncode, r.stderr) == (1, "error: once\n")
     assert _exit_script("exit_quickly(None)", tmp_path).returncode == 0
 
 
