@@ -337,9 +337,10 @@ def translate_cmd(
 ) -> None:
     """Translate text, one sentence per line: exactly one output line per input line, in order
     (N lines with --nbest N in text format). Empty lines give empty lines."""
-    from nmt.translation_io import check_inputs
+    from nmt.translation_io import check_inputs, check_model_dirs
 
     check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)  # before the model loads
+    check_model_dirs(model_dir)
     searching = greedy or beam_size not in (None, 1)
     draw = sampling_options(sampling, temperature, topk, topp, seed, searching)
     from nmt.ct2 import open_translator  # a model directory, or an `nmt export` of one
@@ -398,9 +399,10 @@ def rescore_cmd(
 ) -> None:
     """Score given translations (forced decoding): the log-probability of each target line given
     its source line, one line per pair (n-best reranking, corpus filtering, model comparison)."""
-    from nmt.translation_io import check_inputs, warn_to_stderr
+    from nmt.translation_io import check_inputs, check_model_dirs, warn_to_stderr
 
     check_inputs([source, target], fmt)  # a bad format or missing file fails before the model loads
+    check_model_dirs(model_dir)
     from nmt.ct2 import open_translator  # a model directory, or an `nmt export` of one
     from nmt.rescore import rescore_files
 
@@ -477,6 +479,9 @@ def attention_cmd(
 ) -> None:
     """Draw the source-target attention of one sentence as a PNG heatmap (subword pieces on both
     axes): Seq2Seq's attention, or a Transformer layer's encoder-decoder attention per head."""
+    from nmt.translation_io import check_model_dirs
+
+    check_model_dirs(model_dir)
     from nmt.translate import Translator
     from nmt.viz import plot_attention
 

@@ -18,7 +18,7 @@ from nmt.scoring import (
     score,
 )
 from nmt.textio import atomic_write
-from nmt.translation_io import model_dirs, one_line
+from nmt.translation_io import check_model_dirs, model_dirs, one_line
 
 
 def _check_inputs(
@@ -30,9 +30,7 @@ def _check_inputs(
     """Source and reference lines, refused when missing, empty or misaligned (no model needed)."""
     if opts.tokenize is not None and opts.tokenize not in TOKENIZERS:
         raise NmtError(f"unknown tokenizer {opts.tokenize!r} (choose from {', '.join(TOKENIZERS)})")
-    for model_dir in dirs:
-        if not Path(model_dir).is_dir():
-            raise NmtError(f"{model_dir}: model directory not found")
+    check_model_dirs(dirs)
     src_lines = read_text(src)
     if not src_lines:
         raise NmtError(f"{src}: empty source file")

@@ -182,6 +182,14 @@ def model_dirs(model_dir: str | Path | Sequence[str | Path]) -> list[str | Path]
     return [model_dir] if isinstance(model_dir, str | Path) else list(model_dir)
 
 
+def check_model_dirs(model_dir: str | Path | Sequence[str | Path]) -> None:
+    """Refuse a missing model directory before torch is imported (a mistyped -m fails in a
+    fraction of a second, not after `import torch`)."""
+    for path in model_dirs(model_dir):
+        if not Path(path).is_dir():
+            raise NmtError(f"{path}: model directory not found")
+
+
 def check_inputs(
     inputs: list[str] | None,
     fmt: str = "text",

@@ -157,3 +157,27 @@ def test_nmt_command_exit_codes_through_the_entry_point(tmp_path):
     usage = subprocess.run([sys.executable, "-m", "nmt", "score", "--no-such-option"],
                            capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert usage.returncode == 2 and "No such option" in usage.stderr
+
+
+def test_a_missing_model_directory_fails_before_torch_loads(tmp_path):
+    # A mistyped -m costs a fraction of a second: the check runs before `import torch` (1.3 s+).
+    src = tmp_path / "src.en"
+    src.write_text("a dog .\n", encoding="utf-8")
+    missing = str(tmp_path / "nope")
+    script = f"""
+import sys
+from nmt.cli import app
+for args in (["translate", "-m", {missing!r}, {str(src)!r}],
+             ["rescore", {str(src)!r}, {str(src)!r}, "-m", {missing!r}],
+             ["attention", "a dog .", "-m", {missing!r}, "-o", {str(tmp_path / "a.png")!r}],
+             ["evaluate", "-m", {missing!r}, "--src", {str(src)!r}, "-r", {str(src)!r}]):
+    try:
+        app(args)
+    except SystemExit as e:
+        print(args[0], e.code, "torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.stdout.splitlines() == [
+        "translate 2 False", "rescore 2 False", "attention 2 False", "evaluate 2 False"
+    ], out.stdout + out.stderr
+    assert out.stderr.splitlines() == [f"error: {missing}: model directory not found"] * 4
