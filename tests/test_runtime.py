@@ -176,8 +176,13 @@ for args in (["translate", "-m", {missing!r}, {str(src)!r}],
     except SystemExit as e:
         print(args[0], e.code, "torch" in sys.modules)
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert out.stdout.splitlines() == [
-        "translate 2 False", "rescore 2 False", "attention 2 False", "evaluate 2 False"
+        "translate 2 False",
+        "rescore 2 False",
+        "attention 2 False",
+        "evaluate 2 False",
     ], out.stdout + out.stderr
     assert out.stderr.splitlines() == [f"error: {missing}: model directory not found"] * 4
