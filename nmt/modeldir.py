@@ -288,6 +288,15 @@ def check_model_dir(
     if resume:
         if state_path(model_dir).exists():
             return True
+        trained = [
+            n for n in ("last.safetensors", DEFAULT) if (model_dir / CHECKPOINTS / n).exists()
+        ]
+        if trained:  # written only with or after the state: it was removed, not yet to come
+            raise NmtError(
+                f"{state_path(model_dir)}: not found, but {model_dir} holds a trained run "
+                f"({CHECKPOINTS}/{trained[0]}): nothing to resume; train into a new directory, "
+                "or --force to start over (deletes its checkpoints)"
+            )
         saved = model_dir / "config.yaml"
         if model is not None and saved.exists() and _read_config(saved).model != model:
             raise NmtError(

@@ -292,6 +292,8 @@ class Trainer:
         """Epochs of accumulated steps until something says stop."""
         tc, st = self.tc, self.state
         self.stop_code = self._limits_reached()
+        if not self.stop_code and tc.max_epochs and st.epoch > tc.max_epochs:
+            self.stop_code = Stop.EPOCHS  # a resumed run whose epochs were already trained
         if self.stop_code:
             return
         while self.stop_code == Stop.NONE:

@@ -79,10 +79,9 @@ def load_valid(
     """The valid split with its references; None when DATA_DIR has none (no validation)."""
     from nmt import dataset
 
-    try:
-        split = dataset.load(data_dir, "valid")
-    except NmtError:
-        return None
+    if "valid" not in dataset.read_manifest(data_dir)["splits"]:
+        return None  # a damaged valid split is an error (dataset.load), not "no validation"
+    split = dataset.load(data_dir, "valid")
     refs = references(data_dir, tgt_lang, split, tgt_tok)
     if max_sentences > 0 and len(refs) > max_sentences:
         refs = refs[:max_sentences]

@@ -120,6 +120,29 @@ def test_resume_before_the_first_save_starts_from_scratch_unless_the_model_diffe
         check_model_dir(tmp_path, True, False, other.model, warnings.append)
 
 
+@pytest.mark.parametrize("name", ["last.safetensors", "default.json"])
+def test_resume_without_the_state_of_a_trained_run_refuses_instead_of_deleting_it(tmp_path, name):
+    # last.safetensors is written after the state, default.json at the end of training: with
+    # either present the state was removed (copied without it), and starting from scratch would
+    # delete best, averaged and every step-N file.
+    (tmp_path / "checkpoints").mkdir()
+    for kept in (name, "best.safetensors", "step-100.safetensors"):
+        (tmp_path / "checkpoints" / kept).write_bytes(b"x")
+    msg = (
+        f"{tmp_path / 'checkpoints' / 'last.state.pt'}: not found, but {tmp_path} holds a trained "
+        f"run (checkpoints/{name}): nothing to resume; train into a new directory, or --force to "
+        "start over (deletes its checkpoints)"
+    )
+    with pytest.raises(NmtError, match=f"^{re.escape(msg)}$"):
+        check_model_dir(tmp_path, resume=True, force=False)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == sorted(
+        [name, "best.safetensors", "step-100.safetensors"]
+    )
+    # a run preempted before its first save (step-N and best files, no last): from scratch
+    (tmp_path / "checkpoints" / name).unlink()
+    assert check_model_dir(tmp_path, resume=True, force=False) is False
+
+
 def test_reset_model_dir_keeps_unrelated_files(tmp_path):
     for name in ("checkpoints/last.safetensors", "tensorboard/events", "metrics.jsonl"):
         (tmp_path / name).parent.mkdir(exist_ok=True)

@@ -96,6 +96,18 @@ def test_resume_equals_uninterrupted_run_bitwise(copy_data, tmp_path):
     assert steps == [5, 10, 15, 20, 25, 30]
 
 
+def test_an_epoch_budget_that_is_spent_stays_spent_on_resume(copy_data, tmp_path):
+    # max_epochs is checked at the end of an epoch; a finished run resumed as is (a job script
+    # that always passes --resume) must not train the next epoch.
+    out = tmp_path / "m"
+    first = _run(copy_data, out, "training.max_epochs=1")
+    before = _weights(out)
+    again = _run(copy_data, out, "training.max_epochs=1", resume=True)
+    assert again.steps == first.steps and again.stopped == "max_epochs reached"
+    after = _weights(out)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
 def test_cooldown_ends_a_step_budget_at_min_lr(copy_data, tmp_path):
     cfg = _tiny(
         "training.max_steps=20", "training.schedule=constant", "training.cooldown=0.5",

@@ -110,3 +110,28 @@ def test_validation_on_workers_equals_one_thread(long_valid_data):
     one = evaluate(*args, workers=1)
     assert one is not None and evaluate(*args, workers=2) == one and model.training
     assert evaluate(*args, should_stop=lambda: True, workers=2) is None and model.training
+
+
+def test_a_damaged_valid_split_is_an_error_and_a_missing_one_means_no_validation(
+    long_valid_data, tmp_path
+):
+    # Only "no valid split" turns validation off; a corrupt one must not silently train a run
+    # without validation, early stopping or a best checkpoint.
+    import shutil
+
+    from nmt.errors import NmtError
+    from nmt.validation import load_valid
+    from nmt.vocab import Tokenizer
+
+    data = tmp_path / "data"
+    shutil.copytree(long_valid_data, data)
+    manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
+    tok = Tokenizer.load(data / manifest["spm"]["tgt"])
+    assert load_valid(data, "de", tok) is not None
+    ids = data / manifest["splits"]["valid"]["files"]["de"]["ids"]
+    ids.write_bytes(ids.read_bytes()[:-2])  # one id short of what the offsets say
+    with pytest.raises(NmtError, match=f"^{ids}: corrupt"):
+        load_valid(data, "de", tok)
+    del manifest["splits"]["valid"]
+    (data / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    assert load_valid(data, "de", tok) is None
