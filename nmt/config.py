@@ -151,7 +151,7 @@ class TrainingConfig:
     max_steps: int = num(0, 0)
     max_epochs: int = num(0, 0)
     max_time: str = ""  # a duration (DURATIONS), checked by Config.check
-    seed: int = 1  # any integer seeds every generator (no range)
+    seed: int = num(1, 0, 2**32 - 1)  # seeds every generator (numpy takes no negative seed)
     save_every: int = num(0, 0)  # steps between saves of last + trainer state; 0: off
     save_every_time: str = "10m"  # a duration between such saves; "" or 0: off
     reset_data_position: bool = False  # --resume with other batching: start the epoch over

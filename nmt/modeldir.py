@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import filecmp
 import json
 import os
 import re
@@ -50,7 +51,11 @@ def write_meta(
     model_dir.mkdir(parents=True, exist_ok=True)
     names = {}
     for side, spm in (("src", Path(src_spm)), ("tgt", Path(tgt_spm))):
-        shutil.copyfile(spm, model_dir / spm.name)
+        if not (model_dir / spm.name).exists() or not filecmp.cmp(
+            spm, model_dir / spm.name, shallow=False
+        ):
+            with atomic_write(model_dir / spm.name, "wb") as out, spm.open("rb") as src:
+                shutil.copyfileobj(src, out)  # a kill mid-copy leaves the old model intact
         names[side] = spm.name
     meta = {
         "src_lang": src_lang,
@@ -239,10 +244,13 @@ def _same_file(fd: int, path: Path) -> bool:
     return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
 
 
+# Training's own temporaries (written under the lock). Not averaged.safetensors: `nmt average`
+# writes it without the lock, and its temporary may belong to a live process.
 _TEMPS = {
-    "": re.compile(r"^\.(config\.yaml|vocab\.json|metrics\.jsonl)\.\w+\.tmp$"),
+    "": re.compile(r"^\.(config\.yaml|vocab\.json|metrics\.jsonl|[\w.-]+\.model)\.\w+\.tmp$"),
     CHECKPOINTS: re.compile(
-        r"^\.(last\.state\.pt|(last|best|step-\d+)\.safetensors|index\.json)\.\w+\.tmp$"
+        r"^\.(last\.state\.pt|(last|best|step-\d+)\.safetensors|(index|default)\.json)"
+        r"\.\w+\.tmp$"
     ),
 }
 

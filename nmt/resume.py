@@ -64,7 +64,20 @@ def run_settings(tc: TrainingConfig, data_dir: Path) -> dict[str, Any]:
         "lr": tc.lr,
         "betas": list(tc.betas),
         "weight_decay": tc.weight_decay,
+        "early_stop_metric": tc.early_stop_metric,
     }
+
+
+def check_metric(saved: dict[str, Any], now: dict[str, Any]) -> None:
+    """Refuse another early_stop_metric: the best score, patience and kept checkpoints were
+    judged by the saved one (BLEU and loss ranks cannot be mixed)."""
+    old = (saved.get("settings") or {}).get("early_stop_metric")
+    if old is not None and old != now["early_stop_metric"]:
+        raise NmtError(
+            f"--resume: training.early_stop_metric changed ({old} -> {now['early_stop_metric']}); "
+            f"the best checkpoint and patience were judged by {old}: resume with {old}, or train "
+            "into a new directory"
+        )
 
 
 def position_changes(saved: dict[str, Any], now: dict[str, Any], world_size: int) -> list[str]:

@@ -45,6 +45,7 @@ from nmt.reporting import Log, Metrics, Reporter, TrainSummary, summarize
 from nmt.resegment import Resegmenter, Segmentation
 from nmt.resume import (
     TrainState,
+    check_metric,
     check_position,
     make_optimizer,
     position_changes,
@@ -119,6 +120,7 @@ class Trainer:
         self.state = TrainState()
         self.saved_rng: dict[str, Any] | None = None  # RNG states to restore when the run starts
         self.settings = run_settings(tc, data_dir)  # saved with the state, checked on resume
+        self.valid_seconds = 0.0  # the last validation's duration (max_time keeps room for it)
         saved_average = self._restore() if resume else None
         self.average = WeightAverage(self.model, tc.ema_decay) if tc.ema_decay else None
         if self.average is not None and saved_average is not None:
@@ -130,7 +132,6 @@ class Trainer:
         self.save_clock = SaveClock(tc.save_every, parse_duration(tc.save_every_time))
         self.report = Reporter(self.log, Metrics(model_dir, dist.is_main))
         self.stop_code: int = Stop.NONE  # the largest any process asked for
-        self.valid_seconds = 0.0  # the last validation's duration (max_time keeps room for it)
         self.train_seconds = 0.0  # time in update steps, this process
         self.tokens_at_start = self.state.tokens
         self.final: tuple[str, float | None] = ("best", None)  # `default` checkpoint, its score
@@ -182,6 +183,7 @@ class Trainer:
         path = modeldir.state_path(self.model_dir)
         saved = checkpoint.restore(path, self.model, self.optimizer, self.scaler)
         self.state, self.saved_rng = TrainState(**saved["train_state"]), saved["rng"]
+        check_metric(saved, self.settings)
         changes = position_changes(saved, self.settings, self.dist.world_size)
         if check_position(changes, self.state.position, self.tc.reset_data_position):
             self.log.info(f"{'; '.join(changes)}: epoch {self.state.epoch} starts over")
@@ -189,6 +191,7 @@ class Trainer:
         retuned = retune_optimizer(self.optimizer, saved, self.tc)
         if retuned:
             self.log.info(f"optimizer settings changed: {', '.join(retuned)}")
+        self.valid_seconds = float(saved.get("valid_seconds", 0.0))  # max_time's room, as before
         average = saved.get("weight_average")
         if self.tc.ema_decay and average is None:
             self.log.info("the saved state has no weight average: it starts from these weights")
@@ -200,7 +203,7 @@ class Trainer:
         state = checkpoint.capture(self.model, self.optimizer, self.scaler, st, ws)
         if self.average is not None:
             state["weight_average"] = self.average.state_dict()
-        return {**state, "settings": self.settings}
+        return {**state, "settings": self.settings, "valid_seconds": self.valid_seconds}
 
     def save_last(self) -> None:
         """Write last + the trainer state (main process) and restart the save clock."""

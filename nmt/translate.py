@@ -331,7 +331,9 @@ class Translator:
     ) -> tuple[np.ndarray, list[str], list[str], str]:
         """Source-target attention of one sentence: (layers, heads, T, S), source pieces, target
         pieces (eos on both) and the translation. Searches, or force-decodes `target` if given."""
-        if not source.strip():
+        silent = target is None  # the search encodes it again, and warns there
+        (ids,) = self.encode_sources([source], 1, (lambda _: None) if silent else _warn)
+        if not ids:  # blank, or nothing left after normalisation (control characters)
             raise NmtError("the source sentence is empty")
         if target is None:
             (tr,) = self.translate([source], nbest=1, with_attention=True, **search)
@@ -339,8 +341,10 @@ class Translator:
             assert hyp.attention is not None  # asked for with_attention
             weights = np.transpose(hyp.attention, (1, 2, 0, 3))  # (L, H, T, S)
             return weights, tr.source_tokens, hyp.tokens + [EOS_PIECE], hyp.text
-        (ids,) = self.encode_sources([source], 1, _warn)
-        tgt = self.tgt_tok.encode(target)[: max(self.max_source, 1)]
+        tgt = self.tgt_tok.encode(target)
+        if 0 < self.max_source < len(tgt):  # Seq2Seq has no position limit (max_source -1)
+            _warn(f"target has {len(tgt)} subword tokens, truncated to {self.max_source}")
+            tgt = tgt[: self.max_source]
         dev = self.device
         src = torch.tensor([ids + [EOS_ID]], device=dev)  # (1, S)
         tgt_in = torch.tensor([[self.model.vocab.bos_id] + tgt], device=dev)  # (1, T)

@@ -128,8 +128,12 @@ class DecodePool:
         self._executor = executor
         # Forking happens at the first submit; one no-op per process also records what each
         # held then (shared with this process), so `peak_extra_mb` counts only what it added.
-        for f in [executor.submit(os.getpid) for _ in range(self.workers)]:
-            f.result()
+        try:
+            for f in [executor.submit(os.getpid) for _ in range(self.workers)]:
+                f.result()
+        except BrokenProcessPool as e:  # a process died being forked or set up
+            self.close()
+            raise NmtError("a decoding worker process died (out of memory? try --workers 1)") from e
         self._baseline = {pid: _rss_kb(pid, "VmRSS") for pid in self.pids()}
 
     def pids(self) -> list[int]:

@@ -296,6 +296,7 @@ def test_old_flat_saved_config_loads(arch, tmp_path):
         ("training.valid_max_sentences=-1", "training.valid_max_sentences: must be >= 0, got -1"),
         ("training.max_steps=-5", "training.max_steps: must be >= 0, got -5"),
         ("training.max_epochs=-1", "training.max_epochs: must be >= 0, got -1"),
+        ("training.seed=-1", "training.seed: must be in [0, 4294967295], got -1"),
         ("training.save_every=-1", "training.save_every: must be >= 0, got -1"),
         (
             "training.save_every_time=5 minutes",

@@ -277,3 +277,26 @@ def test_load_model_draws_no_random_weights_and_keeps_buffers_and_ties(tmp_path,
     model.eval()
     with torch.no_grad():
         assert torch.equal(model(src, lengths, tgt), loaded(src, lengths, tgt))
+
+
+def test_stale_temporaries_of_every_file_training_writes_are_removed(tmp_path):
+    # A SIGKILL mid-write leaves `.NAME.XXXX.tmp` beside NAME; the next run under the lock
+    # removes those of training's own files and nothing else.
+    from nmt.modeldir import remove_stale_temps
+
+    (tmp_path / "checkpoints").mkdir()
+    ours = [
+        ".config.yaml.a1.tmp", ".vocab.json.b2.tmp", ".metrics.jsonl.c3.tmp", ".spm.model.d4.tmp",
+        ".spm.de.model.e5.tmp", "checkpoints/.last.state.pt.f6.tmp",
+        "checkpoints/.best.safetensors.g7.tmp", "checkpoints/.step-300.safetensors.h8.tmp",
+        "checkpoints/.index.json.j0.tmp", "checkpoints/.default.json.k1.tmp",
+    ]  # fmt: skip
+    theirs = [
+        ".notes.txt.a1.tmp", "spm.model", "checkpoints/.mine.safetensors.x.tmp",
+        "checkpoints/.averaged.safetensors.i9.tmp",  # `nmt average` writes it without the lock
+    ]  # fmt: skip
+    for name in ours + theirs:
+        (tmp_path / name).write_bytes(b"x")
+    removed = remove_stale_temps(tmp_path)
+    assert sorted(str(p.relative_to(tmp_path)) for p in removed) == sorted(ours)
+    assert all((tmp_path / name).exists() for name in theirs)

@@ -354,6 +354,36 @@ def test_resume_refuses_other_batching_and_retunes_the_optimizer(copy_data, tmp_
     assert all(tuple(g["betas"]) == (0.8, 0.9) for g in st["optimizer"]["param_groups"])
 
 
+def test_resume_refuses_another_early_stop_metric(copy_data, tmp_path):
+    out = tmp_path / "m"
+    _run(copy_data, out, "training.max_steps=3", "training.early_stop_metric=bleu")
+    with pytest.raises(NmtError) as e:
+        _run(copy_data, out, "training.max_steps=5", "training.early_stop_metric=loss", resume=True)
+    assert str(e.value) == (
+        "--resume: training.early_stop_metric changed (bleu -> loss); the best checkpoint and "
+        "patience were judged by bleu: resume with bleu, or train into a new directory"
+    )
+    again = _run(
+        copy_data, out, "training.max_steps=5", "training.early_stop_metric=bleu", resume=True
+    )
+    assert again.steps == 5
+
+
+def test_resume_keeps_the_room_max_time_leaves_for_validation(copy_data, tmp_path):
+    # max_time stops early enough for the final validation and the average's: a resumed run
+    # knows how long a validation takes before its first one, or it would overrun the budget.
+    from nmt import distributed
+    from nmt.trainer import Trainer
+
+    out = tmp_path / "m"
+    _run(copy_data, out, "training.max_steps=10", "training.valid_every=5")
+    saved = load_state(out / "checkpoints" / "last.state.pt")["valid_seconds"]
+    assert saved > 0
+    cfg = _tiny("training.max_steps=20", "training.valid_every=5")
+    trainer = Trainer(cfg, copy_data, out, torch.device("cpu"), distributed.from_env(), True, True)
+    assert trainer.valid_seconds == saved
+
+
 def test_resume_position_changes_table():
     from nmt.resume import check_position, position_changes
 

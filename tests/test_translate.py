@@ -293,6 +293,25 @@ def test_worker_error_reaches_the_caller(tiny_model_dir, processes):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
+def test_a_worker_process_that_dies_while_starting_is_one_error(monkeypatch):
+    from nmt import workers
+
+    def dying(target, threads):
+        os._exit(3)  # killed while forked or set up
+
+    monkeypatch.setattr(workers, "_start_worker", dying)
+    pool = workers.DecodePool(abs, 2)
+    with pytest.raises(
+        NmtError, match=r"^a decoding worker process died \(out of memory\? try --workers 1\)$"
+    ):
+        list(pool.map([1, -2]))
+    assert pool.pids() == []  # the broken pool is not kept for the next call
+    monkeypatch.undo()
+    assert sorted(r for _, r in pool.map([1, -2])) == [1, 2]
+    pool.close()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
 def test_a_worker_process_that_dies_is_one_error(tiny_model_dir):
     two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2)
 
@@ -506,6 +525,31 @@ def test_cli_attention_png(tiny_model_dir, tmp_path):
     assert png_size(grid) == pytest.approx((w * DPI, h * DPI), abs=2)
     r = run_cli("attention", "-m", str(tiny_model_dir), sentence, "-o", str(grid), "--layer", "5")
     assert r.exit_code == 2 and "layer 5 is out of range" in r.output
+
+
+def test_seq2seq_force_decodes_the_whole_target_and_an_empty_source_is_refused(tmp_path):
+    # Seq2Seq has no position limit (max_positions 0): a given target is not cut.
+    from nmt.config import load_config
+    from nmt.modeldir import save_weights, write_meta
+    from nmt.models import build
+    from nmt.vocab import Tokenizer, train_spm
+
+    spm = train_spm(synthetic_lines(300), tmp_path / "spm", vocab_size=200)
+    tok = Tokenizer.load(spm)
+    vocab = VocabInfo(tok.vocab_size, tok.vocab_size, joint=True)
+    cfg = load_config(preset="seq2seq-tiny")
+    torch.manual_seed(0)
+    model_dir = tmp_path / "model"
+    write_meta(model_dir, cfg, "en", "de", spm, spm, vocab)
+    save_weights(build(cfg.model, vocab), model_dir / "checkpoints" / "best.safetensors")
+    tr = Translator.from_dir(model_dir, device="cpu")
+    target = "zwei kinder spielen im park mit einem roten ball ."
+    weights, src, tgt, text = tr.attention("a man rides a bike .", target=target)
+    assert text == target and tgt == tok.pieces(target) + ["</s>"]
+    assert weights.shape[2] == len(tgt) > 3
+    for blank in ("  ", "\x01\x02"):  # nothing left once normalised
+        with pytest.raises(NmtError, match="^the source sentence is empty$"):
+            tr.attention(blank)
 
 
 def test_format_translation_pads_nbest(echo):
