@@ -363,6 +363,8 @@ class Trainer:
         gnorm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
         loss_v, nll_v = float(loss_sum) / tokens, float(nll_sum) / tokens
         finite = math.isfinite(loss_v) and (self.scaler is not None or math.isfinite(gnorm))
+        if self.dist.enabled:  # all replicas skip or none: fp16's scalers would drift apart
+            finite = distributed.agree_max(int(not finite), self.dist, self.device) == 0
         if finite:
             st.nonfinite_streak = 0
             if self.scaler is not None:
@@ -393,9 +395,13 @@ class Trainer:
         """Warn about a non-finite loss; too many in a row means training has diverged."""
         st = self.state
         st.nonfinite_streak += 1
+        what = (
+            f"loss is {loss} (non-finite)"
+            if not math.isfinite(loss)
+            else "gradients are non-finite (on this or another process)"
+        )
         self.log.warn(
-            f"step {st.step + 1}: loss is {loss} (non-finite); update skipped "
-            f"({st.nonfinite_streak} in a row)"
+            f"step {st.step + 1}: {what}; update skipped ({st.nonfinite_streak} in a row)"
         )
         if st.nonfinite_streak >= MAX_NONFINITE:
             raise NmtError(

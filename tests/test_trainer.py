@@ -269,6 +269,43 @@ def test_ddp_processes_share_the_cooldown_that_rank_0_starts(copy_data, tmp_path
     assert st["train_state"]["step"] == 26 and st["train_state"]["cooldown_end"] == 0.65
 
 
+def test_ddp_processes_skip_an_update_together(copy_data, tmp_path):
+    # Rank 1 alone sees a non-finite loss at step 2 (a constant NaN: its gradients stay finite,
+    # so nothing else flags the step). Both replicas must skip it, or they drift apart (and
+    # fp16's loss scalers with them): Adam takes 3 updates of 4 on rank 0 too.
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        "import os\n"
+        "import nmt.loss as loss_mod\n"
+        "from nmt.cli import run\n"
+        "real, calls = loss_mod.linear_smoothed_nll, [0]\n"
+        "def flaky(hidden, weight, target, eps, pad_id=0):\n"
+        "    loss, nll, n = real(hidden, weight, target, eps, pad_id)\n"
+        "    calls[0] += 1\n"
+        "    if os.environ['RANK'] == '1' and calls[0] == 2:\n"
+        "        loss = loss + float('nan')\n"
+        "    return loss, nll, n\n"
+        "loss_mod.linear_smoothed_nll = flaky\n"
+        "run()\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "m"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(driver), "train", "--preset", "transformer-tiny", "--data", str(copy_data),
+         "-o", str(out), "--set", "training.max_tokens=600", "--set", "training.valid_every=0",
+         "--max-steps", "4", "--device", "cpu"],
+        capture_output=True, text=True, env=env, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "step 2: gradients are non-finite (on this or another process); update skipped" in (
+        proc.stderr
+    )
+    adam = load_state(out / "checkpoints" / "last.state.pt")["optimizer"]["state"]
+    assert {float(v["step"]) for v in adam.values()} == {3.0}
+
+
 def test_tiny_transformer_learns_to_copy(copy_data, tmp_path):
     cfg = load_config(
         preset="transformer-tiny",
