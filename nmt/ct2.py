@@ -228,8 +228,10 @@ class CT2Translator:
             outs = [q.result() for q in queued]
             own = [self._max_len(len(ids), opts) for ids in batch]
             forced = self._forced_eos(batch, outs, own, scored)
+            rows = self._forced_attention(batch, outs, forced) if with_attention else None
             for j, (i, out) in enumerate(zip(todo, outs, strict=True)):
-                hyps = self._hypotheses(out, forced[j], k, nbest, opts["length_penalty"])
+                extra = rows[j] if rows else {}
+                hyps = self._hypotheses(out, forced[j], k, nbest, opts["length_penalty"], extra)
                 source_tokens = [self.src_pieces[t] for t in encoded[i]] + [EOS_PIECE]
                 results[i] = Translation(
                     lines[i], [TextHypothesis(*h) for h in hyps], source_tokens
@@ -359,10 +361,45 @@ class CT2Translator:
             found[j][r] = (body, sum(lps[:-1]) + max(lps[-1], FORCED_FLOOR))
         return found
 
+    def _forced_attention(
+        self, batch: list[list[int]], outs: list[Any], forced: list[dict[int, tuple]]
+    ) -> list[dict[int, np.ndarray]]:
+        """Attention rows of hypotheses cut at CTranslate2's own maximum length, which returns
+        none for the step where our search forces eos: decoding one step past their tokens as a
+        target prefix gives that row (a step's attention does not depend on its choice)."""
+        short = [
+            (j, r, body)
+            for j, out in enumerate(outs)
+            for r, (body, _) in forced[j].items()
+            if len(out.attention[r]) < len(body) + 1
+        ]
+        found: list[dict[int, np.ndarray]] = [{} for _ in outs]
+        if not short:
+            return found
+        more = self.ct2.translate_batch(
+            [[self.src_pieces[t] for t in batch[j]] + [EOS_PIECE] for j, _, _ in short],
+            target_prefix=[body for _, _, body in short],
+            beam_size=1,
+            max_decoding_length=max(len(body) for _, _, body in short) + 1,
+            max_input_length=0,
+            return_end_token=True,
+            return_attention=True,
+        )
+        for (j, r, body), res in zip(short, more, strict=True):
+            found[j][r] = np.asarray(res.attention[0], dtype=np.float32)[: len(body) + 1]
+        return found
+
     def _hypotheses(
-        self, out: Any, forced: dict[int, tuple[list[str], float]], k: int, nbest: int, alpha: float
+        self,
+        out: Any,
+        forced: dict[int, tuple[list[str], float]],
+        k: int,
+        nbest: int,
+        alpha: float,
+        attention: dict[int, np.ndarray] | None = None,
     ) -> list[tuple]:
-        """(text, tokens, score, log_prob, attention) best first under the GNMT penalty."""
+        """(text, tokens, score, log_prob, attention) best first under the GNMT penalty
+        (`attention`: rows that replace CTranslate2's, by hypothesis)."""
         found = []
         for r, pieces in enumerate(out.hypotheses):
             if r in forced:
@@ -375,7 +412,9 @@ class CT2Translator:
             ids = [self.tgt_ids.get(p, 1) for p in body]
             att = None
             if out.attention:
-                rows = np.asarray(out.attention[r], dtype=np.float32)  # (T', S)
+                rows = (attention or {}).get(r)
+                if rows is None:
+                    rows = np.asarray(out.attention[r], dtype=np.float32)  # (T', S)
                 att = rows[: len(body) + 1, None, None, :]  # (T + 1, 1, 1, S)
             score = log_prob / gnmt(len(body) + 1, alpha)
             found.append((self.tgt_tok.decode(ids), body, score, log_prob, att))
