@@ -165,7 +165,7 @@ class DecodingConfig:
     """Search defaults used by `nmt translate` (CLI options override them)."""
 
     beam_size: int = num(5, 1, 200)
-    length_penalty: float = num(1.0, 0)
+    length_penalty: float = num(1.0, 0, 10)  # GNMT alpha; ((5 + L) / 6) ** alpha stays finite
     max_len_a: float = num(1.2, 0)
     max_len_b: int = num(10, 0)
     min_len: int = num(0, 0)

@@ -174,7 +174,21 @@ ERRORS = [
     (b'{"text": "a", "beam_size": 0}', 422, "'beam_size' must be in [1, 200], got 0"),
     (b'{"text": "a", "nbest": 4}', 422, "'nbest' must be between 1 and the beam size (3), got 4"),
     (b'{"text": "a", "length_penalty": NaN}', 422,
-     "'length_penalty' must be a finite number >= 0, got nan"),
+     "'length_penalty' must be a finite number in [0, 10], got nan"),
+    (b'{"text": "a", "length_penalty": 5000}', 422,
+     "'length_penalty' must be a finite number in [0, 10], got 5000.0"),
+    (b'{"text": "a", "length_penalty": 1' + b"0" * 400 + b"}", 422,
+     "'length_penalty' must be a finite number in [0, 10], got an integer of 401 digits"),
+    (b'{"text": "a", "sampling": {"temperature": 1' + b"0" * 400 + b"}}", 422,
+     "'sampling.temperature' must be a finite number > 0, got an integer of 401 digits"),
+    (b'{"text": ' + b"[" * 3000 + b"]" * 3000 + b"}", 400,
+     "the body is not JSON this server reads (RecursionError)"),
+    (b'{"text": "a", "beam_size": 1' + b"0" * 5000 + b"}", 400,
+     "the body is not JSON this server reads (ValueError)"),
+    (b'{"text": "ab\\ud800c"}', 422,
+     "'text' is not valid Unicode (an unpaired surrogate escape)"),
+    (b'{"text": ["ok", "\\udc00"]}', 422,
+     "'text'[1] is not valid Unicode (an unpaired surrogate escape)"),
     (b'{"text": "a", "with_attention": 1}', 422, "'with_attention' must be true or false, got number"),
     (b'{"text": "a", "sampling": 1}', 422, "'sampling' must be true, false or an object like "
      '{"temperature": 0.8, "top_p": 0.9, "seed": 1}, got number'),
@@ -289,6 +303,9 @@ def test_an_oversized_body_is_refused_before_parsing(client):
 def test_bad_settings_name_the_option():
     with pytest.raises(NmtError, match=r"^--max-wait-ms must be at least 0, got -1$"):
         create_app(lambda: None, Settings(max_wait_ms=-1))
+    msg = r"^--max-wait-ms must be below --timeout \(60 s = 60000 ms\), got inf$"
+    with pytest.raises(NmtError, match=msg):  # a lone request would always time out
+        create_app(lambda: None, Settings(max_wait_ms=float("inf")))
 
 
 # ---- loading, failures, timeouts --------------------------------------------------------------
@@ -323,6 +340,25 @@ def test_a_model_that_fails_to_load_is_reported():
         detail = "the model failed to load: /nowhere: model directory not found"
         assert (h.status_code, h.json()) == (503, {"status": "failed", "detail": detail})
         assert c.post("/translate", json={"text": "a"}).json() == {"detail": detail}
+
+
+def test_a_failure_after_loading_is_reported_and_closes_the_translator(translator):
+    class Described(Counting):
+        closed = False
+
+        def describe(self):
+            raise RuntimeError("no description")
+
+        def close(self):
+            Described.closed = True
+
+    with client_for(lambda: Described(translator)) as c:
+        deadline = time.monotonic() + 10
+        while c.get("/health").json()["status"] == "loading" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        detail = "the model failed to load: no description"
+        assert c.get("/health").json() == {"status": "failed", "detail": detail}
+    assert Described.closed
 
 
 def test_timeout_gives_504_and_drops_the_waiting_lines(translator):

@@ -50,6 +50,11 @@ class Settings:
             (self.max_request_lines >= 1, "--max-request-lines", 1),
             (self.max_line_chars >= 1, "--max-line-chars", 1),
             (self.timeout > 0, "--timeout", "above 0"),
+            (  # a lone request waits max_wait for company: it must leave time to decode
+                self.max_wait_ms < self.timeout * 1000,
+                "--max-wait-ms",
+                f"below --timeout ({self.timeout:g} s = {self.timeout * 1000:g} ms)",
+            ),
         ]
         for ok, flag, low in checks:
             if not ok:
@@ -77,16 +82,19 @@ class ServerState:
 
     async def load(self, factory: Callable[[], Any]) -> None:
         """Build the translator on a thread (the loop keeps answering /health), then start batching."""
+        translator = None
         try:
             translator = await asyncio.to_thread(_loaded, factory)
+            budget = self.settings.max_batch_tokens or translator.decoding.batch_tokens
+            self.info = model_info(translator, self.settings, budget, self.name)
+            self.sampling_ok = self.info["sampling"] is not None
+            batcher = MicroBatcher(_decoder(translator, budget), budget, self.settings.max_wait_ms)
         except Exception as e:  # noqa: BLE001 - shown by /health and /translate instead of dying
+            if translator is not None:
+                translator.close()  # its worker processes
             self.error = f"the model failed to load: {e}"
             log.error(self.error)
             return
-        budget = self.settings.max_batch_tokens or translator.decoding.batch_tokens
-        self.info = model_info(translator, self.settings, budget, self.name)
-        self.sampling_ok = self.info["sampling"] is not None
-        batcher = MicroBatcher(_decoder(translator, budget), budget, self.settings.max_wait_ms)
         batcher.start()
         self.translator, self.batcher = translator, batcher
         log.info("model loaded: %s", self.name)
@@ -104,7 +112,11 @@ def _loaded(factory: Callable[[], Any]) -> Any:
     """The translator with its decoding processes forked now, while no request is decoding
     (a fork copies other threads' locks as they are at that moment)."""
     translator = factory()
-    translator.start_workers()
+    try:
+        translator.start_workers()
+    except BaseException:
+        translator.close()
+        raise
     return translator
 
 

@@ -30,7 +30,7 @@ class Limits:
     @property
     def max_body_bytes(self) -> int:
         """A body bound that no request within the limits reaches (\\uXXXX escapes included)."""
-        return self.max_lines * (6 * self.max_chars + 8) + 4096
+        return self.max_lines * (12 * self.max_chars + 8) + 4096  # astral: two escapes
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,8 @@ def _object(body: bytes, example: str, fields: tuple[str, ...]) -> dict[str, Any
     except json.JSONDecodeError as e:
         msg = f"the body is not valid JSON ({e.msg}: line {e.lineno} column {e.colno})"
         raise bad(400, msg) from None
+    except (RecursionError, ValueError) as e:  # nested too deeply; an integer too long
+        raise bad(400, f"the body is not JSON this server reads ({type(e).__name__})") from None
     if not isinstance(data, dict):
         raise bad(422, f"the body must be a JSON object like {example}, got {json_type(data)}")
     for key in data:
@@ -198,6 +200,10 @@ def _lines(data: dict[str, Any], field: str, limits: Limits) -> list[str]:
             )
         if "\n" in line or "\r" in line:
             raise bad(422, f"{name} contains a line break; send one sentence per list item")
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            raise bad(422, f"{name} is not valid Unicode (an unpaired surrogate escape)") from None
     return lines
 
 
@@ -223,6 +229,14 @@ def _number(data: dict[str, Any], key: str, default: float, bounds: str = "") ->
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise bad(422, f"{key!r} must be a number, got {json_type(value)}")
     limits = _RANGES.get(key)
-    if not math.isfinite(value) or (limits is not None and value not in limits):
-        raise bad(422, f"{key!r} must be a finite number {bounds or limits}, got {value}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        raise bad(
+            422,
+            f"{key!r} must be a finite number {bounds or limits}, got an integer of "
+            f"{len(str(value))} digits",
+        ) from None
+    if not math.isfinite(number) or (limits is not None and number not in limits):
+        raise bad(422, f"{key!r} must be a finite number {bounds or limits}, got {number}")
+    return number
