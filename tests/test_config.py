@@ -312,7 +312,7 @@ def test_old_flat_saved_config_loads(arch, tmp_path):
         ),
         ("decoding.beam_size=0", "decoding.beam_size: must be in [1, 200], got 0"),
         ("decoding.beam_size=201", "decoding.beam_size: must be in [1, 200], got 201"),
-        ("decoding.length_penalty=-0.5", "decoding.length_penalty: must be >= 0, got -0.5"),
+        ("decoding.length_penalty=-0.5", "decoding.length_penalty: must be in [0, 10], got -0.5"),
         ("decoding.max_len_a=-1", "decoding.max_len_a: must be >= 0, got -1.0"),
         ("decoding.max_len_b=-1", "decoding.max_len_b: must be >= 0, got -1"),
         ("decoding.min_len=-1", "decoding.min_len: must be >= 0, got -1"),

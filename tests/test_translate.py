@@ -426,7 +426,7 @@ def test_cli_jsonl_escapes_unicode_line_breaks(tiny_model_dir):
     [
         (["--beam-size", "500"], "--beam-size must be in [1, 200], got 500"),
         (["--beam-size", "0"], "--beam-size must be in [1, 200], got 0"),
-        (["--length-penalty", "-1"], "--length-penalty must be >= 0, got -1.0"),
+        (["--length-penalty", "-1"], "--length-penalty must be in [0, 10], got -1.0"),
         (["--max-len-a", "-1"], "--max-len-a must be >= 0, got -1.0"),
         (["--max-len-b", "-2"], "--max-len-b must be >= 0, got -2.0"),
         (["--min-len", "-1"], "--min-len must be >= 0, got -1"),
