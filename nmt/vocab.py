@@ -71,22 +71,22 @@ def _trainer_args(
     }
 
 
-def _trainer_input(text: SpmText, tmp_dir: Path) -> tuple[str, str | None]:
-    """SentencePiece's `input` (comma-separated files) and the temporary file written, if any."""
+def _trainer_input(text: SpmText, tmp_dir: Path) -> tuple[list[str], str | None]:
+    """SentencePiece's `input` (files, as a list) and the temporary file written, if any."""
     if isinstance(text, (str, Path)):
-        return str(text), None
+        return [str(text)], None  # a list: the wrapper CSV-quotes it, so a comma in a path works
     if (
         isinstance(text, Sequence)
         and all(isinstance(t, (str, Path)) for t in text)
         and text
         and (all(Path(t).is_file() for t in text))
     ):
-        return ",".join(str(t) for t in text), None
+        return [str(t) for t in text], None
     fd, tmp_input = tempfile.mkstemp(prefix=".spm-input.", suffix=".txt", dir=tmp_dir)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         for line in text:
             f.write(str(line).replace("\n", " ") + "\n")
-    return tmp_input, tmp_input
+    return [tmp_input], tmp_input
 
 
 def train_spm(

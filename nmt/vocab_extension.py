@@ -48,10 +48,11 @@ class Extension:
 
 
 def unknown_characters(tokenizer: Tokenizer, lines: Iterable[str]) -> list[str]:
-    """Characters of `lines` that `tokenizer` encodes as <unk>, most frequent first."""
+    """Characters of `lines` that `tokenizer` encodes as <unk>, most frequent first: those of
+    the normalised text (NFKC), which is what pieces match (decomposed ř is r + U+030C as typed)."""
     counts: Counter[str] = Counter()
     for line in lines:
-        counts.update(line)
+        counts.update(tokenizer.sp.normalize(line).replace("\u2581", " "))  # no unk surface
     unknown = [
         c for c, _ in counts.most_common() if not c.isspace() and UNK_ID in tokenizer.encode(c)
     ]

@@ -74,6 +74,20 @@ def test_generated_text_from_files_and_sentences(tmp_path):
         assert repr(tok).startswith("Tokenizer(") and str(tok.vocab_size) in repr(tok)
 
 
+def test_a_comma_in_a_path_is_part_of_the_name(tmp_path):
+    # SentencePiece's `input` is a comma-separated list: paths must reach it quoted
+    # (`nmt preprocess -o data/en,de` trains in a temporary folder named after its output).
+    texts = _sentences()
+    folder = tmp_path / "en,de"
+    folder.mkdir()
+    (folder / "a,b.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    one = Tokenizer.load(train_spm(folder / "a,b.txt", folder / "one", 60, threads=1))
+    two = Tokenizer.load(train_spm([folder / "a,b.txt"] * 2, folder / "two", 60, threads=1))
+    lines = Tokenizer.load(train_spm(iter(texts), folder / "lines", 60, threads=1))
+    for tok in (one, two, lines):
+        assert tok.decode(tok.encode(texts[0])) == texts[0]
+
+
 def test_train_spm_vocab_too_large_shrinks_too_small_is_clear(tmp_path):
     lines = ["a b c", "b c a", "c a b"] * 20
     tok = Tokenizer.load(train_spm(lines, tmp_path / "big", vocab_size=5000))

@@ -73,6 +73,24 @@ def test_extension_appends_pieces_and_keeps_old_text_encoded_as_before(tmp_path,
     assert len(listing) == after.vocab_size and listing[-1].split("\t")[0] == added[-1]
 
 
+def test_decomposed_text_gets_its_composed_letters(tmp_path):
+    # Text typed in NFD (ř as r + U+030C, as macOS writes it) is NFKC-normalised before pieces
+    # match: the new pieces must be the composed letters, not the combining marks.
+    import unicodedata
+
+    old_text = _corpus(tmp_path / "old", 0, n=600)
+    model = train_spm([old_text / "train.en"], tmp_path / "spm", 60, threads=1)
+    before = Tokenizer.load(model)
+    new = _new_language(tmp_path / "new", 1)
+    nfd = unicodedata.normalize("NFD", (new / "train.de").read_text(encoding="utf-8"))
+    (new / "train.de").write_text(nfd, encoding="utf-8")
+    lines = nfd.splitlines()
+    assert set(unknown_characters(before, lines)) == NEW_CHARS
+    extend_for(model, [new / "train.en", new / "train.de"], 40, "unigram", threads=1)
+    after = Tokenizer.load(model)
+    assert all(UNK_ID not in after.encode(line) for line in lines)
+
+
 def test_extension_with_nothing_new_leaves_the_model_alone(tmp_path):
     text = _corpus(tmp_path / "t", 2, n=300)
     model = train_spm([text / "train.en"], tmp_path / "spm", 50, threads=1)
