@@ -35,6 +35,7 @@ from nmt.modeldir import (
     clear_default,
     has_checkpoints,
     save_weights,
+    saved_config,
     weights_step,
 )
 from nmt.textio import atomic_write, publishing
@@ -155,8 +156,11 @@ class Checkpoints:
         path = self.dir / INDEX
         if not path.exists():
             return []
-        entries = json.loads(path.read_text(encoding="utf-8"))
-        return sorted(entries, key=lambda e: e["step"])
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))
+            return sorted(entries, key=lambda e: e["step"])
+        except (ValueError, TypeError, KeyError) as e:  # UnicodeDecodeError is a ValueError
+            raise NmtError(f"{path}: not a checkpoint index ({type(e).__name__}: {e})") from None
 
     def _write_index(self, entries: list[dict[str, Any]]) -> None:
         with atomic_write(self.dir / INDEX) as f:
@@ -228,6 +232,13 @@ def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, 
             f"{ckpt.dir}: asked to average {n} checkpoints but only {len(entries)} are kept "
             f"(steps: {', '.join(str(e['step']) for e in entries) or 'none'}); "
             "raise training.keep_last / training.keep_best when training"
+        )
+    cfg = saved_config(model_dir)
+    if last and cfg is not None and n > cfg.training.keep_last:
+        raise NmtError(
+            f"{ckpt.dir}: --last {n}: training kept only the {cfg.training.keep_last} newest step "
+            "checkpoints (training.keep_last); the older ones kept are the best, not the next "
+            f"newest: use --last {cfg.training.keep_last} or fewer, or --best N"
         )
     chosen = entries[-n:] if last else ranked(entries)[:n]
     steps = sorted(e["step"] for e in chosen)

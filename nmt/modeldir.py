@@ -89,6 +89,12 @@ def read_meta(model_dir: str | Path) -> tuple[Config, VocabInfo, dict[str, Any]]
     return cfg, vocab, meta
 
 
+def saved_config(model_dir: str | Path) -> Config | None:
+    """MODEL_DIR's config.yaml (None when it has none): how its run was set up."""
+    path = Path(model_dir) / "config.yaml"
+    return _read_config(path) if path.exists() else None
+
+
 def _read_config(path: Path) -> Config:
     """config.yaml as a Config; broken YAML or a non-mapping is a one-line error."""
     try:

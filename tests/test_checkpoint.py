@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import stat
 import struct
 from pathlib import Path
@@ -143,6 +144,32 @@ def test_average_needs_enough_checkpoints(tmp_path):
         ck.average(tmp_path, last=3)
     with pytest.raises(NmtError, match="choose one of --last N or --best N"):
         ck.average(tmp_path, last=1, best=1)
+
+
+def test_average_last_refuses_what_keep_last_did_not_keep(tmp_path):
+    # keep_last 2, keep_best 2: after steps 1-4 the index holds 1 and 2 (best) and 3, 4 (newest);
+    # "the 3 newest" would be 2, 3, 4 with a gap where nothing was dropped, or skip some that were.
+    from nmt.config import load_config
+
+    cfg = load_config(preset="transformer-tiny", overrides=["training.keep_last=2"])
+    cfg.save(tmp_path / "config.yaml")
+    c = ck.Checkpoints(tmp_path, keep_best=2, keep_last=2)
+    for step, bleu in {1: 9.0, 2: 8.0, 3: 1.0, 4: 2.0}.items():
+        c.save_step(_model(float(step)), step, "bleu", bleu, False)
+    assert [e["step"] for e in c.read_index()] == [1, 2, 3, 4]
+    msg = (
+        f"{c.dir}: --last 3: training kept only the 2 newest step checkpoints (training.keep_last); "
+        "the older ones kept are the best, not the next newest: use --last 2 or fewer, or --best N"
+    )
+    with pytest.raises(NmtError, match=f"^{re.escape(msg)}$"):
+        ck.average(tmp_path, last=3)
+    assert ck.average(tmp_path, last=2)[1] == [3, 4]
+    assert ck.average(tmp_path, best=3)[1] == [1, 2, 4]
+    (c.dir / "index.json").write_text("[{", encoding="utf-8")
+    with pytest.raises(
+        NmtError, match=f"^{re.escape(str(c.dir / 'index.json'))}: not a checkpoint"
+    ):
+        ck.average(tmp_path, best=1)
 
 
 def test_resume_forgets_newer_steps_and_repoints_best(tmp_path):
