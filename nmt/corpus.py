@@ -118,12 +118,16 @@ def fetch(name: str, dest: Path, mirror: Path | None = None, quiet: bool = False
         mirror = Path(mirror)
         if not mirror.is_dir():
             raise NmtError(f"mirror {mirror}: no such folder")
+    if dest.exists() and not dest.is_dir():
+        raise NmtError(f"{dest}: not a folder (--dest names where the corpus goes)")
     dest.mkdir(parents=True, exist_ok=True)
     stamp_path = dest / STAMP
     stamp: dict = {}
     if stamp_path.is_file():
         with contextlib.suppress(ValueError):
             stamp = json.loads(stamp_path.read_text(encoding="utf-8"))
+        if not isinstance(stamp, dict):
+            stamp = {}  # not ours: every file is verified again
     for file, expected in manifest["files"].items():
         target = dest / file.removesuffix(".gz")
         if _is_fresh(target, stamp.get(file), expected):

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from nmt.cli_errors import os_error_message
 from nmt.corpus import fetch
 from nmt.errors import NmtError
 
@@ -24,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     except NmtError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
+    except OSError as e:  # --dest a file or read-only, an unreadable mirror, a full disk
+        print(f"error: {os_error_message(e) or e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -106,3 +106,31 @@ def test_unreachable_source_names_url(tmp_path, monkeypatch):
         NmtError, match=r"^cannot download http://127\.0\.0\.1:9/data/train\.en\.gz: "
     ):
         corpus.fetch("multi30k", tmp_path / "m", quiet=True)
+
+
+def test_file_system_errors_are_one_line_and_a_foreign_stamp_is_ignored(multi30k_mirror, tmp_path):
+    dest = tmp_path / "taken"
+    dest.write_text("a file, not a folder\n", encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "scripts/fetch_corpus.py", "multi30k", "--dest", str(dest)]
+        + ["--mirror", str(multi30k_mirror), "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=corpus.CORPORA_DIR.parent,
+    )
+    assert (proc.returncode, proc.stderr) == (
+        2, f"error: {dest}: not a folder (--dest names where the corpus goes)\n"
+    )  # fmt: skip
+    proc = subprocess.run(  # a file on the way: the file-system error, one line
+        [sys.executable, "scripts/fetch_corpus.py", "multi30k", "--dest", str(dest / "sub")]
+        + ["--mirror", str(multi30k_mirror), "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=corpus.CORPORA_DIR.parent,
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {dest / 'sub'}: not a directory\n")
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / corpus.STAMP).write_text("[1, 2]\n", encoding="utf-8")  # valid JSON, not a stamp
+    corpus.fetch("multi30k", out, mirror=multi30k_mirror, quiet=True)
+    assert (out / "val.de").is_file()
