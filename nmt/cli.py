@@ -459,7 +459,9 @@ def attention_cmd(
     *,
     source: str = typer.Argument(..., help="The source sentence (raw text)."),
     model_dir: ModelDirOpt,
-    output: str = typer.Option(..., "--output", "-o", help="PNG file to write."),
+    output: str = typer.Option(
+        ..., "--output", "-o", help="Image to write: PNG, or SVG / PDF by its name; - for stdout."
+    ),
     layer: str = typer.Option(
         "last", "--layer", help="Decoder layer (0-based), 'last', or 'all' (layer x head grid)."
     ),
@@ -494,8 +496,8 @@ def attention_cmd(
         weights, src_pieces, tgt_pieces, output, layer=layer, head=head,
         title=f"{source}\n{translation}",
     )  # fmt: skip
-    if not quiet:
-        print(f"{translation}\nwrote {path}")
+    if not quiet:  # on stderr when the image itself goes to stdout
+        print(f"{translation}\nwrote {path}", file=sys.stderr if output == "-" else sys.stdout)
 
 
 # ---- serve (nmt.serve) -----------------------------------------------------------------------

@@ -128,6 +128,21 @@ def _warn(message: str) -> None:
     warnings.warn(message, stacklevel=3)
 
 
+def _check_utf8(text: str | None, what: str) -> None:
+    """Refuse text that came from bytes that were not UTF-8 (a command-line argument keeps
+    them as lone surrogates), naming the byte, before SentencePiece fails on it."""
+    if text is None:
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(text[e.start])
+        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise NmtError(
+            f"the {what} is not valid UTF-8 ({byte} at character {e.start + 1})"
+        ) from None
+
+
 class Translator:
     """A loaded model with its tokenizers and decoding defaults."""
 
@@ -331,6 +346,8 @@ class Translator:
     ) -> tuple[np.ndarray, list[str], list[str], str]:
         """Source-target attention of one sentence: (layers, heads, T, S), source pieces, target
         pieces (eos on both) and the translation. Searches, or force-decodes `target` if given."""
+        for text, what in ((source, "source sentence"), (target, "target")):
+            _check_utf8(text, what)
         silent = target is None  # the search encodes it again, and warns there
         (ids,) = self.encode_sources([source], 1, (lambda _: None) if silent else _warn)
         if not ids:  # blank, or nothing left after normalisation (control characters)

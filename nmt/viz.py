@@ -157,7 +157,8 @@ def plot_attention(
     head: int | str = "mean",
     title: str | None = None,
 ) -> Path:
-    """Draw source-target attention as a heatmap PNG (atomically written) and return its path.
+    """Draw source-target attention as a heatmap (atomically written) and return its path: SVG
+    or PDF when `out_path` ends so (vector, for papers), else PNG.
 
     `weights` is (layers, heads, target, source) (Seq2Seq: 1 x 1 x T x S) or (T, S).
     `layer`: an index, "last" or "all"; `head`: an index, "mean" or "all". `layer="all"` draws a
@@ -167,8 +168,11 @@ def plot_attention(
     src, tgt = display_tokens(src_tokens), display_tokens(tgt_tokens)
     w = _check_weights(weights, len(src), len(tgt))
     panels, rows, cols = _select(w, layer, head)
-    data = _render(panels, src, tgt, rows, cols, title)
     out = Path(out_path)
+    suffix = out.suffix.lower().lstrip(".")
+    data = _render(
+        panels, src, tgt, rows, cols, title, suffix if suffix in ("svg", "pdf") else "png"
+    )
     with atomic_write(out, "wb") as f:
         f.write(data)
     return out
@@ -181,8 +185,9 @@ def _render(
     rows: int,
     cols: int,
     title: str | None,
+    fmt: str = "png",
 ) -> bytes:
-    """The figure as image bytes (PNG unless named otherwise); fixed size, constrained layout."""
+    """The figure as `fmt` bytes (png, svg or pdf); fixed size, constrained layout."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -219,5 +224,5 @@ def _render(
     buf = io.BytesIO()
     with warnings.catch_warnings():  # glyphs missing from the font are drawn as boxes
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        fig.savefig(buf, format="png", dpi=DPI)
+        fig.savefig(buf, format=fmt, dpi=DPI)
     return buf.getvalue()

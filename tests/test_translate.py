@@ -525,6 +525,18 @@ def test_cli_attention_png(tiny_model_dir, tmp_path):
     assert png_size(grid) == pytest.approx((w * DPI, h * DPI), abs=2)
     r = run_cli("attention", "-m", str(tiny_model_dir), sentence, "-o", str(grid), "--layer", "5")
     assert r.exit_code == 2 and "layer 5 is out of range" in r.output
+    # to stdout: the image alone there, the translation on stderr; SVG and PDF by name
+    r = run_cli("attention", "-m", str(tiny_model_dir), sentence, "-o", "-")
+    assert r.exit_code == 0 and r.stdout_bytes.startswith(b"\x89PNG\r\n\x1a\n")
+    assert r.stderr.endswith("\nwrote -\n")
+    for name, magic in (("att.svg", b"<?xml"), ("att.PDF", b"%PDF")):
+        r = run_cli("attention", "-m", str(tiny_model_dir), sentence, "-o", str(tmp_path / name))
+        assert r.exit_code == 0 and (tmp_path / name).read_bytes().startswith(magic), name
+    # bytes that are not UTF-8 reach argv as lone surrogates
+    r = run_cli("attention", "-m", str(tiny_model_dir), "caf\udce9 .", "-o", str(out))
+    assert (r.exit_code, r.stderr) == (
+        2, "error: the source sentence is not valid UTF-8 (byte 0xe9 at character 4)\n"
+    )  # fmt: skip
 
 
 def test_seq2seq_force_decodes_the_whole_target_and_an_empty_source_is_refused(tmp_path):
