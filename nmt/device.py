@@ -93,8 +93,8 @@ def resolve_precision(precision: str, device: torch.device) -> str:
         raise NmtError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     if precision != "auto":
         return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if device.type == "cuda":  # native bf16 from Ampere (8.0) on; emulated is not "supported"
+        return "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
     if device.type == "cpu" and cpu_has_native_bf16():
         return "bf16"
     return "fp32"

@@ -294,9 +294,10 @@ class Trainer:
     def _loop(self) -> None:
         """Epochs of accumulated steps until something says stop."""
         tc, st = self.tc, self.state
-        self.stop_code = self._limits_reached()
-        if not self.stop_code and tc.max_epochs and st.epoch > tc.max_epochs:
-            self.stop_code = Stop.EPOCHS  # a resumed run whose epochs were already trained
+        code = self._limits_reached()
+        if not code and tc.max_epochs and st.epoch > tc.max_epochs:
+            code = Stop.EPOCHS  # a resumed run whose epochs were already trained
+        self.stop_code = distributed.agree_max(code, self.dist, self.device)  # clocks differ
         if self.stop_code:
             return
         while self.stop_code == Stop.NONE:

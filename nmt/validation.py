@@ -134,7 +134,9 @@ def evaluate(
     src, tgt = valid.split.src, valid.split.tgt
     decoder = cast(Decoder, model)  # every registered model satisfies the decoding contract
     limit = int(decoder.max_positions or 0)  # 0: the architecture has no position limit
-    lengths = np.asarray(src.lengths)[:n]
+    # Sized by the longer side: the loss pads targets to the batch's longest (a long target
+    # among a thousand short sources would otherwise make a batch many times max_tokens).
+    lengths = np.maximum(np.asarray(src.lengths)[:n], np.asarray(tgt.lengths)[:n])
     if limit:
         lengths = np.minimum(lengths, limit - 1)
     batches = list(batching.source_batches(lengths, max_tokens))

@@ -125,6 +125,11 @@ def test_resolve_precision_rules(monkeypatch):
     assert resolve_precision("auto", cpu) == "bf16"
     with pytest.raises(NmtError, match="precision 'fp8': expected one of auto, fp32, bf16, fp16"):
         resolve_precision("fp8", cpu)
+    # CUDA: bf16 from compute capability 8.0 (Ampere) on; a T4 or V100 emulates it: fp16
+    capability = {"cuda:0": (7, 5), "cuda:1": (8, 0)}
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: capability[str(d)])
+    gpus = [torch.device("cuda:0"), torch.device("cuda:1")]
+    assert [resolve_precision("auto", d) for d in gpus] == ["fp16", "bf16"]
 
 
 def test_cpu_threads_follow_omp_num_threads_then_affinity(monkeypatch):

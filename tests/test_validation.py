@@ -135,3 +135,45 @@ def test_a_damaged_valid_split_is_an_error_and_a_missing_one_means_no_validation
     del manifest["splits"]["valid"]
     (data / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     assert load_valid(data, "de", tok) is None
+
+
+def test_validation_batches_stay_within_max_tokens_on_the_target_side(tmp_path, monkeypatch):
+    # Short sources with one long target: batches sized by the source alone padded that
+    # target across every row of a big batch (many times max_tokens of logits).
+    import contextlib
+
+    import torch
+
+    from nmt.models import build
+    from nmt.preprocess import PreprocessConfig, preprocess
+    from nmt.validation import evaluate, load_data
+
+    rng = np.random.default_rng(5)
+    train = [" ".join(rng.choice(VOCAB, size=3)) for _ in range(300)]
+    valid_src = [" ".join(rng.choice(VOCAB, size=2)) for _ in range(40)]
+    valid_tgt = list(valid_src)
+    valid_tgt[7] = " ".join(VOCAB * 3)  # 30 words
+    for name, lines in (("train.en", train), ("train.de", train), ("valid.en", valid_src),
+                        ("valid.de", valid_tgt)):  # fmt: skip
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg_p = PreprocessConfig(
+        "en", "de", tmp_path / "train", valid=tmp_path / "valid", vocab_size=32, threads=1
+    )
+    preprocess(cfg_p, tmp_path / "data", quiet=True)
+    data = load_data(tmp_path / "data")
+    assert data.valid is not None
+    cfg = load_config(preset="transformer-tiny")
+    model = build(cfg.model, data.vocab)
+    shapes: list[tuple[int, int]] = []
+    real = batching.collate
+
+    def spy(src, tgt, idx, limit=0):
+        batch = real(src, tgt, idx, limit)
+        shapes.append(tuple(batch.tgt_out.shape))
+        return batch
+
+    monkeypatch.setattr(batching, "collate", spy)
+    max_tokens = 64
+    evaluate(model, data.valid, torch.device("cpu"), contextlib.nullcontext, max_tokens, 1.2, 5.0)
+    assert sum(rows for rows, _ in shapes) == 40
+    assert max(rows * cols for rows, cols in shapes) <= max_tokens
