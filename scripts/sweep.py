@@ -19,6 +19,7 @@ to paste into the README) and OUT/results.json hold every finished run.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import os
@@ -79,7 +80,12 @@ def run_name(overrides: dict[str, Any]) -> str:
     if not overrides:
         return "baseline"
     text = "_".join(f"{k.split('.')[-1]}={_value(v)}" for k, v in overrides.items())
-    return re.sub(r"[^A-Za-z0-9._=+-]", "-", text)[:120]
+    name = re.sub(r"[^A-Za-z0-9._=+-]", "-", text)
+    if name == text and len(name) <= 120:
+        return name
+    # Cut or changed characters could make two grid points one name: a digest keeps them apart.
+    digest = hashlib.sha256(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{name[:109]}-{digest}"
 
 
 def _value(v: Any) -> str:
@@ -120,7 +126,9 @@ def training_facts(model_dir: Path) -> dict[str, Any]:
     bleus = [r["bleu"] for r in valid]
     best = max(bleus) if bleus else None
     chosen = end.get("final_checkpoint", "best")
-    final = averaged["bleu"] if averaged and chosen == "averaged" else best
+    # `best` is the early-stopping metric's best step (with loss, not the highest BLEU seen)
+    at_best = next((r["bleu"] for r in valid if r.get("step") == end.get("best_step")), best)
+    final = averaged["bleu"] if averaged and chosen == "averaged" else at_best
     return {
         "updates": end.get("steps"),
         "epochs": end.get("epochs_completed"),
@@ -157,6 +165,8 @@ def test_bleu(
         lower = sh(
             [*NMT, "score", str(hyp), "-r", str(ref), "--lowercase", "--json", "-w", "2"], log
         )
+        if lower.returncode:
+            return {"error": lower.stderr.strip().splitlines()[-1:]}
     c, lc = json.loads(cased.stdout)[0], json.loads(lower.stdout)[0]
     return {"bleu": c["score"], "signature": c["signature"],
             "bleu_lc": lc["score"], "signature_lc": lc["signature"]}  # fmt: skip
@@ -167,13 +177,24 @@ def one_run(args: argparse.Namespace, overrides: dict[str, Any], langs: tuple[st
     name = run_name(overrides)
     run_dir = Path(args.out) / "runs" / name
     result_path = run_dir / "result.json"
-    same = {"preset": args.preset, "max_time": args.max_time, "common": args.common}
+    same = {"preset": args.preset, "max_time": args.max_time, "common": args.common,
+            "overrides": overrides, "data": str(Path(args.data).resolve())}  # fmt: skip
     if result_path.exists():
         done = json.loads(result_path.read_text(encoding="utf-8"))
-        if {k: done.get(k) for k in same} != same:
-            raise SystemExit(f"{result_path}: made with another preset, --max-time or --set; "
-                             "use another --out")  # fmt: skip
-        print(f"{name}: done before, skipped", file=sys.stderr)
+        if any(k in done and done[k] != v for k, v in same.items()):  # older files lack "data"
+            raise SystemExit(f"{result_path}: made with another preset, --max-time, --set, "
+                             "grid point or --data; use another --out")  # fmt: skip
+        todo = [t for t in args.test if "bleu" not in done.get("test", {}).get(t, {})]
+        if todo:  # a split added since, or one whose evaluation failed: evaluate it now
+            data, model_dir, log = Path(args.data), run_dir / "model", run_dir / "log.txt"
+            for t in todo:
+                done.setdefault("test", {})[t] = test_bleu(
+                    model_dir, data, t, langs, log, args.threads
+                )
+            with atomic_write(result_path) as f:
+                json.dump(done, f, indent=1)
+        print(f"{name}: done before, skipped" + (f" (evaluated {', '.join(todo)})" if todo else ""),
+              file=sys.stderr)  # fmt: skip
         return done
     run_dir.mkdir(parents=True, exist_ok=True)
     model_dir, log = run_dir / "model", run_dir / "log.txt"
@@ -204,7 +225,12 @@ def ensemble_run(args: argparse.Namespace, results: list[dict], langs: tuple[str
     path = Path(args.out) / "ensemble.json"
     if path.exists():
         done = json.loads(path.read_text(encoding="utf-8"))
-        if done.get("members") == names and set(done.get("test", {})) == set(args.test):
+        tested = done.get("test", {})
+        if (
+            done.get("members") == names
+            and set(tested) == set(args.test)
+            and all("bleu" in v for v in tested.values())
+        ):  # the same members and splits, none failed
             print("ensemble: done before, skipped", file=sys.stderr)
             return done
     print(f"ensemble of {len(names)}: evaluating", file=sys.stderr)
@@ -292,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run every grid point not done yet, then write the tables."""
     args = parse_args(argv)
     runs = parse_grid(args.grid, args.grid_file)
+    names = [run_name(r) for r in runs]
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise SystemExit(f"grid points share a run name: {', '.join(twice)}")
     if args.dry_run:
         for r in runs:
             print(run_name(r))

@@ -322,6 +322,16 @@ def test_sweep_grid_is_the_product_of_axes_and_names_say_what_changed(tmp_path):
     assert runs[1] == {"model.dropout": 0.1, "training.lr": 0.005} and len(runs) == 4
     assert sweep.run_name(runs[1]) == "dropout=0.1_lr=0.005"
     assert sweep.run_name({}) == "baseline"
+    # names cut at 120 characters or with characters replaced get a digest of the whole point
+    axes = {f"model.k{i}_long_setting_name": 1 for i in range(8)}
+    a, b = ({**axes, "training.lr": lr} for lr in (0.0005, 0.0007))
+    assert len(sweep.run_name(a)) == 120 and sweep.run_name(a) != sweep.run_name(b)
+    assert sweep.run_name({"x.init_from": "a b"}) != sweep.run_name({"x.init_from": "a-b"})
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("- {model.d_model: 64}\n- {model.d_model: 64}\n")
+    with pytest.raises(SystemExit, match="^grid points share a run name: d_model=64$"):
+        sweep.main(["--data", "d", "--out", "o", "--preset", "p", "--max-time", "1m",
+                    "--grid-file", str(twice), "--dry-run"])  # fmt: skip
     grid = tmp_path / "g.yaml"
     grid.write_text("- {model.d_model: 64}\n- {model.d_model: 128, model.ff_dim: 256}\n")
     runs = sweep.parse_grid(["training.lr=1e-3,2e-3"], str(grid))
@@ -364,5 +374,11 @@ def test_sweep_trains_evaluates_tabulates_and_resumes(data, tmp_path, capsys):
     assert sweep.main(cmd[2:]) == 0  # resumed: nothing left to run, no subprocess started
     err = capsys.readouterr().err
     assert err.count("done before, skipped") == 3 and "ensemble: done before" in err
-    with pytest.raises(SystemExit, match="made with another preset, --max-time or --set"):
+    with pytest.raises(SystemExit, match="made with another preset, --max-time, --set, grid point"):
         sweep.main([*cmd[2:], "--set", "model.dropout=0.0"])
+    # a split added later is evaluated for the runs already done, not left empty
+    assert sweep.main([*cmd[2:], "--test", "valid"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("done before, skipped (evaluated valid)") == 2
+    results = json.loads((out / "results.json").read_text())
+    assert all("bleu" in r["test"]["valid"] for r in results)
