@@ -66,15 +66,20 @@ class ByLength:
     def to_json(self, width: int = 1) -> list[dict[str, Any]]:
         """One flat object per system, bucket and metric (score None for an empty bucket)."""
         out: list[dict[str, Any]] = []
+        scored = next((b for b in self.buckets if b.lines), None)
         for s, system in enumerate(self.systems):
+            # an empty bucket's rows have a scored row's keys (None but the name and signature)
+            empty = [
+                {**{k: None for k in r.to_dict(width)}, "name": r.name,
+                 "signature": r.to_dict(width).get("signature")}
+                for r in scored.scores[s]
+            ] if scored else [{"name": m, "score": None} for m in self.metric_names()]  # fmt: skip
             for b in self.buckets:
                 base = {"system": system, "unit": self.unit, "bucket": b.bucket.label,
                         "lo": b.bucket.lo, "hi": b.bucket.hi, "lines": len(b.lines),
                         "mean_length": b.mean_length}  # fmt: skip
-                if not b.lines:
-                    out.extend({**base, "name": m, "score": None} for m in self.metric_names())
-                    continue
-                out.extend({**base, **r.to_dict(width)} for r in b.scores[s])
+                rows = [r.to_dict(width) for r in b.scores[s]] if b.lines else empty
+                out.extend({**base, **r} for r in rows)
         return out
 
     def metric_names(self) -> list[str]:

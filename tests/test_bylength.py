@@ -85,6 +85,9 @@ def test_empty_bucket_has_no_score():
     assert [(r["bucket"], r["lines"], r["score"]) for r in rows] == [
         ("0-5", 2, 100.0), ("5-10", 0, None), ("10+", 0, None)
     ]  # fmt: skip
+    # every row has the same keys, and the empty ones the metric's name and signature
+    assert all(r.keys() == rows[0].keys() for r in rows)
+    assert rows[1]["name"] == rows[0]["name"] and rows[1]["signature"] == rows[0]["signature"]
 
 
 def test_subword_lengths_and_length_errors(tmp_path):
