@@ -94,6 +94,25 @@ def share_from_main(value: float | None, info: DistInfo, device: torch.device) -
     return None if shared < 0 else shared
 
 
+def gather_rng(info: DistInfo, device: torch.device) -> list[torch.Tensor] | None:
+    """Every process's torch generator state for `device` (its dropout stream), in rank order
+    (None alone), so a resumed DDP run draws what an uninterrupted one would on every rank."""
+    if not info.enabled:
+        return None
+    state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+    parts = [torch.empty_like(state, device=device) for _ in range(info.world_size)]
+    torch_dist.all_gather(parts, state.to(device))
+    return [p.cpu() for p in parts]
+
+
+def set_rng(state: torch.Tensor, device: torch.device) -> None:
+    """Restore what `gather_rng` collected for this process."""
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.set_rng_state(state)
+
+
 def needs_launch(nproc: int | None) -> bool:
     """`--nproc N` outside torchrun: this process starts torchrun instead of training."""
     return nproc is not None and nproc > 1 and from_env().world_size <= 1

@@ -119,6 +119,7 @@ class Trainer:
         )
         self.state = TrainState()
         self.saved_rng: dict[str, Any] | None = None  # RNG states to restore when the run starts
+        self.saved_ranks_rng: list[torch.Tensor] | None = None
         self.settings = run_settings(tc, data_dir)  # saved with the state, checked on resume
         self.valid_seconds = 0.0  # the last validation's duration (max_time keeps room for it)
         saved_average = self._restore() if resume else None
@@ -183,6 +184,7 @@ class Trainer:
         path = modeldir.state_path(self.model_dir)
         saved = checkpoint.restore(path, self.model, self.optimizer, self.scaler)
         self.state, self.saved_rng = TrainState(**saved["train_state"]), saved["rng"]
+        self.saved_ranks_rng = saved.get("ranks_rng")  # DDP: every rank's dropout stream
         check_metric(saved, self.settings)
         changes = position_changes(saved, self.settings, self.dist.world_size)
         if check_position(changes, self.state.position, self.tc.reset_data_position):
@@ -208,8 +210,12 @@ class Trainer:
     def save_last(self) -> None:
         """Write last + the trainer state (main process) and restart the save clock."""
         self.state.elapsed = self.budget.elapsed()
+        ranks_rng = distributed.gather_rng(self.dist, self.device)  # every process takes part
         if self.dist.is_main:
-            self.ckpt.save_last(self.eval_model, self.trainer_state())
+            state = self.trainer_state()
+            if ranks_rng is not None:
+                state["ranks_rng"] = ranks_rng
+            self.ckpt.save_last(self.eval_model, state)
         self.save_clock.saved()
 
     # -- the run --
@@ -285,7 +291,10 @@ class Trainer:
         )
         if self.saved_rng is not None:
             set_rng_state(self.saved_rng)
-            if dist.rank > 0:
+            ranks = self.saved_ranks_rng
+            if ranks is not None and len(ranks) == dist.world_size:
+                distributed.set_rng(ranks[dist.rank], self.device)  # this rank's own stream
+            elif dist.rank > 0:  # a state saved by a single process or another world size
                 torch.manual_seed(tc.seed * 1000 + dist.rank + st.step)
         elif dist.rank > 0:
             torch.manual_seed(tc.seed * 1000 + dist.rank)
@@ -426,7 +435,7 @@ class Trainer:
             self.report.train_event(st, self.budget)
         if self._can_validate() and tc.valid_every > 0 and st.step % tc.valid_every == 0:
             self.validate()
-        elif self.save_clock.due(st.step):  # saves between validations, or without any
+        elif self._save_due():  # saves between validations, or without any
             self.save_last()
         code = max(self.stop_code, self._limits_reached())
         self.stop_code = distributed.agree_max(code, self.dist, self.device)
@@ -444,6 +453,12 @@ class Trainer:
                 self.log.info("early stopping: the cooldown after the plateau is over")
                 return Stop.EARLY
         return spent
+
+    def _save_due(self) -> bool:
+        """Whether to save now; processes agree (each has its own clock, and every one takes
+        part in a save)."""
+        due = self.save_clock.due(self.state.step)
+        return distributed.agree_max(int(due), self.dist, self.device) > 0
 
     def _request_stop(self, code: Stop) -> None:
         """A signal asked the run to stop after the current step."""
@@ -477,6 +492,7 @@ class Trainer:
         # Every process learns whether to stop early, and where a cooldown begun here ends.
         self.stop_code = distributed.agree_max(max(self.stop_code, stop), self.dist, self.device)
         st.cooldown_end = distributed.share_from_main(st.cooldown_end, self.dist, self.device)
+        self.save_last()  # every process: each contributes its RNG state
 
     def _record_validation(self, result: ValidResult) -> int:
         """Write metrics and checkpoints; count validations without improvement."""
@@ -496,7 +512,6 @@ class Trainer:
         if tc.patience > 0 and st.bad_validations >= tc.patience and st.cooldown_end is None:
             stop = self._out_of_patience()  # before saving: a resumed run cools down the same
         self.ckpt.save_step(self.eval_model, st.step, metric, float(score), better)
-        self.save_last()
         return stop
 
     def _out_of_patience(self) -> int:

@@ -269,6 +269,26 @@ def test_ddp_processes_share_the_cooldown_that_rank_0_starts(copy_data, tmp_path
     assert st["train_state"]["step"] == 26 and st["train_state"]["cooldown_end"] == 0.65
 
 
+def test_ddp_resume_equals_an_uninterrupted_run_bitwise(copy_data, tmp_path):
+    # Rank 1's dropout stream is saved with rank 0's state and restored on resume.
+    def ddp(out: Path, steps: int, *extra: str) -> None:
+        proc = _cli(
+            "train", "--preset", "transformer-tiny", "--data", str(copy_data), "-o", str(out),
+            "--set", "training.max_tokens=600", "--set", "training.valid_every=0",
+            "--max-steps", str(steps), "--device", "cpu", "--nproc", "2", *extra,
+        )  # fmt: skip
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    ddp(full, 8)
+    ddp(cut, 4)
+    assert len(load_state(cut / "checkpoints" / "last.state.pt")["ranks_rng"]) == 2
+    ddp(cut, 8, "--resume")
+    a, b = _weights(full), _weights(cut)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_ddp_processes_skip_an_update_together(copy_data, tmp_path):
     # Rank 1 alone sees a non-finite loss at step 2 (a constant NaN: its gradients stay finite,
     # so nothing else flags the step). Both replicas must skip it, or they drift apart (and
