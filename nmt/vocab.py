@@ -204,6 +204,11 @@ class Tokenizer:
         """Detokenize many sentences."""
         return [self.decode(ids) for ids in batch]
 
+    def normalized_characters(self, text: str) -> str:
+        """The text as pieces are matched against it (nmt_nfkc: decomposed letters composed),
+        with spaces for SentencePiece's word marks and no <unk> surface."""
+        return self.sp.normalize(text).replace("\u2581", " ")
+
     def normalize(self, text: str) -> str:
         """The text as the model sees it (nmt_nfkc, whitespace collapsed): what decode(encode(x)) returns."""
         return self.decode(self.encode(text))

@@ -52,7 +52,7 @@ def unknown_characters(tokenizer: Tokenizer, lines: Iterable[str]) -> list[str]:
     the normalised text (NFKC), which is what pieces match (decomposed ř is r + U+030C as typed)."""
     counts: Counter[str] = Counter()
     for line in lines:
-        counts.update(tokenizer.sp.normalize(line).replace("\u2581", " "))  # no unk surface
+        counts.update(tokenizer.normalized_characters(line))
     unknown = [
         c for c, _ in counts.most_common() if not c.isspace() and UNK_ID in tokenizer.encode(c)
     ]

@@ -102,6 +102,9 @@ def processes_available(device: torch.device | str) -> bool:
     return torch.device(device).type == "cpu" and sys.platform == "linux"
 
 
+WORKER_DIED = "a decoding worker process died (out of memory? try --workers 1)"
+
+
 class DecodePool:
     """`workers` forked processes that run `target(job)`, each on `threads` intra-op threads.
 
@@ -133,7 +136,7 @@ class DecodePool:
                 f.result()
         except BrokenProcessPool as e:  # a process died being forked or set up
             self.close()
-            raise NmtError("a decoding worker process died (out of memory? try --workers 1)") from e
+            raise NmtError(WORKER_DIED) from e
         self._baseline = {pid: _rss_kb(pid, "VmRSS") for pid in self.pids()}
 
     def pids(self) -> list[int]:
@@ -151,7 +154,7 @@ class DecodePool:
             yield from _as_completed(lambda job: executor.submit(_run_job, job), jobs)
         except BrokenProcessPool as e:
             self.close()
-            raise NmtError("a decoding worker process died (out of memory? try --workers 1)") from e
+            raise NmtError(WORKER_DIED) from e
         except KeyboardInterrupt:
             self.close(now=True)  # Ctrl-C: do not wait for the batches being decoded
             raise
