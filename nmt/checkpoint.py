@@ -215,9 +215,11 @@ def ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, list[int]]:
     """Average the newest `last` or the `best` best step checkpoints into averaged.safetensors."""
-    from safetensors import safe_open
     from safetensors.torch import save_file
 
+    for flag, value in (("--last", last), ("--best", best)):
+        if value < 0:
+            raise NmtError(f"{flag} must be at least 1, got {value}")
     if (last > 0) == (best > 0):
         raise NmtError("choose one of --last N or --best N (N >= 1)")
     ckpt = Checkpoints(model_dir)
@@ -246,17 +248,7 @@ def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, 
     dtypes: dict[str, torch.dtype] = {}
     metadata: dict[str, str] | None = None
     for step in steps:
-        path = ckpt.dir / f"step-{step}.safetensors"
-        with safe_open(str(path), framework="pt") as f:
-            metadata = f.metadata()
-            names = set(f.keys())
-            if total and names != set(total):
-                raise NmtError(f"{path}: tensors differ from the other checkpoints")
-            for name in names:
-                t = f.get_tensor(name)
-                dtypes.setdefault(name, t.dtype)
-                acc = t.to(torch.float64) if t.is_floating_point() else t
-                total[name] = total[name] + acc if name in total and t.is_floating_point() else acc
+        metadata = _accumulate(ckpt.dir / f"step-{step}.safetensors", total, dtypes)
     averaged = {
         k: (v / len(steps)).to(dtypes[k]).contiguous() if v.is_floating_point() else v
         for k, v in total.items()
@@ -266,3 +258,30 @@ def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, 
         save_file(averaged, tmp, metadata=metadata)
     clear_default(model_dir, only="averaged")  # the new average has not been validated
     return out, steps
+
+
+def _accumulate(
+    path: Path, total: dict[str, torch.Tensor], dtypes: dict[str, torch.dtype]
+) -> dict[str, str] | None:
+    """Add one checkpoint's tensors to `total` (float64 sums); returns its metadata. A damaged
+    file, or one of another model, is a one-line error naming it."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            names = set(f.keys())
+            if total and names != set(total):
+                raise NmtError(f"{path}: tensors differ from the other checkpoints")
+            for name in names:
+                t = f.get_tensor(name)
+                if name in total and total[name].shape != t.shape:
+                    raise NmtError(
+                        f"{path}: tensors differ from the other checkpoints ({name} has shape "
+                        f"{tuple(t.shape)}, not {tuple(total[name].shape)})"
+                    )
+                dtypes.setdefault(name, t.dtype)
+                acc = t.to(torch.float64) if t.is_floating_point() else t
+                total[name] = total[name] + acc if name in total and t.is_floating_point() else acc
+            return f.metadata()
+    except SafetensorError as e:
+        raise NmtError(f"{path}: damaged or not a safetensors file ({e})") from None

@@ -69,7 +69,8 @@ def open_translator(
 
 def checked_export(dirs: Sequence[str | Path], checkpoint: str, precision: str) -> str | None:
     """The `nmt export` directory among `dirs` (None if there is none), once the options that
-    do not apply to one are refused: an ensemble of it, a checkpoint, a precision."""
+    do not apply to one are refused: an ensemble of it, a checkpoint other than the one it
+    holds, a precision."""
     exports = [d for d in dirs if is_export(d)]
     if not exports:
         return None
@@ -78,7 +79,7 @@ def checked_export(dirs: Sequence[str | Path], checkpoint: str, precision: str) 
         raise NmtError(
             f"{export}: an ensemble takes model directories, not `nmt export` directories"
         )
-    if checkpoint not in ("default", "best"):
+    if checkpoint not in ("default", _exported_checkpoint(export)):
         raise NmtError(f"--checkpoint does not apply to {export}: an export holds one checkpoint")
     if precision != "auto":
         raise NmtError(
@@ -86,6 +87,16 @@ def checked_export(dirs: Sequence[str | Path], checkpoint: str, precision: str) 
             "`nmt export --quantization`"
         )
     return export
+
+
+def _exported_checkpoint(export: str) -> str | None:
+    """Which checkpoint the export holds (its manifest's name, e.g. best, averaged); None when
+    the manifest is unreadable (loading the export then names what is wrong with it)."""
+    try:
+        held = read_export_manifest(export).get("checkpoint")
+    except NmtError:
+        return None
+    return held if isinstance(held, str) else None
 
 
 def gnmt(length: int, alpha: float) -> float:
@@ -100,13 +111,22 @@ def _usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def _ct2_device(device: str, ct2: Any) -> str:
-    """CTranslate2 runs on cpu or cuda (index dropped: it takes device_index separately)."""
+def _ct2_device(device: str, ct2: Any) -> tuple[str, int]:
+    """(device, device_index) for ctranslate2.Translator: cpu or cuda, `cuda:N` split in two
+    (CTranslate2 takes the GPU's index separately; without it, GPU 0 runs)."""
     if device == "auto":
-        return "cuda" if ct2.get_cuda_device_count() > 0 else "cpu"
-    if device == "cpu" or device.startswith("cuda"):
-        return device.split(":")[0]
-    raise NmtError(f"--device {device}: a CTranslate2 export runs on cpu or cuda")
+        return ("cuda" if ct2.get_cuda_device_count() > 0 else "cpu"), 0
+    if device in ("cpu", "cuda"):
+        return device, 0
+    name, _, index = device.partition(":")
+    if name != "cuda":
+        raise NmtError(f"--device {device}: a CTranslate2 export runs on cpu or cuda")
+    if not index.isdigit():
+        raise NmtError(f"--device {device!r}: expected cuda or cuda:N for a CTranslate2 export")
+    count = ct2.get_cuda_device_count()
+    if int(index) >= count:
+        raise NmtError(f"--device {device}: only {count} CUDA device(s)")
+    return "cuda", int(index)
 
 
 class CT2Translator:
@@ -140,14 +160,15 @@ class CT2Translator:
         tgt_tok = src_tok
         if manifest["tgt_spm"] != manifest["src_spm"]:
             tgt_tok = Tokenizer.load(export_dir / manifest["tgt_spm"])
-        dev = _ct2_device(device, ct2)
+        dev, index = _ct2_device(device, ct2)
         cores = threads or _usable_cores()
         workers = resolve_workers(workers, cores, on_cpu=dev == "cpu")
         intra = threads if workers == 1 else max(1, cores // workers)
         try:
             translator = ct2.Translator(
-                str(export_dir), device=dev, intra_threads=intra, inter_threads=workers
-            )
+                str(export_dir), device=dev, device_index=index, intra_threads=intra,
+                inter_threads=workers,
+            )  # fmt: skip
         except (RuntimeError, ValueError) as e:
             raise NmtError(f"{export_dir}: cannot load the CTranslate2 model ({e})") from None
         return cls(translator, manifest, src_tok, tgt_tok)

@@ -59,8 +59,8 @@ def export_ctranslate2(
             "(it has no RNN decoder); only Transformer models can"
         )
     _check_out_dir(out_dir, force)
-    _check_not_inside(model_dir, out_dir)
     weights = checkpoint_path(model_dir, checkpoint)
+    _check_not_inside(model_dir, out_dir, weights)
     ct2 = require_ctranslate2()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
@@ -86,12 +86,34 @@ def export_ctranslate2(
     return out_dir
 
 
-def _check_not_inside(model_dir: Path, out_dir: Path) -> None:
-    """--force must never delete the model being exported."""
-    if model_dir.resolve().is_relative_to(out_dir.resolve()):
+def _check_not_inside(model_dir: Path, out_dir: Path, weights: Path) -> None:
+    """--force must never delete the model being exported: its directory, its checkpoints, the
+    folder of the weights file exported, or a folder inside it that holds weights or state."""
+    from nmt.modeldir import CHECKPOINTS
+
+    out = out_dir.resolve()
+    if model_dir.resolve().is_relative_to(out):
         raise NmtError(
             f"{out_dir}: would replace the model directory {model_dir}; choose another -o"
         )
+    for folder in (model_dir / CHECKPOINTS, weights.parent):
+        if folder.resolve().is_relative_to(out):
+            raise NmtError(
+                f"{out_dir}: would replace {folder}, which holds the weights of {model_dir}; "
+                "choose another -o"
+            )
+    if out.is_relative_to(model_dir.resolve()) and _holds_weights(out):
+        raise NmtError(
+            f"{out_dir}: would replace a folder of {model_dir} that holds weights or trainer "
+            "state; choose another -o"
+        )
+
+
+def _holds_weights(folder: Path) -> bool:
+    """Whether `folder` (an existing one) holds safetensors weights or a trainer state."""
+    if not folder.is_dir():
+        return False
+    return any(p.suffix in (".safetensors", ".pt") for p in folder.rglob("*") if p.is_file())
 
 
 def _manifest(

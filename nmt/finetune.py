@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nmt.config import ModelConfig, TrainingConfig
 from nmt.dataset import MANIFEST, read_manifest
 from nmt.errors import NmtError
 from nmt.textio import read_json_object
@@ -97,10 +98,16 @@ def check_same_vocabulary(
 
 
 def init_weights(
-    model: Any, init_dir: str | Path, checkpoint: str, data_dir: Path, data_spm: tuple[Path, Path]
+    model: Any,
+    arch: ModelConfig,
+    init_dir: str | Path,
+    checkpoint: str,
+    data_dir: Path,
+    data_spm: tuple[Path, Path],
 ) -> dict[str, Any]:
-    """Load MODEL_DIR's checkpoint into the freshly built `model`, after checking vocabularies;
-    returns what was loaded ({"init_from", "checkpoint", "step"}) for the log and metrics."""
+    """Load MODEL_DIR's checkpoint into the freshly built `model` (of the model section `arch`),
+    after checking vocabularies; returns what was loaded ({"init_from", "checkpoint", "step"})
+    for the log and metrics."""
     from nmt.modeldir import checkpoint_path, load_weights, weights_step
 
     init_dir = Path(init_dir)
@@ -112,17 +119,54 @@ def init_weights(
     added = extend_rows(model, path, sizes)
     if added is None:
         load_weights(model, path, what="the model section of this run")
+    check_same_architecture(init_dir, arch)  # what loaded may still compute something else
     loaded = {"init_from": str(init_dir), "checkpoint": str(path), "step": weights_step(path)}
     return {**loaded, "new_rows": added} if added else loaded
+
+
+def check_init_outside(tc: TrainingConfig, model_dir: Path) -> None:
+    """Refuse an initial model (training.init_from, or an init_checkpoint file) in the output
+    MODEL_DIR: training empties MODEL_DIR/checkpoints before the initial weights load."""
+    if not tc.init_from:
+        return
+    out = Path(model_dir).resolve()
+    if Path(tc.init_from).resolve().is_relative_to(out):
+        raise NmtError(
+            f"{tc.init_from}: --init-from is the output directory {model_dir} or inside it "
+            "(training would delete the checkpoints it starts from); train into a new directory"
+        )
+    ckpt = tc.init_checkpoint
+    if ckpt.endswith(".safetensors") and Path(ckpt).resolve().is_relative_to(out):
+        raise NmtError(
+            f"{ckpt}: training.init_checkpoint is inside the output directory {model_dir} "
+            "(training would delete it before it loads); train into a new directory"
+        )
+
+
+def check_same_architecture(init_dir: Path, arch: ModelConfig) -> None:
+    """Refuse a model section whose architecture differs from INIT_DIR's config.yaml: weights of
+    the same shapes (other heads, activation ...) load, but compute another function.
+    Dropout rates and max_positions may change (a longer learned position table fails to load)."""
+    from nmt.modeldir import architecture_changes, saved_config
+
+    saved = saved_config(init_dir)
+    if saved is None:
+        raise NmtError(
+            f"{init_dir / 'config.yaml'}: file not found (--init-from takes a MODEL_DIR)"
+        )
+    changes = architecture_changes(saved.model, arch, ignore=("max_positions",))
+    if changes:
+        raise NmtError(
+            f"{init_dir / 'config.yaml'}: the initial model's architecture differs from this "
+            f"run's model section ({', '.join(changes)}); fine-tune with its model settings "
+            "(omit --preset/CONFIG to reuse them)"
+        )
 
 
 def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int] | None:
     """Load `path` into a model whose vocabularies extend the checkpoint's `sizes` (source,
     target): trained rows copied, new rows set to the mean trained row; None (nothing loaded)
     when the vocabularies are the checkpoint's own."""
-    import torch
-    from safetensors.torch import load_file
-
     from nmt.modeldir import unwrap
 
     module = unwrap(model)
@@ -132,7 +176,7 @@ def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int
     }
     if not grown:
         return None
-    state = load_file(str(path))
+    state = _read_weights(path)
     for key, side in grown.items():
         if key not in state:
             continue  # tied to another entry of the file (safetensors stores shared tensors once)
@@ -143,8 +187,7 @@ def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int
         rows[: sizes[side]] = trained
         rows[sizes[side] :] = trained.mean(0)
         state[key] = rows
-    with torch.no_grad():
-        missing, unexpected = module.load_state_dict(state, strict=False)
+    missing, unexpected = _load_state(module, state, path)
     shared = _tied_names(own, set(state))
     if set(missing) - shared or unexpected:
         raise NmtError(
@@ -152,6 +195,32 @@ def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int
             f"{sorted(set(missing) - shared)[:3]}, unexpected {sorted(unexpected)[:3]})"
         )
     return {k: own[k].shape[0] - sizes[side] for k, side in grown.items()}
+
+
+def _read_weights(path: Path) -> dict[str, Any]:
+    """The tensors of a safetensors file; a damaged one is a one-line error naming it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except SafetensorError as e:
+        raise NmtError(f"{path}: damaged or not a safetensors file ({e})") from None
+
+
+def _load_state(module: Any, state: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
+    """Non-strict load_state_dict; a tensor of another shape is a one-line error naming `path`."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            missing, unexpected = module.load_state_dict(state, strict=False)
+    except RuntimeError as e:
+        first = next((ln.strip() for ln in str(e).splitlines() if "mismatch" in ln), str(e))
+        raise NmtError(
+            f"{path}: weights do not match the model section of this run ({first})"
+        ) from None
+    return list(missing), list(unexpected)
 
 
 def _tied_names(own: dict[str, Any], loaded: set[str]) -> set[str]:

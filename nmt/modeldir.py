@@ -295,12 +295,13 @@ def check_model_dir(
 ) -> bool:
     """Refuse to overwrite a trained MODEL_DIR by accident; True when there is a state to resume.
 
-    `--resume` before the first save (a preempted job re-run as is) starts from scratch, unless
-    MODEL_DIR's config.yaml holds a different `model` section."""
+    `--resume` before the first save (a preempted job re-run as is) starts from scratch; with or
+    without a state, a `model` section of another architecture than config.yaml's is refused."""
     if resume and force:
         raise NmtError("--resume and --force exclude each other")
     if resume:
         if state_path(model_dir).exists():
+            _check_same_model(model_dir, model)  # the state's weights were trained for it
             return True
         trained = [
             n for n in ("last.safetensors", DEFAULT) if (model_dir / CHECKPOINTS / n).exists()
@@ -311,12 +312,7 @@ def check_model_dir(
                 f"({CHECKPOINTS}/{trained[0]}): nothing to resume; train into a new directory, "
                 "or --force to start over (deletes its checkpoints)"
             )
-        saved = model_dir / "config.yaml"
-        if model is not None and saved.exists() and _read_config(saved).model != model:
-            raise NmtError(
-                f"{saved}: the saved model does not match this config's model section; "
-                "resume with the same model settings (omit --preset/CONFIG to reuse the saved ones)"
-            )
+        _check_same_model(model_dir, model)
         if warn is not None:
             warn(f"{model_dir}: no trainer state to resume; starting from scratch")
     elif has_checkpoints(model_dir) and not force:
@@ -325,6 +321,41 @@ def check_model_dir(
             "start over"
         )
     return False
+
+
+def _check_same_model(model_dir: Path, model: ModelConfig | None) -> None:
+    """--resume: refuse a model section whose architecture differs from MODEL_DIR's config.yaml
+    (same-shaped weights would load, and be read as another model from then on)."""
+    saved = model_dir / "config.yaml"
+    if model is None or not saved.exists():
+        return
+    changes = architecture_changes(_read_config(saved).model, model)
+    if changes:
+        raise NmtError(
+            f"{saved}: the saved model does not match this config's model section "
+            f"({', '.join(changes)}); resume with the same model settings (omit --preset/CONFIG "
+            "to reuse the saved ones)"
+        )
+
+
+def architecture_changes(
+    saved: ModelConfig, model: ModelConfig, ignore: tuple[str, ...] = ()
+) -> list[str]:
+    """'model.KEY old -> new' for each architecture key that differs; regularisation keys
+    (dropout, *_dropout) and `ignore` are not architecture: trained weights fit any value."""
+    if saved.type != model.type:
+        return [f"model.type {saved.type} -> {model.type}"]
+    old, new = dataclasses.asdict(saved), dataclasses.asdict(model)
+    return [
+        f"model.{key} {old[key]} -> {new[key]}"
+        for key in old
+        if old[key] != new[key] and not _regularisation(key) and key not in ignore
+    ]
+
+
+def _regularisation(key: str) -> bool:
+    """Model keys that only regularise training (dropout rates), not what the weights compute."""
+    return key == "dropout" or key.endswith("_dropout")
 
 
 def reset_model_dir(model_dir: Path) -> None:

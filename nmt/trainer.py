@@ -39,7 +39,7 @@ from nmt.device import (
 )
 from nmt.ema import WeightAverage
 from nmt.errors import NmtError
-from nmt.finetune import init_weights
+from nmt.finetune import check_init_outside, init_weights
 from nmt.loss import LossHead
 from nmt.reporting import Log, Metrics, Reporter, TrainSummary, summarize
 from nmt.resegment import Resegmenter, Segmentation
@@ -100,7 +100,7 @@ class Trainer:
         self.init: dict[str, Any] | None = None  # fine-tuning: the weights this run started from
         if tc.init_from and not resume:  # a resumed run continues from its own weights
             self.init = init_weights(
-                self.model, tc.init_from, tc.init_checkpoint, data_dir,
+                self.model, cfg.model, tc.init_from, tc.init_checkpoint, data_dir,
                 (self.data.src_spm, self.data.tgt_spm),
             )  # fmt: skip
         self.n_params = count_parameters(self.model)
@@ -609,6 +609,8 @@ def train(
     distributed.init(dist, dev)
     try:
         warn = Log(quiet or not dist.is_main).warn
+        if not (resume and modeldir.state_path(model_dir).exists()):  # the init weights load
+            check_init_outside(cfg.training, model_dir)
         has_state = modeldir.check_model_dir(model_dir, resume, force, cfg.model, warn)
         distributed.barrier(dist)
         lock = modeldir.model_dir_lock(model_dir) if dist.is_main else contextlib.nullcontext()

@@ -231,3 +231,41 @@ def test_damaged_or_mismatched_weights_are_one_line_errors(tmp_path):
     msg = f"^{good}: weights do not match the model in config.yaml \\(size mismatch for step"
     with pytest.raises(NmtError, match=msg):
         load_weights(Wider(), good)
+
+
+def test_average_of_a_damaged_or_other_shaped_checkpoint_names_the_file(tmp_path):
+    c = ck.Checkpoints(tmp_path, keep_best=5, keep_last=5)
+    for step in (1, 2):
+        c.save_step(_model(float(step)), step, "loss", float(step), False)
+    second = c.dir / "step-2.safetensors"
+    data = second.read_bytes()
+    second.write_bytes(data[: len(data) // 2])
+    with pytest.raises(NmtError) as e:
+        ck.average(tmp_path, last=2)
+    assert str(e.value).startswith(f"{second}: damaged or not a safetensors file (")
+
+    class Wider(Tied):
+        def __init__(self) -> None:
+            super().__init__()
+            self.step = nn.Parameter(torch.zeros(3))
+
+    save_weights(Wider(), second, 2)
+    with pytest.raises(NmtError) as e:
+        ck.average(tmp_path, last=2)
+    assert str(e.value) == (
+        f"{second}: tensors differ from the other checkpoints (step has shape (3,), not (2,))"
+    )
+    assert not (c.dir / "averaged.safetensors").exists()
+
+
+@pytest.mark.parametrize(("last", "best", "flag"), [(-2, 0, "--last -2"), (-1, 2, "--last -1"),
+                                                     (2, -3, "--best -3")])  # fmt: skip
+def test_average_refuses_a_negative_count(tmp_path, last, best, flag):
+    # `--last -2 --best 2` passed the one-of check and averaged entries[2:] (the wrong set).
+    c = ck.Checkpoints(tmp_path, keep_best=5, keep_last=5)
+    for step in (1, 2, 3, 4):
+        c.save_step(_model(float(step)), step, "loss", float(step), False)
+    name, value = flag.split(" ")
+    with pytest.raises(NmtError) as e:
+        ck.average(tmp_path, last=last, best=best)
+    assert str(e.value) == f"{name} must be at least 1, got {value}"

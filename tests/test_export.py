@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -308,6 +309,44 @@ def test_existing_output_refused_force_replaces_nothing_half_written(
         export_ctranslate2(model_dir, model_dir.parent, force=True)
 
 
+def test_force_never_replaces_the_checkpoints_or_the_weights_folder(model_dir, tmp_path):
+    ckpts = model_dir / "checkpoints"
+    kept = sorted(p.name for p in ckpts.iterdir())
+    msg = (
+        f"{ckpts}: would replace {ckpts}, which holds the weights of {model_dir}; choose another -o"
+    )
+    with pytest.raises(NmtError) as e:
+        export_ctranslate2(model_dir, ckpts, force=True, quiet=True)
+    assert str(e.value) == msg
+    # -o the folder of a --checkpoint PATH.safetensors outside the model directory
+    outside = tmp_path / "weights"
+    outside.mkdir()
+    weights = outside / "mine.safetensors"
+    weights.write_bytes((ckpts / "best.safetensors").read_bytes())
+    with pytest.raises(NmtError) as e:
+        export_ctranslate2(model_dir, outside, checkpoint=str(weights), force=True, quiet=True)
+    assert str(e.value) == (
+        f"{outside}: would replace {outside}, which holds the weights of {model_dir}; "
+        "choose another -o"
+    )
+    # a folder of the model directory holding other weights (an old run's copy)
+    old = model_dir / "old-run"
+    old.mkdir()
+    (old / "best.safetensors").write_bytes(b"x")
+    with pytest.raises(NmtError) as e:
+        export_ctranslate2(model_dir, old, force=True, quiet=True)
+    assert str(e.value) == (
+        f"{old}: would replace a folder of {model_dir} that holds weights or trainer state; "
+        "choose another -o"
+    )
+    assert sorted(p.name for p in ckpts.iterdir()) == kept and weights.is_file()
+    assert (old / "best.safetensors").is_file()
+    export = export_ctranslate2(model_dir, model_dir / "ct2", quiet=True)  # nothing of its own
+    assert (export / "model.bin").is_file()
+    shutil.rmtree(old)
+    shutil.rmtree(export)
+
+
 def test_bad_options_are_one_line_errors(model_dir, tmp_path):
     with pytest.raises(NmtError, match=r"^--quantization must be float32, int8, int8_float32, "):
         export_ctranslate2(model_dir, tmp_path / "o", quantization="int4")
@@ -323,6 +362,51 @@ def test_missing_ctranslate2_is_a_one_line_error(model_dir, tmp_path, monkeypatc
     assert str(err.value) == "ctranslate2 is not installed: pip install 'nmt[ct2]'"
     with pytest.raises(NmtError, match="ctranslate2 is not installed"):
         require_ctranslate2()
+
+
+def test_a_cuda_device_index_reaches_ctranslate2(model_dir, tmp_path, monkeypatch):
+    # `--device cuda:1` ran on GPU 0: the index was dropped, device_index never passed.
+    from nmt import ct2 as nmt_ct2
+
+    class FakeCt2:
+        def get_cuda_device_count(self) -> int:
+            return 2
+
+    fake = FakeCt2()
+    assert nmt_ct2._ct2_device("cuda:1", fake) == ("cuda", 1)
+    assert nmt_ct2._ct2_device("cuda", fake) == ("cuda", 0)
+    assert nmt_ct2._ct2_device("cpu", fake) == ("cpu", 0)
+    assert nmt_ct2._ct2_device("auto", fake) == ("cuda", 0)
+    for device, msg in (
+        ("cuda:2", "--device cuda:2: only 2 CUDA device(s)"),
+        ("cuda:x", "--device 'cuda:x': expected cuda or cuda:N for a CTranslate2 export"),
+        ("mps", "--device mps: a CTranslate2 export runs on cpu or cuda"),
+    ):
+        with pytest.raises(NmtError) as e:
+            nmt_ct2._ct2_device(device, fake)
+        assert str(e.value) == msg
+    out = export_ctranslate2(model_dir, tmp_path / "exp", quiet=True)
+    seen: dict = {}
+
+    def translator(path: str, **kwargs):
+        seen.update(kwargs)
+        return object()
+
+    monkeypatch.setattr(ct2, "get_cuda_device_count", lambda: 2)
+    monkeypatch.setattr(ct2, "Translator", translator)
+    CT2Translator.from_dir(out, device="cuda:1", threads=1, workers=1)
+    assert (seen["device"], seen["device_index"]) == ("cuda", 1)
+
+
+def test_checkpoint_other_than_the_exported_one_is_refused(model_dir, tmp_path):
+    out = export_ctranslate2(model_dir, tmp_path / "exp", checkpoint="last", quiet=True)
+    msg = f"--checkpoint does not apply to {out}: an export holds one checkpoint"
+    for other in ("best", "averaged"):
+        with pytest.raises(NmtError) as e:
+            open_translator(out, device="cpu", checkpoint=other)
+        assert str(e.value) == msg
+    for same in ("default", "last"):  # unspecified, or the one it holds
+        assert isinstance(open_translator(out, device="cpu", checkpoint=same), CT2Translator)
 
 
 # ---- CLI ------------------------------------------------------------------------------------

@@ -176,6 +176,72 @@ def test_another_architecture_or_a_data_dir_is_a_one_line_error(base, new_data, 
         _tiny("training.init_checkpoint=newest")
 
 
+@pytest.mark.parametrize(
+    ("override", "change"),
+    [
+        ("model.heads=2", "model.heads 4 -> 2"),
+        ("model.activation=gelu", "model.activation relu -> gelu"),
+    ],
+)
+def test_another_architecture_of_the_same_shapes_is_refused(
+    base, new_data, tmp_path, override, change
+):
+    # Every tensor keeps its shape, so the weights would load and compute another function.
+    _, model = base
+    cfg = _tiny(f"training.init_from={model}", override)
+    with pytest.raises(NmtError) as e:
+        Trainer(cfg, new_data, tmp_path / "ft", torch.device("cpu"), distributed.from_env(),
+                False, True)  # fmt: skip
+    assert str(e.value) == (
+        f"{model / 'config.yaml'}: the initial model's architecture differs from this run's "
+        f"model section ({change}); fine-tune with its model settings (omit --preset/CONFIG to "
+        "reuse them)"
+    )
+
+
+def test_other_dropout_or_max_positions_start_from_the_same_weights(base, new_data, tmp_path):
+    _, model = base
+    cfg = _tiny(
+        f"training.init_from={model}", "model.dropout=0.3", "model.attention_dropout=0.1",
+        "model.max_positions=300",
+    )  # fmt: skip
+    trainer = Trainer(cfg, new_data, tmp_path / "ft", torch.device("cpu"),
+                      distributed.from_env(), False, True)  # fmt: skip
+    loaded = load_model(model)[0].state_dict()
+    assert all(torch.equal(v, loaded[k]) for k, v in trainer.model.state_dict().items())
+
+
+def test_damaged_or_mismatched_weights_for_new_rows_are_one_line_errors(tmp_path):
+    # extend_rows reads the file itself: its errors name it, as load_weights' do.
+    from safetensors.torch import save_file
+    from torch import nn
+
+    from nmt.finetune import extend_rows
+
+    class Rows(nn.Module):
+        def __init__(self, n: int, width: int) -> None:
+            super().__init__()
+            self.src_embed = nn.Embedding(n, 4)
+            self.hidden = nn.Linear(4, width)
+
+    good, other = tmp_path / "good.safetensors", tmp_path / "other.safetensors"
+    save_file({k: v.contiguous() for k, v in Rows(6, 3).state_dict().items()}, str(good))
+    save_file({k: v.contiguous() for k, v in Rows(6, 5).state_dict().items()}, str(other))
+    torn = tmp_path / "torn.safetensors"
+    torn.write_bytes(good.read_bytes()[:20])
+    assert extend_rows(Rows(8, 3), good, (6, 6)) == {"src_embed.weight": 2}
+    with pytest.raises(NmtError) as e:
+        extend_rows(Rows(8, 3), torn, (6, 6))
+    assert str(e.value).startswith(f"{torn}: damaged or not a safetensors file (")
+    with pytest.raises(NmtError) as e:
+        extend_rows(Rows(8, 3), other, (6, 6))
+    assert str(e.value).startswith(
+        f"{other}: weights do not match the model section of this run (size mismatch for "
+        "hidden.weight"
+    )
+    assert "\n" not in str(e.value)
+
+
 def test_init_from_without_a_config_takes_the_models_own(base, tmp_path):
     _, model = base
     flags = {"max_steps": 5, "max_epochs": None, "max_time": None, "seed": None,

@@ -120,6 +120,38 @@ def test_resume_before_the_first_save_starts_from_scratch_unless_the_model_diffe
         check_model_dir(tmp_path, True, False, other.model, warnings.append)
 
 
+@pytest.mark.parametrize(
+    ("override", "change"),
+    [
+        ("model.heads=8", "model.heads 4 -> 8"),
+        ("model.activation=gelu", "model.activation relu -> gelu"),
+    ],
+)
+def test_resume_of_a_state_refuses_another_architecture_of_the_same_shapes(
+    tmp_path, override, change
+):
+    # Same-shaped weights would load into the other model, and config.yaml would be rewritten
+    # to describe it: the saved checkpoints would be read as a model they never were.
+    cfg = load_config(preset="transformer-tiny")
+    cfg.save(tmp_path / "config.yaml")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.state.pt").write_bytes(b"")
+    other = load_config(preset="transformer-tiny", overrides=[override])
+    msg = (
+        f"{tmp_path / 'config.yaml'}: the saved model does not match this config's model section "
+        f"({change}); resume with the same model settings (omit --preset/CONFIG to reuse the "
+        "saved ones)"
+    )
+    with pytest.raises(NmtError, match=f"^{re.escape(msg)}$"):
+        check_model_dir(tmp_path, True, False, other.model)
+    # Regularisation is not architecture: the trained weights fit any dropout rate.
+    drop = load_config(
+        preset="transformer-tiny", overrides=["model.dropout=0.3", "model.attention_dropout=0.2"]
+    )
+    assert check_model_dir(tmp_path, True, False, drop.model)
+    assert check_model_dir(tmp_path, True, False, cfg.model)
+
+
 @pytest.mark.parametrize("name", ["last.safetensors", "default.json"])
 def test_resume_without_the_state_of_a_trained_run_refuses_instead_of_deleting_it(tmp_path, name):
     # last.safetensors is written after the state, default.json at the end of training: with

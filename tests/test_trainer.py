@@ -144,6 +144,55 @@ def test_model_dir_is_self_contained_and_reused_dirs_are_refused(copy_data, tmp_
     assert cfg.model.d_model == 64 and meta["src_lang"] == "en"
 
 
+def test_init_from_the_output_dir_is_refused_before_its_checkpoints_are_deleted(
+    copy_data, tmp_path
+):
+    # --force (or --resume without a state) empties MODEL_DIR/checkpoints before the initial
+    # weights load: starting from MODEL_DIR itself would delete them, then fail to find them.
+    out = tmp_path / "m"
+    _run(copy_data, out, "training.max_steps=2")
+    kept = sorted(p.name for p in (out / "checkpoints").iterdir())
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    for init in (out, link, out / "checkpoints"):
+        msg = (
+            f"{init}: --init-from is the output directory {out} or inside it (training would "
+            "delete the checkpoints it starts from); train into a new directory"
+        )
+        for resume, force in ((False, True), (False, False)):
+            with pytest.raises(NmtError) as e:
+                train(_tiny("training.max_steps=2", f"training.init_from={init}"), copy_data, out,
+                      "cpu", resume=resume, force=force, quiet=True, threads=1)  # fmt: skip
+            assert str(e.value) == msg
+    best = out / "checkpoints" / "best.safetensors"
+    cfg = _tiny(
+        "training.max_steps=2", f"training.init_from={tmp_path / 'base'}",
+        f"training.init_checkpoint={best}",
+    )  # fmt: skip
+    with pytest.raises(NmtError) as e:
+        train(cfg, copy_data, out, "cpu", force=True, quiet=True, threads=1)
+    assert str(e.value) == (
+        f"{best}: training.init_checkpoint is inside the output directory {out} (training would "
+        "delete it before it loads); train into a new directory"
+    )
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == kept
+
+
+def test_resume_refuses_a_model_of_other_heads_and_keeps_config_yaml(copy_data, tmp_path):
+    # model.heads=8 keeps every tensor's shape: the state would load and be trained as 8 heads.
+    out = tmp_path / "m"
+    _run(copy_data, out, "training.max_steps=2")
+    saved = (out / "config.yaml").read_text(encoding="utf-8")
+    with pytest.raises(NmtError) as e:
+        _run(copy_data, out, "training.max_steps=4", "model.heads=8", resume=True)
+    assert str(e.value).startswith(
+        f"{out / 'config.yaml'}: the saved model does not match this config's model section "
+        "(model.heads 4 -> 8); "
+    )
+    assert (out / "config.yaml").read_text(encoding="utf-8") == saved
+    assert _run(copy_data, out, "training.max_steps=4", "model.dropout=0.3", resume=True).steps == 4
+
+
 def test_second_process_is_refused_by_the_lock(copy_data, tmp_path):
     out = tmp_path / "m"
     out.mkdir()
