@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import http.client
 import json
 import os
 import sys
@@ -72,6 +73,8 @@ def _obtain(file: str, url: str, mirror: Path | None, out: IO[bytes]) -> tuple[s
         raise NmtError(f"cannot download {url}: {e.reason}") from None
     except (OSError, TimeoutError) as e:
         raise NmtError(f"cannot download {url}: {e}") from None
+    except http.client.HTTPException as e:  # not an OSError: a body cut short, a garbled reply
+        raise NmtError(f"cannot download {url}: broken HTTP response ({e!r})") from None
 
 
 def _is_fresh(target: Path, entry: dict | None, expected_gz: str) -> bool:
@@ -91,17 +94,26 @@ def _fetch_one(file: str, expected: str, url: str, mirror: Path | None, dest: Pa
                 f"{source}: checksum mismatch for {file} (expected sha256 {expected}, got {actual})"
             )
         tmp.seek(0)
-        h = hashlib.sha256()
-        size = 0
-        try:
-            with gzip.GzipFile(fileobj=tmp) as gz, atomic_write(target, "wb") as out:
-                while block := gz.read(_BLOCK):
-                    h.update(block)
-                    size += len(block)
-                    out.write(block)
-        except (OSError, EOFError, zlib.error) as e:
-            raise NmtError(f"{source}: cannot decompress {file} ({e})") from None
-    return {"gz_sha256": expected, "sha256": h.hexdigest(), "size": size, "source": source}
+        sha256, size = _decompress(tmp, target, f"{source}: cannot decompress {file}")
+    return {"gz_sha256": expected, "sha256": sha256, "size": size, "source": source}
+
+
+def _decompress(gz_file: IO[bytes], target: Path, failure: str) -> tuple[str, int]:
+    """Write the decompressed stream to `target` atomically; return its (sha256, size). A bad
+    stream is NmtError(`failure`); a write error (a full disk) stays an OSError naming `target`."""
+    h = hashlib.sha256()
+    size = 0
+    with gzip.GzipFile(fileobj=gz_file) as gz, atomic_write(target, "wb") as out:
+        while True:
+            try:
+                block = gz.read(_BLOCK)
+            except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+                raise NmtError(f"{failure} ({e})") from None
+            if not block:
+                return h.hexdigest(), size
+            h.update(block)
+            size += len(block)
+            out.write(block)
 
 
 def fetch(name: str, dest: Path, mirror: Path | None = None, quiet: bool = False) -> Path:

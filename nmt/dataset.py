@@ -79,7 +79,13 @@ def _memmap(path: Path, dtype: npt.DTypeLike) -> np.ndarray:
     """Map a raw little-endian array read-only; numpy cannot map an empty file, so use an empty array."""
     if not path.is_file():
         raise NmtError(f"{path}: missing from the data folder")
-    if path.stat().st_size == 0:
+    size, itemsize = path.stat().st_size, np.dtype(dtype).itemsize
+    if size % itemsize:  # a cut copy: numpy's error would name no file
+        raise NmtError(
+            f"{path}: corrupt ({size} bytes is not a whole number of {itemsize}-byte values; "
+            "run nmt preprocess again)"
+        )
+    if size == 0:
         return np.empty(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r")
 

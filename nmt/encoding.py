@@ -6,6 +6,7 @@ numpy arrays, and filtered by length and length ratio; valid/test splits keep ev
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import multiprocessing
@@ -35,6 +36,7 @@ class ChunkJob:
     dtype: str
     max_len: int
     max_ratio: float
+    threads: int = 1  # SentencePiece's encoding threads (its default is every core, not --threads)
 
 
 @functools.lru_cache(maxsize=4)
@@ -63,11 +65,11 @@ def seq_lengths(seqs: Sequence[Sequence[int]]) -> np.ndarray:
 
 def encode_chunk(job: ChunkJob) -> Encoded:
     """Encode one chunk of cleaned train pairs and apply the length and ratio filters (in a worker)."""
-    s_ids = _tokenizer(job.models[0]).sp.encode(
-        _read_range(job.clean[0], job.chunk.src), out_type=int
+    s_ids = _tokenizer(job.models[0]).encode_batch(
+        _read_range(job.clean[0], job.chunk.src), threads=job.threads
     )
-    t_ids = _tokenizer(job.models[1]).sp.encode(
-        _read_range(job.clean[1], job.chunk.tgt), out_type=int
+    t_ids = _tokenizer(job.models[1]).encode_batch(
+        _read_range(job.clean[1], job.chunk.tgt), threads=job.threads
     )
     ls, lt = seq_lengths(s_ids), seq_lengths(t_ids)
     empty = (ls == 0) | (lt == 0)
@@ -116,14 +118,15 @@ class SplitWriter:
 
 
 def _run_jobs(jobs: list[ChunkJob], threads: int, consume: Callable[[Encoded], None]) -> None:
-    """Encode the jobs in order, on `threads` spawned processes when there is more than one job."""
+    """Encode the jobs in order, on `threads` spawned processes of one encoding thread each when
+    there is more than one job, else here on `threads` threads (so --threads bounds the cores)."""
     if threads <= 1 or len(jobs) <= 1:
-        for result in map(encode_chunk, jobs):
+        for result in map(encode_chunk, (dataclasses.replace(j, threads=threads) for j in jobs)):
             consume(result)
         return
     pool = multiprocessing.get_context("spawn").Pool(min(threads, len(jobs)))
     try:
-        for result in pool.imap(encode_chunk, jobs):
+        for result in pool.imap(encode_chunk, (dataclasses.replace(j, threads=1) for j in jobs)):
             consume(result)
     finally:
         pool.terminate()
@@ -169,6 +172,14 @@ def _blocks(
 def _decode_all(raws: Iterable[bytes], nums: list[int], path: Path) -> list[str]:
     """Strict UTF-8 lines without their newline; an error names the file and line."""
     return [decode_line(r, path, n).rstrip("\r\n") for r, n in zip(raws, nums, strict=True)]
+
+
+def check_eval(paths: tuple[Path, Path], block: int) -> None:
+    """Raise the input errors encode_eval would (invalid UTF-8, line counts differ) before the
+    long steps run: valid and test files are small, train is not."""
+    for nums, *sides in _blocks(paths, block):
+        for side, raws in enumerate(sides):
+            _decode_all(raws, nums, paths[side])
 
 
 def encode_eval(

@@ -27,7 +27,7 @@ from nmt import __version__
 from nmt.cleaning import DROP_REASONS, Chunk, clean_train, no_pairs_message, resolve_input
 from nmt.corpus import sha256_file
 from nmt.dataset import FORMAT, MANIFEST
-from nmt.encoding import ChunkJob, encode_eval, encode_train
+from nmt.encoding import ChunkJob, check_eval, encode_eval, encode_train
 from nmt.errors import NmtError
 from nmt.finetune import SpmSource, spm_source
 from nmt.textio import fsync_dir, fsync_tree, naming_output
@@ -37,6 +37,8 @@ CHUNK_PAIRS = 20_000  # train pairs per encoding job, and valid/test lines per e
 PERCENTILES = (50, 90, 95, 99)
 POSITION_LIMITS = (256, 512)  # common model.max_positions, reported for valid/test as over_limits
 SPM_TYPES = ("unigram", "bpe")
+MIN_VOCAB = 8  # 4 special pieces, the word boundary and a few characters (as nmt.vocab checks)
+COVERAGE = (0.98, 1.0)  # the character coverage SentencePiece accepts
 
 Progress = Callable[[str, int, "int | None"], None]
 Pair = tuple[Path, Path]
@@ -75,6 +77,13 @@ class PreprocessConfig:
             raise NmtError(f"--threads must be >= 1, got {self.threads}")
         if self.spm_type not in SPM_TYPES:
             raise NmtError(f"--spm-type must be unigram or bpe, got {self.spm_type!r}")
+        if self.spm_from is None and self.vocab_size < MIN_VOCAB:  # else --spm-from's size
+            raise NmtError(f"vocabulary size must be at least {MIN_VOCAB}, got {self.vocab_size}")
+        if not COVERAGE[0] <= self.character_coverage <= COVERAGE[1]:
+            raise NmtError(
+                f"--character-coverage must be between {COVERAGE[0]} and {COVERAGE[1]}, "
+                f"got {self.character_coverage}"
+            )
         if self.src_lang == self.tgt_lang:
             raise NmtError(f"source and target language are both {self.src_lang!r}")
         if self.extend_vocab < 0:
@@ -159,6 +168,9 @@ def preprocess(
     _check_out_dir(out_dir, force)
     if force:
         _check_inputs_outside(out_dir, inputs)
+    for split, paths in inputs.items():  # a bad valid/test file fails now, not after train
+        if split != "train":
+            check_eval(paths, CHUNK_PAIRS)
     with naming_output(out_dir):  # a full disk or a read-only folder names DATA_DIR
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))

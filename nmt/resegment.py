@@ -1,7 +1,8 @@
 """Subword regularisation (Kudo 2018): every epoch trains on a new segmentation of the training
 data, sampled from the SentencePiece model (unigram: from its lattice with smoothing `alpha`;
 BPE: BPE-dropout with probability `alpha`). A small corpus is then seen under many
-segmentations; validation, test and translation keep the single best one.
+segmentations; validation, test and translation keep the single best one. A sentence holding
+<unk> keeps its own segmentation: its text cannot be encoded back to the same ids.
 
 An epoch's sample is a deterministic function of (seed, epoch, side), so a resumed run trains on
 the segmentation it left, and every DDP rank on the same one. With the update step on a GPU the
@@ -23,7 +24,7 @@ import sentencepiece as spm
 
 from nmt.dataset import Split, TokenArray, tokenizers
 from nmt.encoding import flatten, seq_lengths
-from nmt.vocab import Tokenizer
+from nmt.vocab import UNK_ID, Tokenizer
 
 T = TypeVar("T")
 _SEED_LOCK = threading.Lock()  # SentencePiece's sampling seed is process-wide
@@ -94,6 +95,21 @@ def _on_fresh_thread(seed: int, work: Callable[[], T]) -> T:
     return out[0]
 
 
+def _side(tok: Tokenizer, arr: TokenArray) -> tuple[Tokenizer, list[str], dict[int, list[int]]]:
+    """One side's tokenizer, its sentences as text, and the canonical ids of those with <unk>."""
+    canonical = [np.asarray(s).tolist() for s in arr]
+    unknown = {i: ids for i, ids in enumerate(canonical) if UNK_ID in ids}
+    return tok, tok.sp.decode(canonical), unknown
+
+
+def _with_unknowns(sampled: list[list[int]], unknown: dict[int, list[int]]) -> list[list[int]]:
+    """`sampled` with the sentences holding <unk> put back as they were: <unk> decodes to ' ⁇ ',
+    which encodes to a word boundary and a piece the sentence never had."""
+    for i, ids in unknown.items():
+        sampled[i] = ids
+    return sampled
+
+
 class Resegmenter:
     """Samples each epoch's segmentation of a training split.
 
@@ -110,10 +126,10 @@ class Resegmenter:
         self.alpha = alpha
         self.background = background
         self.dtype = train.src.ids.dtype
-        # The canonical ids decode to SentencePiece's normalised text, which encodes back to them.
-        self.sides: list[tuple[Tokenizer, list[str]]] = [
-            (tok, tok.sp.decode([np.asarray(s).tolist() for s in arr]))
-            for tok, arr in ((src_tok, train.src), (tgt_tok, train.tgt))
+        # The canonical ids decode to SentencePiece's normalised text, which encodes back to them
+        # (but for <unk>: see _with_unknowns).
+        self.sides: list[tuple[Tokenizer, list[str], dict[int, list[int]]]] = [
+            _side(tok, arr) for tok, arr in ((src_tok, train.src), (tgt_tok, train.tgt))
         ]
         self._pool = ThreadPoolExecutor(1) if background else None
         self._next: tuple[tuple[int, int], Future[Segmentation]] | None = None
@@ -122,12 +138,16 @@ class Resegmenter:
         """Epoch `epoch`'s sampled segmentation of both sides (a function of seed and epoch)."""
         src, tgt = (
             Ragged(
-                _on_fresh_thread(
-                    sampler_seed(seed, epoch, side), partial(tok.sample_batch, texts, self.alpha)
+                _with_unknowns(
+                    _on_fresh_thread(
+                        sampler_seed(seed, epoch, side),
+                        partial(tok.sample_batch, texts, self.alpha),
+                    ),
+                    unknown,
                 ),
                 self.dtype,
             )
-            for side, (tok, texts) in enumerate(self.sides)
+            for side, (tok, texts, unknown) in enumerate(self.sides)
         )
         return Segmentation(src, tgt)
 

@@ -22,6 +22,7 @@ from nmt.errors import NmtError
 STDOUT_NAMES = ("-", "/dev/stdout")
 DIRECT_PREFIXES = ("/dev/fd/", "/proc/self/fd/")
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+BOM = "\ufeff"  # U+FEFF opening a file: an encoding mark, not text
 
 
 def _named_gzip_errors(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -57,11 +58,13 @@ def open_binary(path: str | Path) -> io.BufferedIOBase:
 
 
 def decode_line(raw: bytes, path: str | Path, lineno: int, errors: str = "strict") -> str:
-    """Decode one line as UTF-8; a bad byte becomes an error naming the file and line."""
+    """Decode one line as UTF-8; a bad byte becomes an error naming the file and line, and the
+    byte order mark some editors put before line 1 is dropped (it would join the first word)."""
     try:
-        return raw.decode("utf-8", errors=errors)
+        text = raw.decode("utf-8", errors=errors)
     except UnicodeDecodeError as e:
         raise NmtError(f"{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+    return text.removeprefix(BOM) if lineno == 1 else text
 
 
 def read_lines(path: str | Path, errors: str = "strict") -> Iterator[str]:

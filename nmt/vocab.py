@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -23,6 +24,8 @@ _SKIP_ON_DECODE = frozenset({PAD_ID, BOS_ID, EOS_ID})
 
 # A file, a list of files (trained jointly), or sentences.
 SpmText = str | Path | Sequence[str | Path] | Iterable[str]
+SAMPLE_SEED = 0x5B5  # seeds the sentence sample, so a large corpus gives the same model every run
+_BLOCK = 1 << 20
 
 
 def _too_small_message(err: str, vocab_size: int) -> str | None:
@@ -89,6 +92,39 @@ def _trainer_input(text: SpmText, tmp_dir: Path) -> tuple[list[str], str | None]
     return [tmp_input], tmp_input
 
 
+def _count_lines(path: str) -> int:
+    """Lines in a file as a binary line iterator sees them (a last line without newline counts)."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(_BLOCK):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def _sampled_input(files: list[str], size: int, tmp_dir: Path) -> tuple[list[str], str | None]:
+    """`files`, or, when they hold more than `size` lines, a temporary file of `size` of their
+    lines drawn with a fixed seed (selection sampling: streaming, corpus order, no lines held)."""
+    total = sum(_count_lines(path) for path in files)
+    if size <= 0 or total <= size:
+        return files, None
+    rng, wanted, left = random.Random(SAMPLE_SEED), size, total
+    fd, tmp = tempfile.mkstemp(prefix=".spm-sample.", suffix=".txt", dir=tmp_dir)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for path in files:
+                with open(path, "rb") as f:
+                    for line in f:
+                        if rng.random() * left < wanted:
+                            out.write(line if line.endswith(b"\n") else line + b"\n")
+                            wanted -= 1
+                        left -= 1
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return [tmp], tmp
+
+
 def train_spm(
     text: SpmText,
     model_prefix: str | Path,
@@ -100,7 +136,8 @@ def train_spm(
     seed_sentencepiece_size: int = 1_000_000,
 ) -> Path:
     """Train a SentencePiece model with fixed special ids, sampling at most `input_sentence_size`
-    sentences so memory stays flat on large corpora; returns the `.model` path.
+    sentences so memory stays flat on large corpora (with a fixed seed, so the model is the same
+    every run); returns the `.model` path.
 
     `text` is a file, a list of files (trained jointly), or an iterable of sentences (small data).
     A vocabulary larger than the text supports shrinks instead of failing (hard_vocab_limit=False),
@@ -116,15 +153,25 @@ def train_spm(
         model_prefix, vocab_size, model_type, character_coverage, input_sentence_size, threads,
         seed_sentencepiece_size,
     )  # fmt: skip
-    kwargs["input"], tmp_input = _trainer_input(text, model_prefix.parent)
+    temporary: list[str] = []
     try:
+        files, tmp_input = _trainer_input(text, model_prefix.parent)
+        if tmp_input:
+            temporary.append(tmp_input)
+        # SentencePiece's own sampler is unseeded (a new model every run): train on ours, whole
+        kwargs["input"], tmp_sample = _sampled_input(
+            files, input_sentence_size, model_prefix.parent
+        )
+        if tmp_sample:
+            temporary.append(tmp_sample)
+            kwargs["input_sentence_size"] = 0
         spm.SentencePieceTrainer.train(**kwargs)
     except RuntimeError as e:
         msg = _too_small_message(str(e), vocab_size)
         raise NmtError(msg or f"SentencePiece training failed: {str(e).splitlines()[0]}") from None
     finally:
-        if tmp_input:
-            os.unlink(tmp_input)
+        for path in temporary:
+            os.unlink(path)
     return model_prefix.with_name(model_prefix.name + ".model")
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
+import importlib.util
 import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -134,3 +137,76 @@ def test_file_system_errors_are_one_line_and_a_foreign_stamp_is_ignored(multi30k
     (out / corpus.STAMP).write_text("[1, 2]\n", encoding="utf-8")  # valid JSON, not a stamp
     corpus.fetch("multi30k", out, mirror=multi30k_mirror, quiet=True)
     assert (out / "val.de").is_file()
+
+
+def _fetch_script(capsys, *args: str) -> tuple[int, str]:
+    """Run scripts/fetch_corpus.py's main here (so monkeypatches apply): (exit code, stderr)."""
+    path = corpus.CORPORA_DIR.parent / "scripts" / "fetch_corpus.py"
+    spec = importlib.util.spec_from_file_location("fetch_corpus", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    code = module.main(["tiny", "--quiet", *args])
+    return code, capsys.readouterr().err
+
+
+def _tiny_corpus(tmp_path: Path, monkeypatch, text: bytes) -> Path:
+    """A one-file corpus `tiny` (x.gz holding `text`) in a mirror folder, which it returns."""
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    payload = gzip.compress(text)
+    (mirror / "x.gz").write_bytes(payload)
+    manifest = {
+        "files": {"x.gz": hashlib.sha256(payload).hexdigest()},
+        "url": "http://example.invalid/{file}",
+    }
+    monkeypatch.setattr(corpus, "load_manifest", lambda name: manifest)
+    monkeypatch.delenv("NMT_CORPUS_MIRROR", raising=False)
+    return mirror
+
+
+class _CutResponse:
+    """An HTTP response whose chunked body breaks off: read() raises IncompleteRead."""
+
+    def __enter__(self) -> _CutResponse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def read(self, size: int = -1) -> bytes:
+        raise http.client.IncompleteRead(b"abc", 100)
+
+
+def test_a_download_cut_short_is_one_line(tmp_path, monkeypatch, capsys):
+    # IncompleteRead is an HTTPException, not an OSError: it ended in a traceback
+    _tiny_corpus(tmp_path, monkeypatch, b"text\n")
+    monkeypatch.setattr(corpus.urllib.request, "urlopen", lambda url, timeout: _CutResponse())
+    code, err = _fetch_script(capsys, "--dest", str(tmp_path / "d"))
+    assert (code, err) == (
+        2,
+        "error: cannot download http://example.invalid/x.gz: broken HTTP response "
+        "(IncompleteRead(3 bytes read, 100 more expected))\n",
+    )
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == []
+
+
+def test_a_full_disk_is_not_a_bad_archive(tmp_path, monkeypatch, capsys):
+    # a write error while decompressing was reported as "cannot decompress x.gz"
+    mirror = _tiny_corpus(tmp_path, monkeypatch, b"line\n" * 5000)
+    dest = tmp_path / "d"
+    dest.mkdir()
+    (dest / "x").symlink_to("/dev/full")  # every write: no space left on device
+    code, err = _fetch_script(capsys, "--dest", str(dest), "--mirror", str(mirror))
+    assert (code, err) == (2, f"error: {dest / 'x'}: no space left on device\n")
+    (mirror / "x.gz").write_bytes(gzip.compress(b"line\n" * 5000)[:-12])  # cut: no gzip trailer
+    monkeypatch.setattr(
+        corpus, "load_manifest", lambda name: {
+            "files": {"x.gz": hashlib.sha256((mirror / "x.gz").read_bytes()).hexdigest()},
+            "url": "http://example.invalid/{file}",
+        },
+    )  # fmt: skip
+    (dest / "x").unlink()
+    code, err = _fetch_script(capsys, "--dest", str(dest), "--mirror", str(mirror))
+    assert code == 2 and err.startswith(f"error: {mirror / 'x.gz'}: cannot decompress x.gz (")
+    assert not (dest / "x").exists()

@@ -75,6 +75,22 @@ def test_token_array_int32_and_corruption(tmp_path):
         dataset.TokenArray(tmp_path / "a.ids", tmp_path / "a.idx", "<i4")
 
 
+@pytest.mark.parametrize("cut", ["ids", "idx"])
+def test_a_truncated_file_is_named(tmp_path, cut):
+    # numpy's "Size of available data is not a multiple of the data-type size" named no file
+    np.array([5, 6, 7], dtype="<u2").tofile(tmp_path / "a.ids")
+    np.array([0, 1, 3], dtype="<i8").tofile(tmp_path / "a.idx")
+    path = tmp_path / f"a.{cut}"
+    path.write_bytes(path.read_bytes()[:-1])
+    with pytest.raises(NmtError) as e:
+        dataset.TokenArray(tmp_path / "a.ids", tmp_path / "a.idx", "<u2")
+    size, itemsize = (5, 2) if cut == "ids" else (23, 8)
+    assert str(e.value) == (
+        f"{path}: corrupt ({size} bytes is not a whole number of {itemsize}-byte values; "
+        "run nmt preprocess again)"
+    )
+
+
 def test_token_array_empty_and_missing_files(tmp_path):
     (tmp_path / "e.ids").write_bytes(b"")
     np.array([0, 0], dtype="<i8").tofile(tmp_path / "e.idx")

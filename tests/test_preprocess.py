@@ -98,6 +98,19 @@ def test_valid_keeps_every_line_and_raw_text(tmp_path):
     assert src_tok.decode(v.src[0]) == "dog runs"
 
 
+def test_a_byte_order_mark_does_not_reach_the_kept_text(tmp_path):
+    # valid.de.txt is the reference BLEU is scored against: a kept U+FEFF spoilt its first word
+    train = _synthetic(tmp_path)
+    plain = _write(tmp_path / "v", ["dog runs", "cat"], ["god snur", "tac"])
+    marked = _write(tmp_path / "b", ["\ufeffdog runs", "cat"], ["\ufeffgod snur", "tac"])
+    _preprocess(train, tmp_path / "d", valid=marked, tests=[plain], vocab_size=100)
+    for lang in ("en", "de"):
+        text = (tmp_path / f"d/valid.{lang}.txt").read_bytes()
+        assert text == (tmp_path / f"d/v.{lang}.txt").read_bytes() and not text.startswith(b"\xef")
+        ids = (tmp_path / f"d/valid.{lang}.ids").read_bytes()
+        assert ids == (tmp_path / f"d/v.{lang}.ids").read_bytes()
+
+
 def test_long_eval_lines_are_counted_and_the_result_is_fsynced(tmp_path, monkeypatch):
     synced: list[str] = []
     monkeypatch.setattr(pp, "fsync_tree", lambda p: synced.append(Path(p).name[:3]))
@@ -142,6 +155,52 @@ def test_parallel_encoding_matches_serial(tmp_path, monkeypatch):
     assert len(dataset.load(tmp_path / "two", "train")) == 400
 
 
+class _InlinePool:
+    """A stand-in for a spawned process pool that runs the jobs here, so a spy sees them."""
+
+    def __init__(self, processes: int) -> None:
+        self.processes = processes
+
+    def imap(self, fn: Any, jobs: Any) -> Any:
+        return map(fn, jobs)
+
+    def terminate(self) -> None:
+        pass
+
+    def join(self) -> None:
+        pass
+
+
+def test_threads_bound_sentencepiece_encoding_threads(tmp_path, monkeypatch):
+    # SentencePiece encodes a list on every core unless told: --threads 2 used them all.
+    import sentencepiece as spm
+
+    from nmt import encoding
+
+    calls: list[Any] = []
+    encode = spm.SentencePieceProcessor.encode
+
+    def spy(self: Any, texts: Any, *args: Any, **kw: Any) -> Any:
+        if isinstance(texts, list):
+            calls.append(kw.get("num_threads"))
+        return encode(self, texts, *args, **kw)
+
+    monkeypatch.setattr(spm.SentencePieceProcessor, "encode", spy)
+    prefix = _synthetic(tmp_path, n=200)
+    valid = _write(tmp_path / "v", ["dog runs"] * 3, ["god snur"] * 3)
+    kw = dict(valid=valid, vocab_size=60)
+    _preprocess(prefix, tmp_path / "one", threads=3, **kw)  # one chunk: encoded here
+    assert calls == [3, 3, 3, 3]  # train then valid, source then target
+    calls.clear()
+    monkeypatch.setattr(pp, "CHUNK_PAIRS", 60)  # 4 chunks for 2 worker processes
+    monkeypatch.setattr(encoding.multiprocessing, "get_context", lambda _: encoding.multiprocessing)
+    monkeypatch.setattr(encoding.multiprocessing, "Pool", _InlinePool)
+    _preprocess(prefix, tmp_path / "two", threads=2, **kw)
+    assert calls == [1] * 8 + [2, 2]  # a worker process encodes on one thread
+    for name in ("train.en.ids", "train.de.idx", "valid.de.ids"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+
+
 def test_gzip_input_and_force_replaces(tmp_path):
     import gzip
 
@@ -181,6 +240,9 @@ def test_manifest_records_options_and_settings(tmp_path):
         ({"tgt_lang": "en"}, "source and target language are both 'en'"),
         ({"max_len": 0}, "--max-len must be >= 1 and --max-ratio >= 1 (got 0, 3.0)"),
         ({"max_ratio": 0.5}, "--max-len must be >= 1 and --max-ratio >= 1 (got 250, 0.5)"),
+        ({"vocab_size": 7}, "vocabulary size must be at least 8, got 7"),
+        ({"character_coverage": 0.5}, "--character-coverage must be between 0.98 and 1.0, got 0.5"),
+        ({"character_coverage": 1.5}, "--character-coverage must be between 0.98 and 1.0, got 1.5"),
     ],
 )
 def test_config_checks_settings_once(settings, message):
@@ -188,6 +250,31 @@ def test_config_checks_settings_once(settings, message):
     with pytest.raises(NmtError) as e:
         PreprocessConfig(**kw)
     assert str(e.value) == message
+
+
+def test_bad_valid_or_test_input_fails_before_train_is_cleaned(tmp_path, monkeypatch):
+    # these errors came only after cleaning train and learning SentencePiece (hours on a corpus)
+    def clean_train(*args: Any) -> None:
+        raise AssertionError("train cleaned before the valid/test input was checked")
+
+    monkeypatch.setattr(pp, "clean_train", clean_train)
+    train = _synthetic(tmp_path, n=20)
+    good = _write(tmp_path / "g", ["dog", "cat"], ["god", "tac"])
+    bad = _write(tmp_path / "b", ["dog", b"bad \xff"], ["god", "dab"])
+    uneven = _write(tmp_path / "u", ["dog", "cat"], ["god"])
+    cases = [
+        ({"valid": bad}, f"{bad}.en:2: invalid UTF-8 (invalid start byte at byte 4)"),
+        (
+            {"valid": good, "tests": [uneven]},
+            f"line counts differ: {uneven}.en has 2 lines, {uneven}.de has 1 lines",
+        ),
+    ]
+    for kw, message in cases:
+        with pytest.raises(NmtError) as e:
+            _preprocess(train, tmp_path / "d", vocab_size=50, **kw)
+        assert str(e.value) == message
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".") or p.name == "d"]
+    PreprocessConfig("en", "de", train, vocab_size=7, spm_from=tmp_path)  # --spm-from's size
 
 
 def test_config_is_frozen_and_resolves_split_inputs(tmp_path):

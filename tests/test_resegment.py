@@ -74,3 +74,28 @@ def test_an_epoch_is_the_same_prefetched_fresh_or_out_of_order(data):
     assert _rows(inline.src) == _rows(first[2].src)
     other_seed = Resegmenter(data, train, alpha=0.2).epoch(8, 2)
     assert _rows(other_seed.tgt) != _rows(first[2].tgt)
+
+
+def test_sentences_with_unknown_characters_keep_their_segmentation(tmp_path):
+    # <unk> decodes to " ⁇ ", which encoded again made a word boundary and a piece of its own.
+    from nmt.preprocess import PreprocessConfig, preprocess
+
+    rng = random.Random(0)
+    lines = [" ".join(rng.choices(WORDS, k=rng.randint(4, 9))) for _ in range(400)]
+    lines[5] = "the cat\u017esat on \u017e mat"  # ž: too rare for 99.5% character coverage
+    for lang in ("en", "de"):
+        (tmp_path / f"train.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = PreprocessConfig(
+        "en", "de", tmp_path / "train", vocab_size=60, threads=1, character_coverage=0.995
+    )
+    preprocess(cfg, tmp_path / "data", quiet=True)
+    train = load(tmp_path / "data", "train")
+    canon = train.src[5].tolist()
+    assert canon.count(1) == 2  # UNK_ID twice
+    for epoch in range(3):
+        seg = Resegmenter(tmp_path / "data", train, alpha=0.2).epoch(3, epoch)
+        assert seg.src[5].tolist() == seg.tgt[5].tolist() == canon
+        changed = sum(
+            r != np.asarray(c).tolist() for r, c in zip(_rows(seg.src), train.src, strict=True)
+        )
+        assert changed > 0  # the other sentences are still sampled

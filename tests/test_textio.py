@@ -47,6 +47,25 @@ def test_decode_line_replace_mode():
         decode_line(b"a\xffb", "x.txt", 5)
 
 
+@pytest.mark.parametrize("name", ["ref.de", "ref.de.gz"])
+def test_a_byte_order_mark_is_not_text(tmp_path, name):
+    # Windows editors start a file with U+FEFF; kept, it joined the first word of a reference.
+    from nmt.scoring import read_text, score
+
+    text = "ein Hund läuft über die Wiese\nzwei Kinder spielen im Park\n"
+    path = tmp_path / name
+    raw = ("\ufeff" + text).encode()
+    path.write_bytes(gzip.compress(raw) if name.endswith(".gz") else raw)
+    (tmp_path / "plain.de").write_text(text, encoding="utf-8")
+    assert list(read_lines(path)) == text.splitlines()
+    hyps = ["ein Hund läuft über die Wiese", "zwei Kinder spielen im Garten"]
+    with_bom = score(hyps, [read_text(path)], metrics=("bleu", "chrf"))
+    without = score(hyps, [read_text(tmp_path / "plain.de")], metrics=("bleu", "chrf"))
+    assert [r.score for r in with_bom] == [r.score for r in without]
+    assert decode_line(b"\xef\xbb\xbfa", "x", 1) == "a"
+    assert decode_line(b"\xef\xbb\xbfa", "x", 2) == "\ufeffa"  # only a mark opening the file
+
+
 def test_missing_file_is_a_user_error(tmp_path):
     with pytest.raises(NmtError, match=r"nope.txt: file not found$"):
         list(read_lines(tmp_path / "nope.txt"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import random
+import subprocess
+import sys
 import unicodedata
 
 import pytest
@@ -86,6 +88,43 @@ def test_a_comma_in_a_path_is_part_of_the_name(tmp_path):
     lines = Tokenizer.load(train_spm(iter(texts), folder / "lines", 60, threads=1))
     for tok in (one, two, lines):
         assert tok.decode(tok.encode(texts[0])) == texts[0]
+
+
+TRAIN_SAMPLED = """
+import sys
+from pathlib import Path
+from nmt.vocab import train_spm
+files, out = [Path(sys.argv[1]), Path(sys.argv[2])], Path(sys.argv[3])
+for kind in ("unigram", "bpe"):
+    train_spm(files, out / kind, 200, model_type=kind, input_sentence_size=300, threads=1)
+lines = files[0].read_text(encoding="utf-8").splitlines()
+train_spm(iter(lines), out / "lines", 200, input_sentence_size=300, threads=1)
+"""
+
+
+def test_a_sample_of_a_larger_corpus_gives_the_same_vocabulary_every_run(tmp_path, repo_root):
+    # SentencePiece's own sentence sampler is seeded anew in every process: a corpus over
+    # input_sentence_size lines gave another vocabulary every run. The sample is drawn seeded now.
+    rng = random.Random(1)
+    words = [
+        "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 8))) for _ in range(500)
+    ]
+    lines = [" ".join(rng.choices(words, k=rng.randint(3, 12))) for _ in range(3000)]
+    (tmp_path / "a.txt").write_text("\n".join(lines[:2000]) + "\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("\n".join(lines[2000:]), encoding="utf-8")  # no last newline
+    runs = []
+    for k in range(2):
+        out = tmp_path / f"run{k}"
+        out.mkdir()
+        args = [tmp_path / "a.txt", tmp_path / "b.txt", out]
+        subprocess.run(
+            [sys.executable, "-c", TRAIN_SAMPLED, *map(str, args)], check=True, cwd=repo_root
+        )
+        runs.append({p.name: p.read_bytes() for p in out.glob("*.vocab")})
+        assert sorted(p.name for p in out.iterdir()) == [
+            "bpe.model", "bpe.vocab", "lines.model", "lines.vocab", "unigram.model", "unigram.vocab"
+        ]  # fmt: skip
+    assert len(runs[0]) == 3 and runs[0] == runs[1]
 
 
 def test_train_spm_vocab_too_large_shrinks_too_small_is_clear(tmp_path):
