@@ -337,13 +337,21 @@ def translate_cmd(
 ) -> None:
     """Translate text, one sentence per line: exactly one output line per input line, in order
     (N lines with --nbest N in text format). Empty lines give empty lines."""
-    from nmt.translation_io import check_inputs, check_model_dirs
+    from nmt.translation_io import check_inputs, check_model_dirs, check_output, check_search
 
     check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)  # before the model loads
+    check_output(output)
     check_model_dirs(model_dir)
+    from nmt.ct2 import checked_export, open_translator  # a model directory, or an `nmt export`
+
+    checked_export(model_dir, checkpoint, precision)  # options an export refuses, named first
     searching = greedy or beam_size not in (None, 1)
     draw = sampling_options(sampling, temperature, topk, topp, seed, searching)
-    from nmt.ct2 import open_translator  # a model directory, or an `nmt export` of one
+    check_search(
+        model_dir, nbest, greedy, draw is not None, beam_size=beam_size,
+        length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+        min_len=min_len, batch_tokens=batch_tokens, stop=stop,
+    )  # fmt: skip
     from nmt.translate import Translator, translate_files
 
     translator = open_translator(model_dir, device, checkpoint, precision, workers)
@@ -399,9 +407,10 @@ def rescore_cmd(
 ) -> None:
     """Score given translations (forced decoding): the log-probability of each target line given
     its source line, one line per pair (n-best reranking, corpus filtering, model comparison)."""
-    from nmt.translation_io import check_inputs, check_model_dirs, warn_to_stderr
+    from nmt.translation_io import check_inputs, check_model_dirs, check_output, warn_to_stderr
 
     check_inputs([source, target], fmt)  # a bad format or missing file fails before the model loads
+    check_output(output)
     check_model_dirs(model_dir)
     from nmt.ct2 import open_translator  # a model directory, or an `nmt export` of one
     from nmt.rescore import rescore_files
@@ -511,7 +520,9 @@ def serve_cmd(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8080, "--port", help="TCP port (0: any free one)."),
     max_batch_tokens: int = typer.Option(
-        None, "--max-batch-tokens", help="Padded source tokens per decoder call [default: model's]."
+        None,
+        "--max-batch-tokens",
+        help="Padded source tokens per decoder call \\[default: model's].",
     ),
     max_wait_ms: float = typer.Option(
         10.0, "--max-wait-ms", help="How long a request waits for others to share its batch."
@@ -607,7 +618,7 @@ def score_cmd(
         None,
         "--buckets",
         help="--by-length buckets, LO-HI holds LO <= n < HI "
-        "[default: 0-10,10-20,20-30,30-40,40-50,50+].",
+        "\\[default: 0-10,10-20,20-30,30-40,40-50,50+].",
     ),
     length_unit: str = typer.Option(
         "word", "--length-unit", help="--by-length: word, or subword (pieces of --spm)."
@@ -621,7 +632,7 @@ def score_cmd(
     label: list[str] = typer.Option(
         None,
         "--label",
-        help="--by-length: system name per HYP file, in order [default: file name].",
+        help="--by-length: system name per HYP file, in order \\[default: file name].",
     ),
 ) -> None:
     """Score hypotheses against references with sacrebleu's BLEU, chrF(++) and TER.
@@ -639,6 +650,7 @@ def score_cmd(
     metrics = scoring.parse_metrics(metric)
     opts = scoring.Options(tokenize, lowercase, chrf_word_order, ter_case_sensitive)
     scoring.make_metric("bleu", opts)  # validates --tokenize before any file is read
+    scoring.check_options(metrics, opts, paired_n)
     if by_length is None and (plot or label or buckets or spm):
         raise NmtError("--buckets, --spm, --plot and --label go with --by-length SRC_FILE")
     if by_length is not None and (paired or sentence):
@@ -678,13 +690,15 @@ def evaluate_cmd(
     metric: list[str] = typer.Option(
         ["bleu"], "--metric", help="bleu, chrf, chrf++ or ter; repeat or comma-separate."
     ),
-    beam_size: int = typer.Option(None, "--beam-size", help="Beam width [default: model config]."),
+    beam_size: int = typer.Option(
+        None, "--beam-size", help="Beam width \\[default: model config]."
+    ),
     greedy: bool = typer.Option(False, "--greedy", help="Greedy search instead of beam."),
     length_penalty: float = typer.Option(
-        None, "--length-penalty", help="GNMT length penalty [default: model config]."
+        None, "--length-penalty", help="GNMT length penalty \\[default: model config]."
     ),
     batch_tokens: int = typer.Option(
-        None, "--batch-tokens", help="Source tokens per batch [default: model config]."
+        None, "--batch-tokens", help="Source tokens per batch \\[default: model config]."
     ),
     checkpoint: CheckpointOpt = "default",
     device: DeviceOpt = "auto",
@@ -699,10 +713,13 @@ def evaluate_cmd(
     """Translate a test set and score it in one call (inputs checked before the model loads)."""
     import contextlib
 
+    from nmt.errors import NmtError
     from nmt.evaluate import evaluate
     from nmt.scoring import Options
     from nmt.scoring_report import print_scores
 
+    if width < 0:  # as `nmt score`, before anything is translated
+        raise NmtError(f"--width must be >= 0, got {width}")
     opts = Options(tokenize, lowercase, chrf_word_order, False)
     with contextlib.ExitStack() as stack:
         progress = None if quiet else batch_progress(stack)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import typing
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ class Range:
     hi_open: bool = False
 
     def __contains__(self, x: float) -> bool:
+        if isinstance(x, float) and not math.isfinite(x):
+            return False  # inf passes `>= lo`: as max_len_a it cut every translation to 1 token
         above = self.lo is None or (x > self.lo if self.lo_open else x >= self.lo)
         below = self.hi is None or (x < self.hi if self.hi_open else x <= self.hi)
         return above and below
@@ -44,6 +47,11 @@ class Range:
             return f"{'<' if self.hi_open else '<='} {self.hi}"
         left, right = "(" if self.lo_open else "[", ")" if self.hi_open else "]"
         return f"in {left}{self.lo}, {self.hi}{right}"
+
+    def requirement(self, x: float) -> str:
+        """What `x` failed, for its error: the range, saying "finite" when x is inf or NaN."""
+        finite = not isinstance(x, float) or math.isfinite(x)
+        return str(self) if finite else f"a finite number {self}"
 
 
 def choice(default: str, *choices: str) -> Any:
@@ -62,6 +70,12 @@ UNIT = Range(0, 1, hi_open=True)  # probabilities that must leave something: [0,
 def prob(default: float) -> Any:
     """A probability-like float field in [0, 1)."""
     return field(default=default, metadata={"range": UNIT})
+
+
+def duration(default: str) -> Any:
+    """A duration field ("25m", "1h30m"; a bare number is seconds; "" or 0: none), parsed by
+    Config.check; unlike other text fields it takes a number as well."""
+    return field(default=default, metadata={"duration": True})
 
 
 @dataclass
@@ -125,7 +139,9 @@ class TrainingConfig:
     max_tokens: int = num(4096, 1)
     accumulate: int = num(1, 1)
     lr: float = num(7e-4, 0, lo_open=True)
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98], metadata={"range": UNIT})
+    betas: list[float] = field(  # Adam's (beta1, beta2): exactly two
+        default_factory=lambda: [0.9, 0.98], metadata={"range": UNIT, "length": 2}
+    )
     weight_decay: float = num(0.0, 0)
     schedule: str = choice("inverse_sqrt", "cosine", "linear", "constant")
     warmup: int = num(4000, 0)
@@ -150,10 +166,10 @@ class TrainingConfig:
     valid_max_sentences: int = num(0, 0)
     max_steps: int = num(0, 0)
     max_epochs: int = num(0, 0)
-    max_time: str = ""  # a duration (DURATIONS), checked by Config.check
+    max_time: str = duration("")  # the run's wall-clock budget
     seed: int = num(1, 0, 2**32 - 1)  # seeds every generator (numpy takes no negative seed)
     save_every: int = num(0, 0)  # steps between saves of last + trainer state; 0: off
-    save_every_time: str = "10m"  # a duration between such saves; "" or 0: off
+    save_every_time: str = duration("10m")  # between such saves; "" or 0: off
     reset_data_position: bool = False  # --resume with other batching: start the epoch over
     init_from: str = ""  # MODEL_DIR whose weights start this run (fine-tuning); "": random init
     init_checkpoint: str = "default"  # which of its checkpoints: default, best, last, averaged, or
@@ -224,7 +240,7 @@ class Config:
             )
 
 
-DURATIONS = ("max_time", "save_every_time")  # training keys holding a duration like 10m
+DURATIONS = tuple(f.name for f in dataclasses.fields(TrainingConfig) if f.metadata.get("duration"))
 INIT_CHECKPOINTS = ("default", "best", "last", "averaged")  # nmt.modeldir's names
 
 
@@ -264,7 +280,7 @@ def _check_meta(key: str, value: Any, meta: Any) -> Any:
         raise NmtError(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
     bounds = meta.get("range")
     if bounds is not None and value not in bounds:
-        raise NmtError(f"{key}: must be {bounds}, got {value!r}")
+        raise NmtError(f"{key}: must be {bounds.requirement(value)}, got {value!r}")
     return value
 
 
@@ -274,12 +290,34 @@ def _coerce(key: str, value: Any, hint: Any, meta: Any) -> Any:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
             raise NmtError(f"{key}: expected a list of {item.__name__}, got {value!r}")
+        length = meta.get("length")
+        if length is not None and len(value) != length:
+            raise NmtError(f"{key}: expected {length} values, got {len(value)}: {value!r}")
         return [_coerce(key, v, item, meta) for v in value]
+    if meta.get("choices"):  # before the type, so a number names the choices too
+        return _check_meta(key, value, meta)
+    if meta.get("duration"):
+        return _coerce_duration(key, value)
     return _check_meta(key, _coerce_scalar(key, value, hint), meta)
 
 
+def _coerce_duration(key: str, value: Any) -> str:
+    """A duration field's text, parsed now so a bad one names its origin; a number is seconds."""
+    text = str(value) if _is_number(value) else _coerce_scalar(key, value, str)
+    try:
+        parse_duration(text)
+    except NmtError as e:
+        raise NmtError(f"{key}: {e}") from None
+    return text
+
+
+def _is_number(value: Any) -> bool:
+    """An int or float, not a bool (YAML's true is an int to Python)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _coerce_scalar(key: str, value: Any, hint: Any) -> Any:
-    """Type check of one bool / int / float / str value."""
+    """Type check of one bool / int / float / str value (None: "" for text)."""
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -295,7 +333,10 @@ def _coerce_scalar(key: str, value: Any, hint: Any) -> Any:
             return float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
         raise NmtError(f"{key}: expected a number, got {value!r}")
     if hint is str:
-        return "" if value is None else str(value)
+        if value is None or isinstance(value, str):
+            return value or ""
+        kind = type(value).__name__  # YAML typed it: 010 is the int 8, 2024-05-01 a date
+        raise NmtError(f"{key}: expected text, got {kind} {value} (quote the value)")
     raise NmtError(f"{key}: unsupported type {hint}")
 
 
@@ -353,15 +394,23 @@ def set_value(cfg: Config, dotted: str, value: Any, origin: str = "--set") -> No
     section, _, key = dotted.partition(".")
     if section not in SECTIONS or not key:
         raise NmtError(f"{origin}: unknown key {dotted!r}{_suggest(dotted, all_keys())}")
+    if dotted != "model.type" and key not in _fields(getattr(cfg, section)):
+        raise _unknown_key(cfg, dotted, origin)
+    try:
+        _set_checked(cfg, dotted, value)
+    except NmtError as e:  # a bad value names where it came from, as an unknown key does
+        raise NmtError(f"{origin}: {e}") from None
+
+
+def _set_checked(cfg: Config, dotted: str, value: Any) -> None:
+    """Set an existing `section.key` once `value` fits its field (model.type: switch class)."""
     if dotted == "model.type":
         _set_model_type(cfg, value)
         return
+    section, _, key = dotted.partition(".")
     obj = getattr(cfg, section)
-    fields = _fields(obj)
-    if key not in fields:
-        raise _unknown_key(cfg, dotted, origin)
     hint = typing.get_type_hints(type(obj))[key]
-    setattr(obj, key, _coerce(dotted, value, hint, fields[key].metadata))
+    setattr(obj, key, _coerce(dotted, value, hint, _fields(obj)[key].metadata))
 
 
 def model_config(type: str = "transformer", **values: Any) -> ModelConfig:
@@ -376,13 +425,34 @@ def model_config(type: str = "transformer", **values: Any) -> ModelConfig:
     return cfg.model
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without YAML 1.1's base-60 numbers (YAML 1.2 has none either), so
+    `max_time: 1:30` stays the text it looks like, refused as a duration, not 90 seconds."""
+
+
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+# SafeLoader's resolvers, its number patterns refusing any text with a ':' (the base-60 forms)
+_YamlLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, re.compile("(?!.*:)" + rx.pattern, rx.flags) if tag in _NUMBER_TAGS else rx)
+        for tag, rx in resolvers
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _load_yaml(text: str) -> Any:
+    """YAML as configs read it: safe, and `1:30` is text (_YamlLoader)."""
+    return yaml.load(text, Loader=_YamlLoader)
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """Split `section.key=value`; the value is parsed as YAML (so 1e-3, true, [0.9, 0.98] work)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise NmtError(f"--set {text!r}: expected section.key=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return key.strip(), value
@@ -403,7 +473,7 @@ def preset_names() -> list[str]:
 
 def _read_yaml(text: str, origin: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
+        data = _load_yaml(text)
     except yaml.YAMLError as e:
         raise NmtError(f"{origin}: invalid YAML ({str(e).splitlines()[0]})") from None
     return data or {}
@@ -455,6 +525,12 @@ def config_from_dict(data: dict[str, Any], origin: str = "config") -> Config:
     return cfg
 
 
+def read_saved_config(path: str | Path) -> Config:
+    """A saved config.yaml (MODEL_DIR's own) as a checked Config; errors name the file."""
+    path = Path(path)
+    return config_from_dict(_read_yaml(path.read_text(encoding="utf-8"), str(path)), str(path))
+
+
 def resolve_train_config(
     config_path: str | Path | None,
     preset: str | None,
@@ -471,8 +547,7 @@ def resolve_train_config(
     saved = Path(model_dir) / "config.yaml"
     init = flags.get("init_from")
     if resume and not config_path and not preset and saved.exists():
-        data = _read_yaml(saved.read_text(encoding="utf-8"), str(saved))
-        cfg = config_from_dict(data, str(saved))
+        cfg = read_saved_config(saved)
         apply_overrides(cfg, overrides)
     elif init and not config_path and not preset:  # fine-tuning: the initial model's own config
         cfg = _init_model_config(Path(init))
@@ -493,7 +568,7 @@ def _init_model_config(init_dir: Path) -> Config:
         raise NmtError(f"{init_dir}: model directory not found")
     if not saved.is_file():
         raise NmtError(f"{saved}: file not found (--init-from takes a MODEL_DIR)")
-    cfg = config_from_dict(_read_yaml(saved.read_text(encoding="utf-8"), str(saved)), str(saved))
+    cfg = read_saved_config(saved)
     cfg.training.init_from, cfg.training.init_checkpoint = "", "default"
     return cfg
 

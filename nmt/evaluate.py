@@ -13,12 +13,13 @@ from nmt.scoring import (
     Options,
     Result,
     check_lengths,
+    check_options,
     parse_metrics,
     read_text,
     score,
 )
 from nmt.textio import atomic_write
-from nmt.translation_io import check_model_dirs, model_dirs, one_line
+from nmt.translation_io import check_model_dirs, model_dirs, one_line, warn_to_stderr
 
 
 def _check_inputs(
@@ -60,6 +61,7 @@ def evaluate(
     """
     metric_names = parse_metrics(metrics)
     opts = options or Options()
+    check_options(metric_names, opts)
     dirs = model_dirs(model_dir)
     src_lines, refs = _check_inputs(dirs, src, ref_paths, opts)
 
@@ -70,6 +72,7 @@ def evaluate(
     )
     kwargs = {k: v for k, v in translate_kwargs.items() if v is not None}
     kwargs.setdefault("scores", False)  # only the text is scored
+    kwargs.setdefault("on_warning", warn_to_stderr(str(src)))  # truncations name the file
     if progress is not None:
         kwargs["progress"] = lambda n: progress(n, len(src_lines))
     with translator:  # its worker processes end with the translation

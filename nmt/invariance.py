@@ -48,11 +48,12 @@ class InvarianceReport:
 
 
 def check(translator: Translator, lines: Sequence[str], **options: Any) -> InvarianceReport:
-    """Translate `lines` one at a time and in the translator's normal batches; compare."""
+    """Translate `lines` one at a time and in the translator's normal batches; compare. Each
+    line keeps its number alone too: sampling keys and warnings follow it."""
     batched = translator.translate(list(lines), **options)
     report = InvarianceReport(len(lines), 0)
     for i, (line, b) in enumerate(zip(lines, batched, strict=True), start=1):
-        (alone,) = translator.translate([line], **options)
+        (alone,) = translator.translate([line], first_line=i, **options)  # its own line number
         if alone.text == b.text:
             report.identical += 1
             continue

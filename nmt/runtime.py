@@ -94,8 +94,9 @@ def exit_quickly(code: int | str | None) -> NoReturn:
         sys.exit(code)
     status = _exit_status(code)
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None: started without it (`>&-`), nothing to flush
+                stream.flush()
     except (OSError, ValueError):  # a closed or broken stream: let Python report it as usual
         sys.exit(status)
     atexit._run_exitfuncs()
@@ -108,7 +109,8 @@ def _exit_status(code: int | str | None) -> int:
         return 0
     if isinstance(code, int):
         return code & 0xFF
-    sys.stderr.write(f"{code}\n")
+    if sys.stderr is not None:
+        sys.stderr.write(f"{code}\n")
     return 1
 
 

@@ -134,12 +134,27 @@ def parse_metrics(names: Iterable[str]) -> list[str]:
     return out or ["bleu"]
 
 
+def check_options(metrics: Sequence[str], opts: Options, paired_n: int = 0) -> None:
+    """Refuse option values sacrebleu would take silently: a negative chrF word order, a word
+    order given with chrf++ (its own is 2: ignored, or a duplicate of chrf), negative --paired-n."""
+    order = opts.chrf_word_order
+    if order is not None and order < 0:
+        raise NmtError(f"--chrf-word-order must be >= 0, got {order}")
+    if order is not None and "chrf++" in metrics:
+        raise NmtError(
+            f"--chrf-word-order {order} goes with -m chrf; chrf++ is chrF with word order 2"
+        )
+    if paired_n < 0:
+        raise NmtError(f"--paired-n must be >= 0 (0: sacrebleu's default), got {paired_n}")
+
+
 def make_metric(
     name: str, opts: Options, refs: Sequence[Sequence[str]] | None = None, sentence: bool = False
 ) -> Metric:
     """Build a sacrebleu metric object with the CLI's options mapped to its arguments."""
     if name not in METRICS:
         raise NmtError(f"unknown metric {name!r} (choose from {', '.join(METRICS)})")
+    check_options([name], opts)
     cls, fixed = METRICS[name]
     if cls is BLEU:
         if opts.tokenize is not None and opts.tokenize not in TOKENIZERS:
@@ -297,6 +312,7 @@ def paired_test(
     for name, hyps in systems:
         check_lengths(hyps, refs, hyp_name=name)
         named.append((name, _normalise(hyps)))
+    check_options(parse_metrics(metrics), opts, n_samples)
     objs = {name: make_metric(name, opts, refs=refs) for name in parse_metrics(metrics)}
     n = n_samples if n_samples > 0 else DEFAULT_SAMPLES[test]
     ar_ci = AR_CONFIDENCE_SAMPLES if test == "ar" else -1

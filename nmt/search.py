@@ -9,8 +9,8 @@ Conventions shared by both:
 - A hypothesis of n tokens costs n + 1 predictions (its tokens and eos); its length for the GNMT
   length penalty lp(L) = ((5 + L) / 6) ** alpha is L = n + 1, and `score = log_prob / lp(L)`.
 - The maximum length of sentence i is n <= floor(a * |src_i| + b) tokens, where |src_i| is the
-  source length without its eos, capped so every position fits `model.max_positions`; at that
-  length eos is forced (with the log-probability the model gives it).
+  source length without its eos, capped so every position fits `model.max_positions` (at
+  NO_LENGTH_CAP without one); at that length eos is forced (with the model's log-probability).
 - pad and bos are never produced.
 - eos is forbidden while fewer than `min_len` tokens have been produced (min_len is capped at
   the maximum length, so forced eos wins).
@@ -37,6 +37,7 @@ NEG_INF = float("-inf")
 RETIRE_EVERY = 5
 FORCED_FLOOR = -1000.0  # floor for a forced eos the model calls (near) impossible
 BLOCK = 64  # columns per block of the two-stage top-k / argmax over a vocabulary-wide row
+NO_LENGTH_CAP = 100_000  # most output tokens of a model with no position limit (fairseq's RNNs)
 
 
 class SearchOptionError(NmtError, ValueError):
@@ -59,11 +60,13 @@ def gnmt_length_penalty(length: int | torch.Tensor, alpha: float) -> Any:
 
 
 def max_lengths(model: Decoder, src_lengths: torch.Tensor, a: float, b: float) -> torch.Tensor:
-    """Per-sentence maximum number of output tokens (B,), so the eos position still fits."""
-    n = torch.floor(a * (src_lengths - 1).to(torch.float64) + b).long().clamp(min=1)
-    if model.max_positions:
-        n = n.clamp(max=int(model.max_positions) - 1)
-    return n
+    """Per-sentence maximum number of output tokens (B,), so the eos position still fits.
+
+    Capped while still a float: a huge a or b (1e300, inf) converted to int64 first wrapped to
+    INT64_MIN, and the floor of 1 then cut every translation to one token."""
+    cap = int(model.max_positions) - 1 if model.max_positions else NO_LENGTH_CAP
+    n = torch.floor(a * (src_lengths - 1).to(torch.float64) + b)
+    return n.clamp(1, cap).long()
 
 
 # ---- top-k over vocabulary-wide rows ----------------------------------------------------------

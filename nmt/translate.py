@@ -35,13 +35,15 @@ from nmt.search import Hypothesis, Sampling, beam_search, greedy_search, sample_
 from nmt.textio import atomic_write
 from nmt.translation_io import (
     BATCH_LINES,
-    MAX_SAMPLES,
     check_inputs,
+    check_output,
     count_lines,
+    decoding_options,
     format_translation,
     is_regular,
     model_dirs,
     read_batches,
+    search_rows,
     warn_to_stderr,
 )
 from nmt.vocab import Tokenizer
@@ -98,30 +100,6 @@ class Translation:
                 item["attention"] = [] if att is None else np.round(att, 4).tolist()
             record["hypotheses"].append(item)
         return record
-
-
-_DECODING_FIELDS = {f.name: f.metadata for f in dataclasses.fields(DecodingConfig)}
-
-
-def _check_option(key: str, value: Any) -> None:
-    """A search option against the range / choices its `decoding` config key declares."""
-    meta, flag = _DECODING_FIELDS[key], "--" + key.replace("_", "-")
-    bounds, choices = meta.get("range"), meta.get("choices")
-    if bounds is not None and value not in bounds:
-        raise NmtError(f"{flag} must be {bounds}, got {value}")
-    if choices is not None and value not in choices:
-        raise NmtError(f"{flag} must be {' or '.join(choices)}, got {value!r}")
-
-
-def decoding_options(defaults: DecodingConfig, given: dict[str, Any]) -> dict[str, Any]:
-    """Search options: the given ones, else `defaults`; each checked against the range its
-    config key declares (one-line errors naming the option). Shared with nmt.ct2."""
-    out = {
-        k: given[k] if given.get(k) is not None else getattr(defaults, k) for k in _DECODING_FIELDS
-    }
-    for key, value in out.items():
-        _check_option(key, value)
-    return out
 
 
 def _warn(message: str) -> None:
@@ -251,17 +229,9 @@ class Translator:
             beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
             max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, stop=stop,
         )  # fmt: skip
-        k = 1 if greedy else opts["beam_size"]
-        if sampling is not None:
-            if beam_size not in (None, 1) or greedy:
-                raise NmtError("--sampling draws its own tokens: drop --beam-size / --greedy")
-            if not 1 <= nbest <= MAX_SAMPLES:
-                raise NmtError(
-                    f"--nbest must be between 1 and {MAX_SAMPLES} with --sampling, got {nbest}"
-                )
-            k = nbest  # rows per sentence
-        elif not 1 <= nbest <= k:
-            raise NmtError(f"--nbest must be between 1 and the beam size ({k}), got {nbest}")
+        if sampling is not None and (beam_size not in (None, 1) or greedy):
+            raise NmtError("--sampling draws its own tokens: drop --beam-size / --greedy")
+        k = search_rows(opts["beam_size"], greedy, nbest, sampling is not None)  # rows per line
         lines = list(lines)
         if keys is not None and len(keys) != len(lines):
             raise NmtError(f"{len(keys)} sampling keys for {len(lines)} lines")
@@ -603,8 +573,11 @@ def translate_files(
     per-batch `advance(n)` when every input is a regular file.
     """
     paths = check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)
+    check_output(output)
     search.update(nbest=nbest, with_attention=with_attention, scores=fmt == "jsonl")
-    translator.options(**search)  # bad options fail before any input is read
+    opts = translator.options(**search)  # bad options fail before any input is read
+    sampling = search.get("sampling") is not None
+    search_rows(opts["beam_size"], search.get("greedy", False), nbest, sampling)  # before input
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         advance = None

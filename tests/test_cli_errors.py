@@ -115,3 +115,29 @@ def test_permission_denied_and_bad_parents_name_the_output(model_dir, tmp_path, 
     out = tmp_path / "out.txt"
     r = runner.invoke(app, [*args, str(out)])
     assert (r.exit_code, r.stderr) == (2, f"error: {out}: permission denied\n")
+
+
+def nmt_closed(redirect: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -m nmt ARGS` started by a shell with `redirect` (`>&-`: no stdout, `<&-`: no stdin)."""
+    script = f'"$0" -m nmt "$@" {redirect}'
+    return subprocess.run(
+        ["sh", "-c", script, sys.executable, *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "NMT_DEBUG": ""},
+    )  # fmt: skip
+
+
+def test_a_closed_stdout_or_stdin_is_one_line_and_output_files_still_work(model_dir, tmp_path):
+    # A closed stdout made sys.stdout None: translating to it failed after the work was done, and
+    # the quick exit's flush turned even a successful run into a traceback with exit 1.
+    src = tmp_path / "in.txt"
+    src.write_text("a man .\ntwo dogs .\n")
+    r = nmt_closed(">&-", "translate", "-m", str(model_dir), str(src), "-q")
+    message = "error: <stdout>: standard output is closed; give -o FILE or redirect it\n"
+    assert (r.returncode, r.stderr) == (2, message)
+    out = tmp_path / "out.txt"
+    r = nmt_closed(">&-", "translate", "-m", str(model_dir), str(src), "-q", "-o", str(out))
+    assert (r.returncode, r.stderr) == (0, "")
+    assert len(out.read_text().splitlines()) == 2
+    r = nmt_closed("<&-", "translate", "-m", str(model_dir), "-q", "-o", str(out))
+    message = "error: <stdin>: standard input is closed; give input files or redirect it\n"
+    assert (r.returncode, r.stderr) == (2, message)

@@ -243,6 +243,26 @@ def _bad_utf8(tmp_path: Path) -> Path:
         ),
         (["{hyp}", "{hyp2}", "-r", "{ref}", "--sentence"], None, "one system at a time"),
         (["-", "-", "-r", "{ref}"], b"x\n", "stdin ('-') can be given only once"),
+        (
+            ["{hyp}", "-r", "{ref}", "-m", "chrf", "--chrf-word-order", "-1"],
+            None,
+            "--chrf-word-order must be >= 0, got -1",
+        ),
+        (  # chrf++ fixes word order 2: 0 was ignored, and chrf + 2 printed one line twice
+            ["{hyp}", "-r", "{ref}", "-m", "chrf++", "--chrf-word-order", "0"],
+            None,
+            "--chrf-word-order 0 goes with -m chrf; chrf++ is chrF with word order 2",
+        ),
+        (
+            ["{hyp}", "-r", "{ref}", "-m", "chrf,chrf++", "--chrf-word-order", "2"],
+            None,
+            "--chrf-word-order 2 goes with -m chrf; chrf++ is chrF with word order 2",
+        ),
+        (
+            ["{hyp}", "{hyp2}", "-r", "{ref}", "--paired-bs", "--paired-n", "-1"],
+            None,
+            "--paired-n must be >= 0 (0: sacrebleu's default), got -1",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(files, tmp_path, args, stdin, message):
@@ -297,8 +317,8 @@ def fake_translator(monkeypatch):
             calls["from_dir"] = (str(model_dir), device, checkpoint, precision)
             return cls()
 
-        def translate(self, lines, progress=None, **kwargs):
-            calls["translate"] = kwargs
+        def translate(self, lines, progress=None, on_warning=None, **kwargs):
+            calls["translate"], calls["on_warning"] = kwargs, on_warning
             if progress is not None:
                 progress(len(lines))
             return [_Hyp(x) for x in lines]
@@ -346,6 +366,35 @@ def test_evaluate_translates_writes_and_scores(files, tmp_path, fake_translator)
     assert fake_translator["translate"] == {"greedy": False, "scores": False}
 
 
+def test_evaluate_warnings_name_the_source_file(files, tmp_path, fake_translator, capsys):
+    """Truncation warnings say which file their line numbers count in, as translate's do."""
+    (tmp_path / "model").mkdir()
+    res = nmt("evaluate", "-m", tmp_path / "model", "--src", files["hyp"], "-r", files["ref"], "-q")
+    assert res.exit_code == 0, res.output
+    capsys.readouterr()
+    fake_translator["on_warning"]("line 7: source has 90 subword tokens, truncated to 63")
+    err = capsys.readouterr().err
+    assert (
+        err == f"warning: {files['hyp']}: line 7: source has 90 subword tokens, truncated to 63\n"
+    )
+
+
+def test_help_shows_bracketed_defaults():
+    """Rich markup took `[default: ...]` in a help text for a tag and dropped it."""
+    wide = {"COLUMNS": "250"}
+    shown = {
+        "score": ["HI [default: 0-10,10-20,20-30,30-40,40-50,50+].", "order [default: file name]."],
+        "evaluate": ["Beam width [default: model config].", "penalty [default: model config].",
+                     "per batch [default: model config]."],
+        "serve": ["decoder call [default: model's]."],
+    }  # fmt: skip
+    for command, texts in shown.items():
+        res = runner.invoke(app, [command, "--help"], env=wide)
+        assert res.exit_code == 0, res.output
+        for text in texts:
+            assert text in res.stdout, (command, text)
+
+
 def test_evaluate_writes_one_line_per_input_like_translate(tmp_path, fake_translator):
     """An empty line and line breaks inside a translation (here U+2028) never shift -o."""
     model = tmp_path / "model"
@@ -379,6 +428,14 @@ def test_evaluate_writes_one_line_per_input_like_translate(tmp_path, fake_transl
         (
             ["-m", "{model}", "--src", "{hyp}", "-r", "{ref}", "--tokenize", "y"],
             "unknown tokenizer",
+        ),
+        (  # it failed after translating everything
+            ["-m", "{model}", "--src", "{hyp}", "-r", "{ref}", "--width", "-1"],
+            "--width must be >= 0, got -1",
+        ),
+        (
+            ["-m", "{model}", "--src", "{hyp}", "-r", "{ref}", "--chrf-word-order", "-1"],
+            "--chrf-word-order must be >= 0, got -1",
         ),
     ],
 )

@@ -154,6 +154,7 @@ def test_scientific_notation_without_a_dot_is_a_number(tmp_path):
          "error: --set: unknown key 'model.d_modle'; did you mean model.d_model?\n"),
         ("seq2seq-tiny", "model.heads=8",
          f"error: --set: model.heads: not a seq2seq key (valid: {S2S_KEYS})\n"),
+        ("transformer-tiny", "training.lr=0", "error: --set: training.lr: must be > 0, got 0.0\n"),
     ],
 )  # fmt: skip
 def test_cli_reports_a_bad_key_in_one_line(tmp_path, preset, override, stderr):
@@ -317,13 +318,76 @@ def test_old_flat_saved_config_loads(arch, tmp_path):
         ("decoding.max_len_b=-1", "decoding.max_len_b: must be >= 0, got -1"),
         ("decoding.min_len=-1", "decoding.min_len: must be >= 0, got -1"),
         ("decoding.batch_tokens=0", "decoding.batch_tokens: must be >= 1, got 0"),
+        # not finite: inf passed every lower bound (max_len_a=.inf cut translations to 1 token)
+        ("training.lr=.inf", "training.lr: must be a finite number > 0, got inf"),
+        ("decoding.max_len_a=.inf", "decoding.max_len_a: must be a finite number >= 0, got inf"),
+        ("decoding.max_len_a=.nan", "decoding.max_len_a: must be a finite number >= 0, got nan"),
+        ("training.clip_norm=.inf", "training.clip_norm: must be a finite number >= 0, got inf"),
+        # Adam takes exactly two betas (one crashed building the optimizer)
+        ("training.betas=[0.9]", "training.betas: expected 2 values, got 1: [0.9]"),
+        ("training.betas=[0.9, 0.98, 0.99]", "training.betas: expected 2 values, got 3: [0.9, 0.98, 0.99]"),
+        ("training.betas=[]", "training.betas: expected 2 values, got 0: []"),
     ],
-)
+)  # fmt: skip
 def test_out_of_range_values_name_key_value_and_range(override, message):
     s2s = override.split("=")[0] in ("model.embed_dim", "model.hidden_size")
     with pytest.raises(NmtError) as e:
         load_config(overrides=[*(["model.type=seq2seq"] if s2s else []), override])
+    assert str(e.value) == f"--set: {message}"  # named as --set, as an unknown key is
+
+
+def test_bad_values_name_their_file_or_preset(tmp_path):
+    """A value error names where the value came from, as an unknown key does."""
+    path = tmp_path / "c.yaml"
+    path.write_text("training:\n  lr: 0\n")
+    with pytest.raises(NmtError) as e:
+        load_config(path)
+    assert str(e.value) == f"{path}: training.lr: must be > 0, got 0.0"
+    path.write_text("decoding:\n  max_len_a: .inf\n")
+    with pytest.raises(NmtError) as e:
+        load_config(path)
+    assert str(e.value) == f"{path}: decoding.max_len_a: must be a finite number >= 0, got inf"
+    with pytest.raises(NmtError) as e:
+        config_from_dict({"model": {"type": "rnn"}}, "m/config.yaml")
+    assert (
+        str(e.value) == "m/config.yaml: model.type: expected one of transformer, seq2seq, got 'rnn'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        # YAML types 010 as the int 8, a date as a date: a text field no longer takes str() of it
+        ("training.init_from=010", "--set: training.init_from: expected text, got int 8 (quote the value)"),
+        ("training.init_checkpoint=[best]",
+         "--set: training.init_checkpoint: expected text, got list ['best'] (quote the value)"),
+        ("training.init_from=2024-05-01",
+         "--set: training.init_from: expected text, got date 2024-05-01 (quote the value)"),
+        ("training.max_time=true", "--set: training.max_time: expected text, got bool True (quote the value)"),
+        ("training.schedule=1",
+         "--set: training.schedule: expected one of inverse_sqrt, cosine, linear, constant, got 1"),
+        # base-60: 1:30 was 90 seconds (YAML 1.1); it stays the text it looks like
+        ("training.max_time=1:30",
+         "--set: training.max_time: bad duration '1:30': expected e.g. 90s, 25m, 1h30m"),
+    ],
+)  # fmt: skip
+def test_text_fields_take_text_only(override, message):
+    with pytest.raises(NmtError) as e:
+        load_config(overrides=[override])
     assert str(e.value) == message
+
+
+def test_text_fields_keep_quoted_values_and_durations_take_numbers(tmp_path):
+    tc = load_config(overrides=['training.init_from="010"', "training.max_time=90"]).training
+    assert (tc.init_from, tc.max_time, parse_duration(tc.max_time)) == ("010", "90", 90)
+    path = tmp_path / "c.yaml"
+    path.write_text("training:\n  max_time: 1.5\n  save_every_time: 0\n  init_from:\n")
+    tc = load_config(path).training
+    assert (tc.max_time, tc.save_every_time, tc.init_from) == ("1.5", "0", "")
+    path.write_text("training:\n  max_time: 1:30\n")
+    with pytest.raises(NmtError) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{path}: training.max_time: bad duration '1:30'")
 
 
 def test_every_numeric_field_has_a_range():

@@ -7,6 +7,7 @@ import pytest
 from test_translate import build_tiny_model_dir, synthetic_lines
 
 from nmt.invariance import check
+from nmt.search import Sampling
 from nmt.translate import Translator
 
 
@@ -40,3 +41,14 @@ def test_report_counts_a_real_difference(translator, monkeypatch):
     report = check(translator, lines, beam_size=1)
     assert (report.identical, [d.line for d in report.differences]) == (4, [3])
     assert report.to_json()["fraction"] == 0.8
+
+
+def test_lines_alone_keep_their_numbers(translator):
+    """Alone, line i is still line i: its samples (keyed by line number) and its warnings."""
+    lines = synthetic_lines(6, seed=4)
+    report = check(translator, lines, sampling=Sampling(seed=3), on_warning=print)
+    assert report.identical == 6, report.differences
+    long = " ".join(synthetic_lines(30, seed=5))  # beyond max_positions: truncated, warned
+    warned: list[str] = []
+    check(translator, ["a man .", long], beam_size=1, on_warning=warned.append)
+    assert [w.split(":")[0] for w in warned] == ["line 2", "line 2"]  # batched, then alone

@@ -130,6 +130,14 @@ def test_quick_exit_flushes_output_runs_atexit_and_keeps_the_status(tmp_path):
     assert _exit_script("exit_quickly(None)", tmp_path).returncode == 0
 
 
+def test_quick_exit_without_stdout_or_stderr_keeps_the_status(tmp_path):
+    # Started with `>&-` (or `2>&-`), Python has None for the stream: nothing to flush.
+    r = _exit_script("sys.stdout = None\nsys.stderr.write('kept')\nexit_quickly(0)", tmp_path)
+    assert (r.returncode, r.stderr) == (0, "kept")
+    r = _exit_script("sys.stdout = sys.stderr = None\nexit_quickly('error: lost')", tmp_path)
+    assert (r.returncode, r.stderr) == (1, "")
+
+
 def test_quick_exit_waits_for_a_running_thread_as_an_ordinary_exit_does(tmp_path):
     # A non-daemon thread still at work: the exit is the ordinary one, which lets it finish.
     r = _exit_script(

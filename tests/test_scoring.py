@@ -227,8 +227,15 @@ def test_align_lines_like_sacrebleu():
         (lambda: scoring.score(["a"], [["a"]], tokenize="moses"), "unknown tokenizer 'moses'"),
         (lambda: scoring.paired_test([("a", ["x"])], [["x"]]), "at least two systems"),
         (lambda: scoring.paired_test([("a", ["x"])] * 2, [["x"]], test="t"), "unknown paired"),
+        # sacrebleu takes these silently: a negative order, chrf++ ignoring it, a default n
+        (lambda: scoring.score(["a"], [["a"]], metrics=["chrf"], chrf_word_order=-1),
+         r"^--chrf-word-order must be >= 0, got -1$"),
+        (lambda: scoring.score(["a"], [["a"]], metrics=["chrf++"], chrf_word_order=1),
+         r"^--chrf-word-order 1 goes with -m chrf; chrf\+\+ is chrF with word order 2$"),
+        (lambda: scoring.paired_test([("a", ["x"])] * 2, [["x"]], n_samples=-5),
+         r"^--paired-n must be >= 0 \(0: sacrebleu's default\), got -5$"),
     ],
-)
+)  # fmt: skip
 def test_library_errors_are_nmterror(call, message):
     """Bad arguments are NmtError with a message a user can act on."""
     with pytest.raises(NmtError, match=message):

@@ -16,6 +16,7 @@ from nmt.errors import NmtError
 from nmt.models import build
 from nmt.models.base import BOS_ID, EOS_ID, PAD_ID, VocabInfo
 from nmt.search import (
+    NO_LENGTH_CAP,
     BeamRows,
     EarlyStop,
     ExactStop,
@@ -23,6 +24,7 @@ from nmt.search import (
     beam_search,
     gnmt_length_penalty,
     greedy_search,
+    max_lengths,
     stop_rule,
 )
 
@@ -206,6 +208,19 @@ def test_max_positions_caps_length():
     src, lens = toy_src([0], [9])
     assert len(greedy_search(model, src, lens)[0].tokens) == 3
     assert len(beam_search(model, src, lens, beam_size=2)[0][0].tokens) == 3
+
+
+@pytest.mark.parametrize(("a", "b"), [(math.inf, 10), (1e300, 10), (1.2, 1e30), (1e18, 1e18)])
+def test_huge_length_limits_cap_at_the_model_instead_of_wrapping(a, b):
+    # floor(a * n + b) in int64 wrapped to INT64_MIN, and the floor of 1 cut output to 1 token
+    model = ToyDecoder(lambda sid, p: dist(0.01, 0.98, 0.01), max_positions=6)
+    src, lens = toy_src([0], [3])
+    assert max_lengths(model, lens, a, b).tolist() == [5]
+    assert len(greedy_search(model, src, lens, max_len_a=a, max_len_b=b)[0].tokens) == 5
+    (hyps,) = beam_search(model, src, lens, beam_size=2, max_len_a=a, max_len_b=b)
+    assert len(hyps[0].tokens) == 5
+    model.max_positions = 0  # no position limit (Seq2Seq): a finite cap all the same
+    assert max_lengths(model, lens, a, b).tolist() == [NO_LENGTH_CAP]
 
 
 def test_attention_follows_each_hypothesis():

@@ -23,7 +23,8 @@ from nmt.cli import app
 from nmt.config import Config, model_config
 from nmt.errors import NmtError
 from nmt.models.base import EOS_ID, VocabInfo
-from nmt.translate import Translator
+from nmt.search import Sampling
+from nmt.translate import Translator, translate_files
 from nmt.translation_io import format_translation, one_line
 from nmt.workers import decode_workers
 
@@ -157,6 +158,33 @@ def test_truncation_warning_names_the_line(echo):
     ):
         (tr,) = echo.translate([long], first_line=12)
     assert tr.text == expected_echo(echo, long) and len(tr.source_tokens) == 21
+
+
+@pytest.mark.parametrize("limits", [dict(max_len_a=1e300), dict(max_len_b=1e30)])
+def test_huge_length_limits_cap_at_the_model_not_at_one_token(echo, limits):
+    lines = synthetic_lines(4, seed=6)
+    out = echo.translate(lines, beam_size=2, on_warning=lambda _: None, **limits)
+    assert [t.text for t in out] == [expected_echo(echo, x) for x in lines]
+
+
+def test_translate_files_checks_nbest_before_reading_input(echo, tmp_path):
+    # An empty file, or a pipe with nothing yet, used to pass: --nbest was checked per batch.
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    with pytest.raises(
+        NmtError, match=r"^--nbest must be between 1 and the beam size \(3\), got 4$"
+    ):
+        translate_files(echo, [str(empty)], str(out), nbest=4)
+    with pytest.raises(
+        NmtError, match=r"^--nbest must be between 1 and the beam size \(1\), got 2$"
+    ):
+        translate_files(echo, [str(empty)], str(out), nbest=2, greedy=True)
+    with pytest.raises(
+        NmtError, match=r"^--nbest must be between 1 and 200 with --sampling, got 201$"
+    ):
+        translate_files(echo, [str(empty)], str(out), nbest=201, sampling=Sampling())
+    assert not out.exists()
 
 
 def test_stream_matches_batch_and_bounds_chunks(echo):
@@ -428,6 +456,8 @@ def test_cli_jsonl_escapes_unicode_line_breaks(tiny_model_dir):
         (["--beam-size", "0"], "--beam-size must be in [1, 200], got 0"),
         (["--length-penalty", "-1"], "--length-penalty must be in [0, 10], got -1.0"),
         (["--max-len-a", "-1"], "--max-len-a must be >= 0, got -1.0"),
+        (["--max-len-a", "inf"], "--max-len-a must be a finite number >= 0, got inf"),
+        (["--max-len-b", "nan"], "--max-len-b must be a finite number >= 0, got nan"),
         (["--max-len-b", "-2"], "--max-len-b must be >= 0, got -2.0"),
         (["--min-len", "-1"], "--min-len must be >= 0, got -1"),
         (["--batch-tokens", "0"], "--batch-tokens must be >= 1, got 0"),
@@ -439,6 +469,26 @@ def test_cli_jsonl_escapes_unicode_line_breaks(tiny_model_dir):
 def test_cli_out_of_range_decoding_options(tiny_model_dir, args, message):
     r = run_cli("translate", "-m", str(tiny_model_dir), *args, input=b"a man .\n")
     assert r.exit_code == 2 and r.output == f"error: {message}\n"
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--nbest", "4"], "--nbest must be between 1 and the beam size (3), got 4"),  # its config's
+        (["--greedy", "--nbest", "2"], "--nbest must be between 1 and the beam size (1), got 2"),
+        (["-b", "2", "--nbest", "3"], "--nbest must be between 1 and the beam size (2), got 3"),
+        (["--sampling", "--nbest", "201"], "--nbest must be between 1 and 200 with --sampling, got 201"),
+        (["--max-len-a", "inf"], "--max-len-a must be a finite number >= 0, got inf"),
+    ],
+)  # fmt: skip
+def test_cli_search_options_fail_before_the_model_loads(tiny_model_dir, monkeypatch, args, message):
+    # Checked per batch, they waited for a pipe's first line, and an empty input exited 0.
+    def load(*a, **k):
+        raise AssertionError("the model was loaded before the options were checked")
+
+    monkeypatch.setattr("nmt.ct2.open_translator", load)
+    r = runner.invoke(app, ["translate", "-m", str(tiny_model_dir), *args], input=b"")
+    assert (r.exit_code, r.output) == (2, f"error: {message}\n")
 
 
 def test_cli_invalid_utf8_names_the_line(tiny_model_dir, tmp_path):
