@@ -4,7 +4,7 @@ nmt.translate, nmt.scoring). Each command parses options and calls one library f
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -60,10 +60,31 @@ def run() -> None:
     from nmt.runtime import exit_quickly
 
     try:
-        app()
+        code = app(standalone_mode=False)  # usage errors come back here (usage_error)
     except SystemExit as e:
         exit_quickly(e.code)
-    exit_quickly(0)
+    except Exception as e:  # click's exceptions (typer vendors its own copy of click)
+        kinds = {k.__name__ for k in type(e).__mro__}
+        if "UsageError" in kinds:
+            exit_quickly(usage_error(e))
+        if "Abort" in kinds:  # Ctrl-C while click parsed or prompted
+            sys.stderr.write("error: interrupted\n")
+            exit_quickly(130)
+        raise
+    exit_quickly(code if isinstance(code, int) else 0)
+
+
+def usage_error(e: Any) -> int:
+    """A mistyped command line as one line on stderr, like every other error (typer would draw
+    a box over five lines); `nmt` alone or `nmt CMD` without arguments still shows the help."""
+    if type(e).__name__ == "NoArgsIsHelpError":
+        e.show()
+        return e.exit_code
+    where = f"{e.ctx.command_path}: " if e.ctx is not None else ""
+    hint = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+    message = " ".join(e.format_message().split())
+    sys.stderr.write(f"error: {where}{message}{hint}\n")
+    return e.exit_code
 
 
 @app.callback()
@@ -645,7 +666,9 @@ def score_cmd(
     """
     from nmt import scoring, scoring_report
     from nmt.errors import NmtError
+    from nmt.translation_io import check_output
 
+    check_output(None)  # the scores go to stdout: a closed one fails before any file is read
     paired = scoring_report.report_kind(paired_bs, paired_ar, sentence, width)
     metrics = scoring.parse_metrics(metric)
     opts = scoring.Options(tokenize, lowercase, chrf_word_order, ter_case_sensitive)
@@ -720,6 +743,9 @@ def evaluate_cmd(
 
     if width < 0:  # as `nmt score`, before anything is translated
         raise NmtError(f"--width must be >= 0, got {width}")
+    from nmt.translation_io import check_output
+
+    check_output(None)  # the scores go to stdout, whether or not -o keeps the translations
     opts = Options(tokenize, lowercase, chrf_word_order, False)
     with contextlib.ExitStack() as stack:
         progress = None if quiet else batch_progress(stack)

@@ -141,3 +141,30 @@ def test_a_closed_stdout_or_stdin_is_one_line_and_output_files_still_work(model_
     r = nmt_closed("<&-", "translate", "-m", str(model_dir), "-q", "-o", str(out))
     message = "error: <stdin>: standard input is closed; give input files or redirect it\n"
     assert (r.returncode, r.stderr) == (2, message)
+
+
+def test_score_to_a_closed_stdout_is_one_line(tmp_path):
+    # print_scores asked sys.stdout (None) whether it was a terminal: an AttributeError, exit 1.
+    hyp = tmp_path / "hyp"
+    hyp.write_text("a b\n", encoding="utf-8")
+    r = nmt_closed(">&-", "score", str(hyp), "-r", str(hyp))
+    message = "error: <stdout>: standard output is closed; give -o FILE or redirect it\n"
+    assert (r.returncode, r.stderr) == (2, message)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["score", "h"], "error: nmt score: Missing option '--ref' / '-r'. (see nmt score --help)\n"),
+        (["score", "--no-such", "h"],
+         "error: nmt score: No such option: --no-such (see nmt score --help)\n"),
+        (["nosuch"], "error: nmt: No such command 'nosuch'. (see nmt --help)\n"),
+    ],
+)  # fmt: skip
+def test_usage_errors_are_one_line(args, expected):
+    # Typer drew a usage line, a hint and a five-line box for these; every other error is one line.
+    r = subprocess.run(
+        [str(Path(sys.executable).parent / "nmt"), *args], capture_output=True, text=True,
+        timeout=120, env={**os.environ, "COLUMNS": "60"},
+    )  # fmt: skip
+    assert (r.returncode, r.stderr, r.stdout) == (2, expected, "")
