@@ -352,8 +352,10 @@ def _foreign_default(model: ModelConfig, key: str, value: Any) -> bool:
 def _apply(cfg: Config, data: dict[str, Any], origin: str) -> None:
     """Apply a nested {section: {key: value}} mapping to `cfg`, strictly (`model.type` first).
 
-    Saved configs of the older flat format carry the other architecture's keys at their
-    defaults: those are skipped; any other value of a foreign key is an error."""
+    Saved configs of the older flat format (which always name `model.type`) carry the other
+    architecture's keys at their defaults: those are skipped; any other value of a foreign key
+    is an error. A model section without `type` gets no such pass (seq2seq keys at their
+    defaults without `type: seq2seq` silently built a Transformer)."""
     if not isinstance(data, dict):
         raise NmtError(f"{origin}: expected a mapping of sections (model, training, decoding)")
     for section, values in data.items():
@@ -363,10 +365,11 @@ def _apply(cfg: Config, data: dict[str, Any], origin: str) -> None:
             continue
         if not isinstance(values, dict):
             raise NmtError(f"{origin}: section {section!r} must be a mapping")
-        if section == "model" and "type" in values:
+        typed = section == "model" and "type" in values
+        if typed:
             values = {"type": values["type"], **values}  # the type picks the valid keys
         for key, value in values.items():
-            if section == "model" and _foreign_default(cfg.model, key, value):
+            if typed and _foreign_default(cfg.model, key, value):
                 continue
             set_value(cfg, f"{section}.{key}", value, origin)
 

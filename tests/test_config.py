@@ -439,3 +439,14 @@ def test_save_every_defaults_and_off_values():
         assert not parse_duration(cfg.training.save_every_time) and cfg.training.save_every == 50
     for name in preset_names():
         assert "save_every_time" in load_preset(name)["training"], name
+
+
+def test_seq2seq_keys_without_a_type_are_refused(tmp_path):
+    # Keys of another architecture at their defaults were skipped for any file, so this built a
+    # Transformer without a word; only saved configs (which name their type) need that pass.
+    path = tmp_path / "c.yaml"
+    path.write_text("model: {rnn_type: gru, hidden_size: 256, attention: bahdanau}\n")
+    with pytest.raises(NmtError, match=r"model.rnn_type: not a transformer key"):
+        load_config(path)
+    path.write_text("model: {type: seq2seq, rnn_type: gru, hidden_size: 256}\n")
+    assert load_config(path).model.type == "seq2seq"
