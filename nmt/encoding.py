@@ -6,6 +6,7 @@ numpy arrays, and filtered by length and length ratio; valid/test splits keep ev
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import itertools
@@ -19,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nmt.cleaning import Chunk, read_pairs
+from nmt.errors import NmtError
 from nmt.textio import decode_line
 from nmt.vocab import Tokenizer
 
@@ -117,20 +119,41 @@ class SplitWriter:
         return len(lengths), lengths
 
 
-def _run_jobs(jobs: list[ChunkJob], threads: int, consume: Callable[[Encoded], None]) -> None:
+def _run_jobs(
+    jobs: list[ChunkJob],
+    threads: int,
+    consume: Callable[[Encoded], None],
+    work: Callable[[ChunkJob], Encoded] = encode_chunk,
+) -> None:
     """Encode the jobs in order, on `threads` spawned processes of one encoding thread each when
-    there is more than one job, else here on `threads` threads (so --threads bounds the cores)."""
+    there is more than one job, else here on `threads` threads (so --threads bounds the cores).
+    A worker that dies (the OOM killer, kill -9) is an error, not a wait forever (Pool's)."""
     if threads <= 1 or len(jobs) <= 1:
-        for result in map(encode_chunk, (dataclasses.replace(j, threads=threads) for j in jobs)):
+        for result in map(work, (dataclasses.replace(j, threads=threads) for j in jobs)):
             consume(result)
         return
-    pool = multiprocessing.get_context("spawn").Pool(min(threads, len(jobs)))
-    try:
-        for result in pool.imap(encode_chunk, (dataclasses.replace(j, threads=1) for j in jobs)):
-            consume(result)
-    finally:
-        pool.terminate()
-        pool.join()
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    workers = min(threads, len(jobs))
+    ahead: collections.deque[Future[Encoded]] = collections.deque()
+    todo = iter(dataclasses.replace(j, threads=1) for j in jobs)
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        try:
+            for job in itertools.chain(todo, [None]):
+                if job is not None:
+                    ahead.append(pool.submit(work, job))
+                while ahead and (job is None or len(ahead) > 2 * workers):  # bounded memory
+                    consume(ahead.popleft().result())
+        except BrokenProcessPool:
+            raise NmtError(
+                "an encoding worker process died (killed, or out of memory?); rerun with fewer "
+                "--threads"
+            ) from None
+        finally:
+            for future in ahead:
+                future.cancel()
 
 
 def encode_train(

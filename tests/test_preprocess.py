@@ -3,6 +3,7 @@ vocabularies, parallel encoding equal to serial, gzip input, --force, and the co
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -155,27 +156,45 @@ def test_parallel_encoding_matches_serial(tmp_path, monkeypatch):
     assert len(dataset.load(tmp_path / "two", "train")) == 400
 
 
-class _InlinePool:
-    """A stand-in for a spawned process pool that runs the jobs here, so a spy sees them."""
+class _InlineExecutor:
+    """A stand-in for the spawned process pool that runs the jobs here, so a spy sees them."""
 
-    def __init__(self, processes: int) -> None:
-        self.processes = processes
+    def __init__(self, workers: int, mp_context: Any = None) -> None:
+        self.workers = workers
 
-    def imap(self, fn: Any, jobs: Any) -> Any:
-        return map(fn, jobs)
+    def __enter__(self) -> _InlineExecutor:
+        return self
 
-    def terminate(self) -> None:
+    def __exit__(self, *exc: Any) -> None:
         pass
 
-    def join(self) -> None:
-        pass
+    def submit(self, fn: Any, job: Any) -> Any:
+        from concurrent.futures import Future
+
+        future: Future[Any] = Future()
+        future.set_result(fn(job))
+        return future
+
+
+def _die(job: Any) -> Any:
+    """An encoding worker killed mid-chunk (as by the OOM killer)."""
+    os._exit(9)
+
+
+def test_a_killed_encoding_worker_is_an_error_not_a_hang(tmp_path):
+    # multiprocessing.Pool replaced a killed worker and waited forever for its chunk's result.
+    from nmt.cleaning import Chunk
+    from nmt.encoding import ChunkJob, _run_jobs
+
+    job = ChunkJob((tmp_path / "a", tmp_path / "b"), Chunk((0, 0), (0, 0), 0), ("m", "m"),
+                   "uint16", 10, 9.0)  # fmt: skip
+    with pytest.raises(NmtError, match=r"^an encoding worker process died \(killed, or out of "):
+        _run_jobs([job] * 3, 2, lambda _: None, work=_die)
 
 
 def test_threads_bound_sentencepiece_encoding_threads(tmp_path, monkeypatch):
     # SentencePiece encodes a list on every core unless told: --threads 2 used them all.
     import sentencepiece as spm
-
-    from nmt import encoding
 
     calls: list[Any] = []
     encode = spm.SentencePieceProcessor.encode
@@ -193,8 +212,7 @@ def test_threads_bound_sentencepiece_encoding_threads(tmp_path, monkeypatch):
     assert calls == [3, 3, 3, 3]  # train then valid, source then target
     calls.clear()
     monkeypatch.setattr(pp, "CHUNK_PAIRS", 60)  # 4 chunks for 2 worker processes
-    monkeypatch.setattr(encoding.multiprocessing, "get_context", lambda _: encoding.multiprocessing)
-    monkeypatch.setattr(encoding.multiprocessing, "Pool", _InlinePool)
+    monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor", _InlineExecutor)
     _preprocess(prefix, tmp_path / "two", threads=2, **kw)
     assert calls == [1] * 8 + [2, 2]  # a worker process encodes on one thread
     for name in ("train.en.ids", "train.de.idx", "valid.de.ids"):
