@@ -119,7 +119,8 @@ def round_score(x: float, width: int) -> float:
 
 
 def parse_metrics(names: Iterable[str]) -> list[str]:
-    """Normalise `-m` values (repeated or comma-separated, any case); reject unknown names."""
+    """Normalise `-m` values (repeated or comma-separated, any case); reject unknown names.
+    Sorted by name, as the sacrebleu command prints them (`-m ter bleu` prints BLEU first)."""
     out: list[str] = []
     for item in names:
         for name in item.split(","):
@@ -131,7 +132,7 @@ def parse_metrics(names: Iterable[str]) -> list[str]:
                 raise NmtError(f"unknown metric {name.strip()!r} (choose from {valid})")
             if key not in out:
                 out.append(key)
-    return out or ["bleu"]
+    return sorted(out) or ["bleu"]
 
 
 def check_options(metrics: Sequence[str], opts: Options, paired_n: int = 0) -> None:
@@ -238,7 +239,7 @@ def score(
     ter_case_sensitive: bool = False,
     options: Options | None = None,
 ) -> list[Result]:
-    """Corpus-level scores for one system, one Result per metric, in the order asked."""
+    """Corpus-level scores for one system, one Result per metric, in sacrebleu's order (sorted by name)."""
     opts = options or Options(tokenize, lowercase, chrf_word_order, ter_case_sensitive)
     check_lengths(hyps, refs)
     hyps, refs = _normalise(hyps), [_normalise(r) for r in refs]

@@ -95,6 +95,7 @@ def sacrebleu(*args: str) -> str:
         (["--tokenize", "intl", "--lowercase"], ["--tokenize", "intl", "-lc"], 2),
         (["-m", "chrf++", "-w", "3"], ["-m", "chrf", "--chrf-word-order", "2", "-w", "3"], 2),
         (["-m", "bleu,ter", "--tokenize", "char"], ["-m", "bleu", "ter", "--tokenize", "char"], 1),
+        (["-m", "ter", "-m", "chrf,bleu"], ["-m", "ter", "chrf", "bleu"], 1),  # printed sorted
     ],
 )
 def test_printed_lines_equal_the_sacrebleu_command(files, nmt_opts, sb_opts, nrefs):
