@@ -78,7 +78,8 @@ def usage_error(e: Any) -> int:
     """A mistyped command line as one line on stderr, like every other error (typer would draw
     a box over five lines); `nmt` alone or `nmt CMD` without arguments still shows the help."""
     if type(e).__name__ == "NoArgsIsHelpError":
-        e.show()
+        if e.format_message():  # typer's rich help is already printed; click's is the message
+            e.show()
         return e.exit_code
     where = f"{e.ctx.command_path}: " if e.ctx is not None else ""
     hint = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""

@@ -125,21 +125,26 @@ def init_weights(
 
 
 def check_init_outside(tc: TrainingConfig, model_dir: Path) -> None:
-    """Refuse an initial model (training.init_from, or an init_checkpoint file) in the output
-    MODEL_DIR: training empties MODEL_DIR/checkpoints before the initial weights load."""
+    """Refuse an initial model that training would delete before loading it: the output
+    MODEL_DIR itself, or anything in its checkpoints folder (emptied by --force). A model
+    directory merely under MODEL_DIR (`-o runs --init-from runs/base`) is fine."""
+    from nmt.modeldir import CHECKPOINTS
+
     if not tc.init_from:
         return
     out = Path(model_dir).resolve()
-    if Path(tc.init_from).resolve().is_relative_to(out):
+    init = Path(tc.init_from).resolve()
+    if init == out or init.is_relative_to(out / CHECKPOINTS):
         raise NmtError(
-            f"{tc.init_from}: --init-from is the output directory {model_dir} or inside it "
-            "(training would delete the checkpoints it starts from); train into a new directory"
+            f"{tc.init_from}: --init-from is the output directory {model_dir} or inside its "
+            "checkpoints (training would delete the checkpoints it starts from); train into a "
+            "new directory"
         )
     ckpt = tc.init_checkpoint
-    if ckpt.endswith(".safetensors") and Path(ckpt).resolve().is_relative_to(out):
+    if ckpt.endswith(".safetensors") and Path(ckpt).resolve().is_relative_to(out / CHECKPOINTS):
         raise NmtError(
-            f"{ckpt}: training.init_checkpoint is inside the output directory {model_dir} "
-            "(training would delete it before it loads); train into a new directory"
+            f"{ckpt}: training.init_checkpoint is inside the output directory {model_dir}'s "
+            "checkpoints (training would delete it before it loads); train into a new directory"
         )
 
 

@@ -325,11 +325,12 @@ def check_model_dir(
 
 def _check_same_model(model_dir: Path, model: ModelConfig | None) -> None:
     """--resume: refuse a model section whose architecture differs from MODEL_DIR's config.yaml
-    (same-shaped weights would load, and be read as another model from then on)."""
+    (same-shaped weights would load, and be read as another model from then on); max_positions
+    may change (a learned table of another size fails to load; sinusoidal ones are not stored)."""
     saved = model_dir / "config.yaml"
     if model is None or not saved.exists():
         return
-    changes = architecture_changes(_read_config(saved).model, model)
+    changes = architecture_changes(_read_config(saved).model, model, ignore=("max_positions",))
     if changes:
         raise NmtError(
             f"{saved}: the saved model does not match this config's model section "

@@ -168,3 +168,9 @@ def test_usage_errors_are_one_line(args, expected):
         timeout=120, env={**os.environ, "COLUMNS": "60"},
     )  # fmt: skip
     assert (r.returncode, r.stderr, r.stdout) == (2, expected, "")
+
+
+def test_nmt_alone_prints_the_help_and_nothing_on_stderr():
+    r = subprocess.run([str(Path(sys.executable).parent / "nmt")], capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 2 and "preprocess" in r.stdout and r.stderr == ""

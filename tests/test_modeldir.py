@@ -150,6 +150,10 @@ def test_resume_of_a_state_refuses_another_architecture_of_the_same_shapes(
     )
     assert check_model_dir(tmp_path, True, False, drop.model)
     assert check_model_dir(tmp_path, True, False, cfg.model)
+    # nor is max_positions (sinusoidal tables are not stored; a learned one of another size
+    # fails to load with its own error)
+    longer = load_config(preset="transformer-tiny", overrides=["model.max_positions=1024"])
+    assert check_model_dir(tmp_path, True, False, longer.model)
 
 
 @pytest.mark.parametrize("name", ["last.safetensors", "default.json"])

@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 from nmt.checkpoint import load_state
 from nmt.config import load_config
 from nmt.errors import NmtError
+from nmt.finetune import check_init_outside
 from nmt.trainer import train
 
 WORDS = (
@@ -156,8 +157,8 @@ def test_init_from_the_output_dir_is_refused_before_its_checkpoints_are_deleted(
     link.symlink_to(out)
     for init in (out, link, out / "checkpoints"):
         msg = (
-            f"{init}: --init-from is the output directory {out} or inside it (training would "
-            "delete the checkpoints it starts from); train into a new directory"
+            f"{init}: --init-from is the output directory {out} or inside its checkpoints "
+            "(training would delete the checkpoints it starts from); train into a new directory"
         )
         for resume, force in ((False, True), (False, False)):
             with pytest.raises(NmtError) as e:
@@ -172,10 +173,12 @@ def test_init_from_the_output_dir_is_refused_before_its_checkpoints_are_deleted(
     with pytest.raises(NmtError) as e:
         train(cfg, copy_data, out, "cpu", force=True, quiet=True, threads=1)
     assert str(e.value) == (
-        f"{best}: training.init_checkpoint is inside the output directory {out} (training would "
-        "delete it before it loads); train into a new directory"
+        f"{best}: training.init_checkpoint is inside the output directory {out}'s checkpoints "
+        "(training would delete it before it loads); train into a new directory"
     )
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == kept
+    # a model directory merely under the output directory is not deleted by training: allowed
+    check_init_outside(_tiny(f"training.init_from={out}").training, tmp_path)
 
 
 def test_resume_refuses_a_model_of_other_heads_and_keeps_config_yaml(copy_data, tmp_path):

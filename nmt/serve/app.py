@@ -35,7 +35,7 @@ class Settings:
 
     model_dir: str = ""  # for /info (languages, name); "" when the factory builds a model itself
     members: tuple[str, ...] = ()  # an ensemble's model directories (model_dir is the first)
-    checkpoint: str = "best"
+    checkpoint: str = "default"  # as nmt translate: an export takes only its own
     max_batch_tokens: int | None = None  # padded source tokens per decoder call; None: model config
     max_wait_ms: float = 10.0
     max_request_lines: int = 256

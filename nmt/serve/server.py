@@ -18,7 +18,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 def translator_factory(
     model_dir: str | list[str],
     device: str = "auto",
-    checkpoint: str = "best",
+    checkpoint: str = "default",
     precision: str = "auto",
 ) -> Callable[[], Any]:
     """A deferred `open_translator`: a `Translator` for a model directory (a list: an ensemble),
