@@ -529,9 +529,17 @@ def config_from_dict(data: dict[str, Any], origin: str = "config") -> Config:
 
 
 def read_saved_config(path: str | Path) -> Config:
-    """A saved config.yaml (MODEL_DIR's own) as a checked Config; errors name the file."""
+    """A saved config.yaml (MODEL_DIR's own) as a checked Config; broken YAML, bytes that are
+    not UTF-8 or a non-mapping are one-line errors naming the file."""
     path = Path(path)
-    return config_from_dict(_read_yaml(path.read_text(encoding="utf-8"), str(path)), str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise NmtError(f"{path}: invalid YAML ({str(e).splitlines()[0]})") from None
+    data = _read_yaml(text, str(path))
+    if not isinstance(data, dict):
+        raise NmtError(f"{path}: invalid config (expected a mapping of sections)")
+    return config_from_dict(data, str(path))
 
 
 def resolve_train_config(

@@ -24,7 +24,6 @@ How the options map (CTranslate2 has no per-sentence maximum and its own length 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import warnings
@@ -34,16 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from nmt.config import DecodingConfig
 from nmt.errors import NmtError
 from nmt.export import PAD_PIECE, is_export, read_export_manifest, require_ctranslate2
-from nmt.translation_io import model_dirs
+from nmt.translation_io import decoding_options, manifest_decoding, model_dirs
 from nmt.vocab import Tokenizer
 from nmt.workers import resolve_workers
 
 EOS_PIECE = "</s>"
 FORCED_FLOOR = -1000.0  # as nmt.search: floor of a forced eos the model calls impossible
-_DECODING = {f.name: f.metadata for f in dataclasses.fields(DecodingConfig)}
 
 
 def open_translator(
@@ -136,8 +133,7 @@ class CT2Translator:
         self, translator: Any, manifest: dict, src_tok: Tokenizer, tgt_tok: Tokenizer
     ) -> None:
         self.ct2, self.manifest, self.src_tok, self.tgt_tok = translator, manifest, src_tok, tgt_tok
-        known = {k: v for k, v in manifest.get("decoding", {}).items() if k in _DECODING}
-        self.decoding = DecodingConfig(**known)
+        self.decoding = manifest_decoding(manifest)
         self.max_positions = int(manifest["max_positions"])
         self.max_source = self.max_positions - 1  # eos included
         self.src_pieces = [src_tok.id_to_piece(i) for i in range(src_tok.vocab_size)]
@@ -188,8 +184,6 @@ class CT2Translator:
     def options(self, **given: Any) -> dict[str, Any]:
         """Search options: the given ones, else the exported model's decoding defaults; each
         checked against its config key's range (other keys are ignored)."""
-        from nmt.translate import decoding_options
-
         return decoding_options(self.decoding, given)
 
     def translate(

@@ -137,15 +137,15 @@ def _run_jobs(
 
     workers = min(threads, len(jobs))
     ahead: collections.deque[Future[Encoded]] = collections.deque()
-    todo = iter(dataclasses.replace(j, threads=1) for j in jobs)
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         try:
-            for job in itertools.chain(todo, [None]):
-                if job is not None:
-                    ahead.append(pool.submit(work, job))
-                while ahead and (job is None or len(ahead) > 2 * workers):  # bounded memory
+            for job in jobs:
+                ahead.append(pool.submit(work, dataclasses.replace(job, threads=1)))
+                if len(ahead) > 2 * workers:  # results wait in order, a bounded number of them
                     consume(ahead.popleft().result())
+            while ahead:
+                consume(ahead.popleft().result())
         except BrokenProcessPool:
             raise NmtError(
                 "an encoding worker process died (killed, or out of memory?); rerun with fewer "

@@ -24,9 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from nmt.config import Config, ModelConfig, config_from_dict
+from nmt.config import Config, ModelConfig, read_saved_config
 from nmt.errors import NmtError
 from nmt.models.base import VocabInfo
 from nmt.textio import atomic_write, publishing, read_json_object
@@ -79,7 +77,7 @@ def read_meta(model_dir: str | Path) -> tuple[Config, VocabInfo, dict[str, Any]]
             raise NmtError(
                 f"{model_dir / name}: file not found (is {model_dir} a model directory?)"
             )
-    cfg = _read_config(model_dir / "config.yaml")
+    cfg = read_saved_config(model_dir / "config.yaml")
     meta = read_json_object(model_dir / "vocab.json")
     fields = {f.name for f in dataclasses.fields(VocabInfo)}
     try:
@@ -92,18 +90,7 @@ def read_meta(model_dir: str | Path) -> tuple[Config, VocabInfo, dict[str, Any]]
 def saved_config(model_dir: str | Path) -> Config | None:
     """MODEL_DIR's config.yaml (None when it has none): how its run was set up."""
     path = Path(model_dir) / "config.yaml"
-    return _read_config(path) if path.exists() else None
-
-
-def _read_config(path: Path) -> Config:
-    """config.yaml as a Config; broken YAML or a non-mapping is a one-line error."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise NmtError(f"{path}: invalid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise NmtError(f"{path}: invalid config (expected a mapping of sections)")
-    return config_from_dict(data, str(path))
+    return read_saved_config(path) if path.exists() else None
 
 
 def default_checkpoint(model_dir: str | Path) -> str:
@@ -330,7 +317,7 @@ def _check_same_model(model_dir: Path, model: ModelConfig | None) -> None:
     saved = model_dir / "config.yaml"
     if model is None or not saved.exists():
         return
-    changes = architecture_changes(_read_config(saved).model, model, ignore=("max_positions",))
+    changes = architecture_changes(read_saved_config(saved).model, model, ignore=("max_positions",))
     if changes:
         raise NmtError(
             f"{saved}: the saved model does not match this config's model section "

@@ -272,6 +272,12 @@ def search_rows(beam_size: int, greedy: bool, nbest: int, sampling: bool) -> int
     return k
 
 
+def manifest_decoding(manifest: dict[str, Any]) -> DecodingConfig:
+    """An `nmt export` manifest's decoding defaults (keys this version does not know ignored)."""
+    saved = manifest.get("decoding", {})
+    return DecodingConfig(**{k: v for k, v in saved.items() if k in _DECODING_FIELDS})
+
+
 def decoding_defaults(model_dir: str | Path | Sequence[str | Path]) -> DecodingConfig:
     """The decoding section of the first model directory's config.yaml (an `nmt export`'s
     manifest), read without torch, so option mistakes fail before any model loads."""
@@ -279,8 +285,7 @@ def decoding_defaults(model_dir: str | Path | Sequence[str | Path]) -> DecodingC
 
     first = Path(model_dirs(model_dir)[0])
     if is_export(first):
-        saved = read_export_manifest(first).get("decoding", {})
-        return DecodingConfig(**{k: v for k, v in saved.items() if k in _DECODING_FIELDS})
+        return manifest_decoding(read_export_manifest(first))
     path = first / "config.yaml"
     if not path.is_file():
         raise NmtError(f"{path}: file not found (is {first} a model directory?)")
