@@ -152,13 +152,51 @@ def padding_ratio(
     return 1.0 - real / padded if padded else 0.0
 
 
-def source_batches(lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
-    """Batches for evaluation: sorted by length, no shuffling, ordered longest first."""
+def source_batches(lengths: np.ndarray, max_tokens: int, parts: int = 1) -> list[np.ndarray]:
+    """Batches for evaluation: sorted by length, no shuffling, ordered longest first; `parts`
+    as in `decoding_runs`."""
     lengths = np.asarray(lengths) + 1
     order = np.argsort(-lengths, kind="stable")
-    batches, start = [], 0
-    for i in range(1, len(order) + 1):
-        if i == len(order) or (i - start + 1) * int(lengths[order[start]]) > max_tokens:
-            batches.append(order[start:i])
-            start = i
-    return batches
+    runs = decoding_runs(lengths[order].tolist(), max_tokens, parts=parts)
+    return [order[start:end] for start, end in runs]
+
+
+def _runs(lengths: Sequence[int], max_tokens: int, max_rows: int) -> list[tuple[int, int]]:
+    """Greedy consecutive runs whose padded size (rows x longest) fits in max_tokens."""
+    runs: list[tuple[int, int]] = []
+    start, longest = 0, 0
+    for i, n in enumerate(lengths):
+        width = max(longest, n)
+        if i > start and (width * (i - start + 1) > max_tokens or i - start >= max_rows):
+            runs.append((start, i))
+            start, width = i, n
+        longest = width
+    if start < len(lengths):
+        runs.append((start, len(lengths)))
+    return runs
+
+
+def decoding_runs(
+    lengths: Sequence[int], max_tokens: int, max_rows: int = 1 << 30, parts: int = 1
+) -> list[tuple[int, int]]:
+    """(start, end) of consecutive runs of `lengths` (sorted longest first) whose padded size
+    (rows x longest) fits in max_tokens and whose rows fit in max_rows; a length over
+    max_tokens gets a run of its own.
+
+    With `parts` > 1 (decoding workers taking runs as they come free) the count is rounded up
+    to a multiple of `parts` and the runs made even: the smallest budget that needs no more
+    runs. Filled to the budget, the last run is often a fraction of the others, and one worker
+    decodes it alone while the rest wait (5 runs of 1,000 lines on 2 workers lost ~7%).
+    """
+    runs = _runs(lengths, max_tokens, max_rows)
+    if parts <= 1 or len(lengths) < 2:
+        return runs
+    want = min(len(lengths), -(-len(runs) // parts) * parts)
+    low, high = 1, max_tokens  # the smallest budget whose greedy runs number at most `want`
+    while low < high:
+        mid = (low + high) // 2
+        if len(_runs(lengths, mid, max_rows)) <= want:
+            high = mid
+        else:
+            low = mid + 1
+    return _runs(lengths, low, max_rows)

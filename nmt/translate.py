@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nmt.batching import decoding_runs
 from nmt.config import Config, DecodingConfig
 from nmt.device import (
     autocast_for,
@@ -31,6 +32,7 @@ from nmt.device import (
 from nmt.errors import NmtError
 from nmt.models.base import EOS_ID, PAD_ID, Decoder
 from nmt.models.ensemble import Ensemble
+from nmt.models.packed import pack_output
 from nmt.search import Hypothesis, Sampling, beam_search, greedy_search, sample_search
 from nmt.textio import atomic_write
 from nmt.translation_io import (
@@ -186,6 +188,8 @@ class Translator:
         for model, *_ in loaded:
             if prec != "fp32" and not getattr(model, "autocast_inference", False):
                 model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
+            if prec == "fp32":
+                pack_output(model)  # on a CPU: the vocabulary projection through oneDNN
             models.append(model)
         model = models[0] if len(models) == 1 else Ensemble(models)
         return cls(model, loaded[0][1], src_tok, tgt_tok, dev, prec, workers, processes)
@@ -252,7 +256,9 @@ class Translator:
         todo.sort(key=lambda i: -len(encoded[i]))  # longest first: memory peaks show up at once
         max_rows = max(1, MAX_BATCH_ROWS // k)
         lengths = [len(encoded[i]) + 1 for i in todo]
-        batches = list(_batches(todo, lengths, opts["batch_tokens"], max_rows))
+        parts = decode_workers(self.workers, self.device, len(todo))  # even runs for them
+        runs = decoding_runs(lengths, opts["batch_tokens"], max_rows, parts)
+        batches = [todo[start:end] for start, end in runs]
 
         jobs = [
             _Job(
@@ -527,26 +533,6 @@ def _check_same_vocabulary(
                 f"{other}: its {side} vocabulary differs from {first}'s (the models of an "
                 "ensemble must share their SentencePiece models)"
             )
-
-
-def _batches(
-    order: list[int], lengths: list[int], batch_tokens: int, max_sentences: int
-) -> Iterator[list[int]]:
-    """Consecutive runs of `order` whose padded size (rows x longest) fits in batch_tokens.
-
-    A sentence longer than batch_tokens still gets a batch of its own.
-    """
-    batch: list[int] = []
-    longest = 0
-    for i, n in zip(order, lengths, strict=True):
-        width = max(longest, n)
-        if batch and (width * (len(batch) + 1) > batch_tokens or len(batch) >= max_sentences):
-            yield batch
-            batch, width = [], n
-        batch.append(i)
-        longest = width
-    if batch:
-        yield batch
 
 
 # ---- files and stdin (`nmt translate`) -------------------------------------------------------

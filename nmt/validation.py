@@ -139,7 +139,8 @@ def evaluate(
     lengths = np.maximum(np.asarray(src.lengths)[:n], np.asarray(tgt.lengths)[:n])
     if limit:
         lengths = np.minimum(lengths, limit - 1)
-    batches = list(batching.source_batches(lengths, max_tokens))
+    parts = decode_workers(workers, device, n)  # even batches for the decoding workers
+    batches = batching.source_batches(lengths, max_tokens, parts)
 
     def run(idx: np.ndarray) -> tuple[float, int, list[str]]:
         """One batch's summed NLL, its target tokens and its detokenized greedy outputs."""

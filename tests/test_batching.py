@@ -95,3 +95,26 @@ def test_source_batches_cover_everything_longest_first():
     assert sorted(flat.tolist()) == list(range(6))
     assert lengths[flat].tolist() == sorted(lengths.tolist(), reverse=True)
     assert all(len(b) * (lengths[b].max() + 1) <= 20 for b in batches)
+
+
+def test_decoding_runs_fill_the_budget_for_one_worker():
+    lengths = [10, 9, 9, 8, 5, 5, 5, 2]
+    runs = batching.decoding_runs(lengths, max_tokens=30)
+    assert runs == [(0, 3), (3, 6), (6, 8)]  # 3 x 10, 3 x 8, 2 x 5: the last run is small
+    assert batching.decoding_runs(lengths, max_tokens=30, max_rows=2)[0] == (0, 2)
+    assert batching.decoding_runs([50, 3], max_tokens=20) == [(0, 1), (1, 2)]  # too long: alone
+
+
+def test_decoding_runs_are_even_and_a_multiple_of_the_workers():
+    rng = np.random.default_rng(1)
+    lengths = sorted(rng.integers(3, 40, size=1000).tolist(), reverse=True)
+    one = batching.decoding_runs(lengths, max_tokens=4096)
+    two = batching.decoding_runs(lengths, max_tokens=4096, parts=2)
+    assert len(one) % 2 == 1 and len(two) == len(one) + 1
+    assert [s for s, _ in two] == [0] + [e for _, e in two[:-1]] and two[-1][1] == 1000
+    sizes = [(e - s) * lengths[s] for s, e in two]  # padded tokens
+    assert max(sizes) <= 4096
+    assert min(sizes) > 0.8 * max(sizes)  # filled to the budget, the last run held a fraction
+    assert min((e - s) * lengths[s] for s, e in one) < 0.6 * max(sizes)
+    assert batching.decoding_runs([5], 4096, parts=4) == [(0, 1)]
+    assert len(batching.decoding_runs([5, 4, 3], 4096, parts=2)) == 2
