@@ -32,7 +32,7 @@ from nmt.device import (
 from nmt.errors import NmtError
 from nmt.models.base import EOS_ID, PAD_ID, Decoder
 from nmt.models.ensemble import Ensemble
-from nmt.models.packed import pack_output
+from nmt.models.packed import pack_for_decoding
 from nmt.search import Hypothesis, Sampling, beam_search, greedy_search, sample_search
 from nmt.textio import atomic_write
 from nmt.translation_io import (
@@ -188,8 +188,7 @@ class Translator:
         for model, *_ in loaded:
             if prec != "fp32" and not getattr(model, "autocast_inference", False):
                 model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
-            if prec == "fp32":
-                pack_output(model)  # on a CPU: the vocabulary projection through oneDNN
+            pack_for_decoding(model)  # on a CPU: weights packed once for oneDNN
             models.append(model)
         model = models[0] if len(models) == 1 else Ensemble(models)
         return cls(model, loaded[0][1], src_tok, tgt_tok, dev, prec, workers, processes)

@@ -8,7 +8,7 @@ import torch
 from test_translate import build_tiny_model_dir, synthetic_lines
 from torch import nn
 
-from nmt.models.packed import PackedLinear, _pack, pack_output
+from nmt.models.packed import PackedLinear, _pack, pack_for_decoding
 from nmt.translate import Translator
 
 needs_onednn = pytest.mark.skipif(
@@ -38,7 +38,7 @@ def test_packed_projection_matches_linear_and_keeps_the_tie():
     model = Tied()
     plain = model.output
     keys = list(model.state_dict())
-    assert pack_output(model)
+    assert pack_for_decoding(model)
     assert isinstance(model.output, PackedLinear) and model.output.weight is model.embed.weight
     assert list(model.state_dict()) == keys
     x = torch.randn(7, 3, 16)
@@ -46,14 +46,14 @@ def test_packed_projection_matches_linear_and_keeps_the_tie():
         got, want = model.output(x), plain(x)
     assert got.shape == (7, 3, 50)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert not pack_output(model)  # packed once
+    assert not pack_for_decoding(model)  # packed once
 
 
 @needs_onednn
 def test_packed_projection_takes_the_plain_path_when_packing_would_be_wrong():
     torch.manual_seed(0)
     model = Tied()
-    pack_output(model)
+    pack_for_decoding(model)
     x = torch.randn(4, 16)
     y = model.output(x)  # grad enabled, weight requires grad: autograd must see the product
     y.sum().backward()
@@ -63,19 +63,36 @@ def test_packed_projection_takes_the_plain_path_when_packing_would_be_wrong():
         torch.testing.assert_close(model.output(x), x @ model.embed.weight.t())
 
 
-def test_only_fp32_cpu_linears_are_packed():
-    model = Tied().to(torch.bfloat16)
-    assert not pack_output(model)
-    assert not pack_output(nn.Module())
+def test_what_gets_packed():
+    class Two(Tied):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
+
+    assert pack_for_decoding(Two().double()) == 0  # neither fp32 nor bf16
+    assert pack_for_decoding(nn.Module()) == 0
+    if _pack(torch.randn(8, 4)) is None:
+        return
+    fp32 = Two()
+    assert pack_for_decoding(fp32) == 1  # fp32: the vocabulary projection only
+    assert type(fp32.inner[0]) is nn.Linear
+    bf16 = Two().to(torch.bfloat16)
+    if _pack(torch.randn(8, 4).to(torch.bfloat16)) is not None:
+        assert pack_for_decoding(bf16) == 2  # bf16: every product
+        assert isinstance(bf16.inner[0], PackedLinear)
 
 
 @needs_onednn
-def test_translations_are_those_of_the_plain_projection(tiny_model_dir, monkeypatch):
+@pytest.mark.filterwarnings("ignore:this CPU has no native bf16")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_translations_are_those_of_the_plain_products(tiny_model_dir, monkeypatch, precision):
+    if precision == "bf16" and _pack(torch.randn(8, 4).to(torch.bfloat16)) is None:
+        pytest.skip("this PyTorch cannot run oneDNN's packed bf16 matmul here")
     lines = synthetic_lines(40, seed=5)
-    packed = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
+    packed = Translator.from_dir(tiny_model_dir, device="cpu", workers=1, precision=precision)
     assert isinstance(packed.model.output, PackedLinear)
-    monkeypatch.setattr("nmt.translate.pack_output", lambda model: False)
-    plain = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
+    monkeypatch.setattr("nmt.translate.pack_for_decoding", lambda model: 0)
+    plain = Translator.from_dir(tiny_model_dir, device="cpu", workers=1, precision=precision)
     assert type(plain.model.output) is nn.Linear
     for opts in ({"greedy": True}, {"beam_size": 4, "nbest": 2}):
         a, b = packed.translate(lines, **opts), plain.translate(lines, **opts)
