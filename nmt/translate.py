@@ -428,10 +428,9 @@ class Translator:
     def _padded(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """One batch as (B, S) source ids with eos, padded, and (B,) lengths, on the device."""
         lengths = [len(ids) + 1 for ids in batch]
-        src = torch.full((len(batch), max(lengths)), PAD_ID, dtype=torch.long)  # (B, S)
-        for r, ids in enumerate(batch):
-            src[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            src[r, len(ids)] = EOS_ID
+        width = max(lengths)
+        rows = [[*ids, EOS_ID] + [PAD_ID] * (width - len(ids) - 1) for ids in batch]
+        src = torch.tensor(rows, dtype=torch.long)  # (B, S): one tensor, not two copies a row
         return src.to(self.device), torch.tensor(lengths, device=self.device)
 
     def _sample(

@@ -61,6 +61,11 @@ def test_packed_projection_takes_the_plain_path_when_packing_would_be_wrong():
     with torch.no_grad():
         model.embed.weight.mul_(2.0)  # changed after packing: the packed copy is stale
         torch.testing.assert_close(model.output(x), x @ model.embed.weight.t())
+    model.to(torch.float64)  # swaps .data: the packed fp32 copy must not be used
+    with torch.inference_mode():
+        y = model.output(x.double())
+    assert y.dtype == torch.float64
+    torch.testing.assert_close(y, x.double() @ model.embed.weight.t())
 
 
 def test_what_gets_packed():

@@ -51,7 +51,9 @@ class PackedLinear(nn.Linear):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
         self.packed = packed
-        self.version = linear.weight._version
+        # What the packed copy was made from: a weight changed in place, cast or moved since
+        # (model.to() swaps .data without bumping the version) takes the plain path.
+        self.source = (linear.weight.data_ptr(), linear.weight._version, linear.weight.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
@@ -59,7 +61,7 @@ class PackedLinear(nn.Linear):
             x.dtype != w.dtype
             or x.device != w.device
             or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
-            or w._version != self.version
+            or (w.data_ptr(), w._version, w.dtype) != self.source
             or torch.is_autocast_enabled(x.device.type)
         ):
             return F.linear(x, w, self.bias)
