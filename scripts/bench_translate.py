@@ -20,9 +20,10 @@ is one batch at a time on all threads. Per configuration it prints:
   (n/a for seq2seq models, whose cost the formula does not cover, and for bf16/fp16 on a CPU that
   only emulates them: such a GEMM takes minutes and the ratio would mean nothing);
 - vs ct2: nmt's sent/s over CTranslate2's in the same mode (same sentences, threads, export);
-  with --rounds N every configuration runs once per round, round after round, and vs ct2 is the
-  median of the N per-round ratios (each measured within one stretch of machine time; the
-  other columns pool every round's runs);
+  with --rounds N every configuration runs once per round, round after round (mode by mode, each
+  nmt run beside its CTranslate2 peer, CTranslate2 last in even rounds and first in odd ones),
+  and vs ct2 is the median of the N per-round ratios (each measured within one stretch of
+  machine time; the other columns pool every round's runs);
 - BLEU: sacreBLEU against the reference, only when all 1,000 sentences are translated.
 Then (not with --quick) the whole `nmt translate` command on the same lines (start-up, model load
 and file I/O included) for greedy and beam 5 and its overhead over its own median decoding time (issue 11's target: within 1.5 s), one
@@ -449,13 +450,21 @@ def precisions(args: argparse.Namespace) -> list[str]:
 
 
 def run_round(
-    model: Path, export: Path | None, args: argparse.Namespace, gemm: dict[str, float | None]
+    model: Path,
+    export: Path | None,
+    args: argparse.Namespace,
+    gemm: dict[str, float | None],
+    index: int = 0,
 ) -> dict[str, dict]:
-    """Every configuration once, CTranslate2 last; each child's JSON line by config name."""
+    """Every configuration once, mode by mode, so each nmt run sits beside its CTranslate2 peer
+    (the machine's speed drifts over minutes); CTranslate2 last in even rounds and first in odd
+    ones, so a steady drift does not favour either engine. Each child's JSON line by name."""
     out: dict[str, dict] = {}
     configs = [("nmt", p) for p in args.precisions] + ([("ct2", "fp32")] if export else [])
-    for engine, prec in configs:
-        for mode in MODES:
+    if index % 2:
+        configs.reverse()
+    for mode in MODES:
+        for engine, prec in configs:
             path = export if engine == "ct2" and export else model
             r = run_child(engine, mode, prec, path, args, gemm=prec not in gemm)
             gemm.setdefault(prec, r["gemm"])
@@ -480,7 +489,7 @@ def run_all(model: Path, export: Path | None, args: argparse.Namespace) -> dict:
     """Every configuration's figures over --rounds rounds (all repeats pooled), and each nmt
     configuration's ratio to CTranslate2: the median of the per-round ratios."""
     gemm: dict[str, float | None] = {}
-    rounds = [run_round(model, export, args, gemm) for _ in range(args.rounds)]
+    rounds = [run_round(model, export, args, gemm, i) for i in range(args.rounds)]
     runs: dict[str, dict] = {}
     for name in rounds[0]:
         engine, prec, mode = name.split("-")
