@@ -3,6 +3,8 @@ the fused and explicit multi-head paths agree; incremental self-attention equals
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -13,6 +15,7 @@ from nmt.models.attention import (
     MultiHeadAttention,
     dot_product_attention,
     make_rnn_attention,
+    time_major_attention,
 )
 
 LENGTHS = torch.tensor([5, 3, 1, 4])
@@ -196,3 +199,17 @@ def test_step_attention_elementwise_and_matmul_paths_agree(keys):
     out = step_attention(q, k, v, mask)
     assert out.shape == (6, 4, 1, 32)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_time_major_attention_matches_matmul_attention_over_the_cache_view(dtype):
+    torch.manual_seed(0)
+    t, b, h, dh = 9, 5, 4, 8
+    keys, values = torch.randn(t, b, h, dh).to(dtype), torch.randn(t, b, h, dh).to(dtype)
+    q = torch.randn(b, h, 1, dh).to(dtype)
+    got = time_major_attention(q, keys, values)
+    k, v = keys.permute(1, 2, 0, 3).float(), values.permute(1, 2, 0, 3).float()
+    want = torch.softmax(q.float() @ k.transpose(-1, -2) / math.sqrt(dh), -1) @ v
+    assert got.shape == (b, h, 1, dh) and got.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)

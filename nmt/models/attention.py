@@ -185,6 +185,20 @@ def step_attention(
     return torch.matmul(scores.softmax(dim=-1), v)
 
 
+def time_major_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """One query per row (B, H, 1, Dh) over a time-major cache, keys / values (T, B, H, Dh), as
+    elementwise products and sums (accumulated in fp32): (B, H, 1, Dh). For bf16 on a
+    CPU: PyTorch's bf16 matmul copies the strided (B, H, T, Dh) view of the cache at every step,
+    and 640 rows x 4 heads x Dh 32 at 10 / 20 / 35 positions took 2.2 / 5.1 / 13.5 ms that way
+    against 1.2 / 1.7 / 4.4 ms here (1 thread, AMD EPYC with avx512_bf16; session 24). fp32
+    stays with matmuls, which read the view in place."""
+    scale = 1.0 / math.sqrt(q.size(-1))
+    # PyTorch's CPU sums of bf16 accumulate in fp32 (a dtype= argument would copy the products)
+    scores = (keys * q[:, :, 0]).sum(-1).float().mul_(scale)  # (T, B, H)
+    weights = scores.softmax(dim=0).to(values.dtype)
+    return (values * weights.unsqueeze(-1)).sum(0).unsqueeze(2)  # (B, H, 1, Dh)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with fused projections: one (d, 3d) matmul for self-attention,
     and for encoder-decoder attention a (d, 2d) key/value projection done once per sentence."""
@@ -288,6 +302,8 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._split(self.qkv_proj(x), 3)  # (B, H, 1, Dh)
         keys[t] = k[:, :, 0]
         values[t] = v[:, :, 0]
+        if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+            return self._merge(time_major_attention(q, keys[: t + 1], values[: t + 1]))
         k_all = keys[: t + 1].permute(1, 2, 0, 3)  # (B, H, t + 1, Dh)
         out, _ = dot_product_attention(q, k_all, values[: t + 1].permute(1, 2, 0, 3))
         return self._merge(out)
