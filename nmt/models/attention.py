@@ -238,7 +238,7 @@ class MultiHeadAttention(nn.Module):
     def _merge(self, x: torch.Tensor) -> torch.Tensor:
         """(B, H, T, Dh) -> (B, T, d) through the output projection."""
         b, _, t, _ = x.shape
-        return self.out_proj(x.transpose(1, 2).reshape(b, t, -1))
+        return self.out_proj.forward(x.transpose(1, 2).reshape(b, t, -1))  # no hooks: cheaper
 
     def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder-decoder keys and values (B, H, S, Dh), computed once per sentence."""
@@ -258,10 +258,10 @@ class MultiHeadAttention(nn.Module):
         if self.cross:
             if kv is None:
                 raise ValueError("cross-attention needs the encoder keys and values (kv)")
-            (q,) = self._split(self.q_proj(x), 1)
+            (q,) = self._split(self.q_proj.forward(x), 1)
             k, v = kv
         else:
-            q, k, v = self._split(self.qkv_proj(x), 3)
+            q, k, v = self._split(self.qkv_proj.forward(x), 3)
         p = self.dropout if self.training else 0.0
         out, weights = dot_product_attention(q, k, v, mask, causal, p, need_weights)
         return self._merge(out), weights
@@ -280,15 +280,16 @@ class MultiHeadAttention(nn.Module):
         if group == 1:
             return self.forward(x, kv=kv, mask=mask, need_weights=need_weights)
         rows, d = x.size(0), x.size(-1)
-        q = self.q_proj(x).view(rows // group, group, self.heads, self.head_dim).transpose(1, 2)
+        q = self.q_proj.forward(x).view(rows // group, group, self.heads, self.head_dim)
+        q = q.transpose(1, 2)
         k, v = kv  # (n, H, S, Dh)
         if not need_weights:
             out = step_attention(q, k, v, mask)  # (n, H, group, Dh)
-            return self.out_proj(out.transpose(1, 2).reshape(rows, 1, d)), None
+            return self.out_proj.forward(out.transpose(1, 2).reshape(rows, 1, d)), None
         out, weights = dot_product_attention(q, k, v, mask, need_weights=True)
         assert weights is not None  # (n, H, group, S)
         weights = weights.transpose(1, 2).reshape(rows, self.heads, 1, -1)  # (rows, H, 1, S)
-        return self.out_proj(out.transpose(1, 2).reshape(rows, 1, d)), weights
+        return self.out_proj.forward(out.transpose(1, 2).reshape(rows, 1, d)), weights
 
     def step(
         self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, t: int
@@ -299,7 +300,7 @@ class MultiHeadAttention(nn.Module):
         key and value are written in place at position t, and attention reads positions 0..t as
         a (B, H, t + 1, Dh) view (no copy, no growing tensor).
         """
-        q, k, v = self._split(self.qkv_proj(x), 3)  # (B, H, 1, Dh)
+        q, k, v = self._split(self.qkv_proj.forward(x), 3)  # (B, H, 1, Dh)
         keys[t] = k[:, :, 0]
         values[t] = v[:, :, 0]
         if q.device.type == "cpu" and q.dtype == torch.bfloat16:
