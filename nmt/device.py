@@ -145,19 +145,28 @@ def emulated_bf16_warning(
     return None
 
 
-# Narrower models decode in fp32 on a CPU under `auto`. At d_model 128 (two runs of
-# scripts/bench_translate.py on a native-bf16 Xeon) bf16 decoding alone was 0.85x / 0.87x fp32 greedy
-# (its small attention products cost twice fp32's) and 0.98x / 1.09x at beam 5, and the whole
-# `nmt translate` command on 1,000 sentences was slower in bf16 in both modes (beam 5 11.0 s against
-# 10.4: casting and new oneDNN kernels cost ~1 s of start-up). At 256 bf16 was 1.30x / 1.09x.
-CPU_BF16_MIN_WIDTH = 256
+# Narrower models decode in fp32 on a CPU under `auto`. At d_model 128 bf16 decoding was once
+# slower than fp32 (a native-bf16 Xeon, 2026-12-01: greedy 0.85x / 0.87x, beam 5 0.98x / 1.09x; its
+# attention products copied the cache every step); with the step attention elementwise and the
+# weights packed (session 24, AMD EPYC with avx512_bf16, bench_translate.py --rounds 5) bf16 ran
+# greedy 1.10x and beam 5 1.32x fp32 at d128, BLEU 39.85 against 39.88, whole beam-5 command 5.47
+# against 6.27 s. Narrower than 128 is unmeasured and stays fp32.
+CPU_BF16_MIN_WIDTH = 128
+# Validation keeps fp32 below 256 on a CPU: its greedy shapes, new at every validation, are new
+# oneDNN kernels in bf16, and they grew a 25-minute run's kernel cache to 6.3 GB (3.6 in fp32).
+VALID_BF16_MIN_WIDTH = 256
 
 
-def inference_precision(precision: str, device: torch.device, width: int | None = None) -> str:
+def inference_precision(
+    precision: str,
+    device: torch.device,
+    width: int | None = None,
+    min_width: int = CPU_BF16_MIN_WIDTH,
+) -> str:
     """The resolved precision a model of `width` (d_model) decodes in (weights and cache are
-    cast to it)."""
+    cast to it); under `auto` on a CPU, models narrower than `min_width` decode in fp32."""
     resolved = resolve_precision(precision, device)
-    narrow = width is not None and width < CPU_BF16_MIN_WIDTH
+    narrow = width is not None and width < min_width
     if precision == "auto" and device.type == "cpu" and narrow:
         return "fp32"
     if resolved == "fp16" and device.type == "cpu":

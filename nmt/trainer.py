@@ -29,6 +29,7 @@ from nmt import batching, checkpoint, distributed, modeldir
 from nmt.checkpoint import Checkpoints, set_rng_state
 from nmt.config import Config, parse_duration
 from nmt.device import (
+    VALID_BF16_MIN_WIDTH,
     autocast_for,
     cpu_threads,
     emulated_bf16_warning,
@@ -83,11 +84,13 @@ class Trainer:
         self.log = Log(quiet or not dist.is_main)
         self.precision = resolve_precision(tc.precision, device)  # auto -> fp32/bf16/fp16
         self.autocast = autocast_for(self.precision, device)
-        # Validation decodes as `nmt translate` will by default (`auto`: fp32 for narrow models on
-        # a CPU): its BLEU is the one users get, and its decoding shapes, new at every validation,
-        # stay out of oneDNN's kernel cache, which they grew by GBs over a run (DESIGN.md).
+        # Validation decodes as `nmt translate` does by default, except that on a CPU it keeps
+        # fp32 below d_model 256 (`nmt translate` from 128): its decoding shapes, new at every
+        # validation, would otherwise fill oneDNN's kernel cache by GBs over a run (DESIGN.md).
         width = getattr(cfg.model, "d_model", None)
-        self.valid_precision = inference_precision(tc.precision, device, width)
+        self.valid_precision = inference_precision(
+            tc.precision, device, width, min_width=VALID_BF16_MIN_WIDTH
+        )
         self.valid_autocast = autocast_for(self.valid_precision, device)
         if device.type == "cpu":
             keep_freed_memory()  # a step's large activations reuse heap memory, no page faults

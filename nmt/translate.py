@@ -162,8 +162,8 @@ class Translator:
         """Load MODEL_DIR (config, SentencePiece, weights) for translation; several directories
         load as one ensemble (`nmt.models.ensemble`), with the first one's decoding defaults.
 
-        `precision` auto: bf16 on GPUs, and on native-bf16 CPUs from d_model 256 up (narrower
-        models decode faster in fp32), else fp32. bf16/fp16 cast the weights once (so the decoder
+        `precision` auto: bf16 on GPUs, and on native-bf16 CPUs from d_model 128 up (narrower
+        ones stay fp32, unmeasured), else fp32. bf16/fp16 cast the weights once (so the decoder
         cache follows); scores stay fp32 (log-softmax in fp32). `workers` batches are decoded at
         once (0: one per intra-op thread, at most 4), on forked processes where `processes`
         (None: on Linux CPUs, `nmt.workers`), else on threads; `close` stops the processes.

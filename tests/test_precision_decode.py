@@ -74,10 +74,10 @@ def test_bf16_decoding_matches_fp32(model_dirs, arch, beam):
     assert all(close)
 
 
-def test_auto_is_fp32_without_native_bf16_and_bf16_with_it_from_d256(
+def test_auto_is_fp32_without_native_bf16_and_bf16_with_it_from_d128(
     model_dirs, monkeypatch, tmp_path
 ):
-    wide = build_tiny_model_dir(tmp_path, d_model=256)
+    wide = build_tiny_model_dir(tmp_path, d_model=128)
     assert Translator.from_dir(wide, device="cpu").precision == "fp32"
     monkeypatch.setenv("NMT_CPU_BF16", "1")
     with warnings.catch_warnings():
@@ -141,3 +141,16 @@ def test_cpu_threads_follow_omp_num_threads_then_affinity(monkeypatch):
     assert cpu_threads() == 3
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert cpu_threads() == len(os.sched_getaffinity(0))  # taskset -c 0 -> 1, not os.cpu_count()
+
+
+def test_translation_and_validation_draw_the_bf16_line_at_different_widths(monkeypatch):
+    from nmt.device import VALID_BF16_MIN_WIDTH, inference_precision
+
+    monkeypatch.setenv("NMT_CPU_BF16", "1")
+    cpu = torch.device("cpu")
+    assert [inference_precision("auto", cpu, w) for w in (64, 128, 256)] == ["fp32", "bf16", "bf16"]
+    valid = [inference_precision("auto", cpu, w, VALID_BF16_MIN_WIDTH) for w in (128, 256)]
+    assert valid == ["fp32", "bf16"]  # validation: new shapes every time, kept out of oneDNN
+    assert inference_precision("bf16", cpu, 64) == "bf16"  # explicit: kept
+    monkeypatch.setenv("NMT_CPU_BF16", "0")
+    assert inference_precision("auto", cpu, 512) == "fp32"

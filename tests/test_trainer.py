@@ -530,8 +530,8 @@ def test_keep_freed_memory_on_glibc():
 def test_validation_decodes_in_the_precision_translate_would_use(
     copy_data, tmp_path, monkeypatch, precision, valid
 ):
-    """A narrow model trained in bf16 under `auto` validates in fp32, as `nmt translate` decodes it
-    by default; an explicit precision is kept for both."""
+    """A narrow model trained in bf16 under `auto` validates in fp32 (below d_model 256 on a CPU;
+    `nmt translate` decodes this one in fp32 too); an explicit precision is kept for both."""
     import nmt.trainer
 
     monkeypatch.setenv("NMT_CPU_BF16", "1")  # a native-bf16 CPU, whatever this one is
