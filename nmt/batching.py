@@ -183,10 +183,12 @@ def decoding_runs(
     (rows x longest) fits in max_tokens and whose rows fit in max_rows; a length over
     max_tokens gets a run of its own.
 
-    With `parts` > 1 (decoding workers taking runs as they come free) the count is rounded up
-    to a multiple of `parts` and the runs made even: the smallest budget that needs no more
-    runs. Filled to the budget, the last run is often a fraction of the others, and one worker
-    decodes it alone while the rest wait (5 runs of 1,000 lines on 2 workers lost ~7%).
+    With `parts` > 1 (decoding workers taking runs as they come free) the runs are cut with the
+    smallest budget that needs no more of them than the count rounded up to a multiple of
+    `parts` (and no more than there are lengths): nearly even runs, where filling each to the
+    budget often leaves a last run a fraction of the others, which one worker decodes alone
+    while the rest wait (5 runs of 1,000 lines on 2 workers lost ~7%). The result depends on
+    `parts`, so callers whose batches must not depend on the thread count (validation) pass 1.
     """
     runs = _runs(lengths, max_tokens, max_rows)
     if parts <= 1 or len(lengths) < 2:

@@ -46,7 +46,7 @@ PrecisionOpt = Annotated[
     str,
     typer.Option(
         "--precision",
-        help="auto (bf16 on GPUs, and on native-bf16 CPUs for d_model >= 256; else fp32), fp32, "
+        help="auto (bf16 on GPUs, and on native-bf16 CPUs for d_model >= 128; else fp32), fp32, "
         "bf16 or fp16 (GPU).",
     ),
 ]

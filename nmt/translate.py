@@ -188,7 +188,8 @@ class Translator:
         for model, *_ in loaded:
             if prec != "fp32" and not getattr(model, "autocast_inference", False):
                 model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
-            pack_for_decoding(model)  # on a CPU: weights packed once for oneDNN
+            if prec == "fp32" or not getattr(model, "autocast_inference", False):
+                pack_for_decoding(model)  # on a CPU: weights packed once for oneDNN
             models.append(model)
         model = models[0] if len(models) == 1 else Ensemble(models)
         return cls(model, loaded[0][1], src_tok, tgt_tok, dev, prec, workers, processes)

@@ -139,8 +139,9 @@ def evaluate(
     lengths = np.maximum(np.asarray(src.lengths)[:n], np.asarray(tgt.lengths)[:n])
     if limit:
         lengths = np.minimum(lengths, limit - 1)
-    parts = decode_workers(workers, device, n)  # even batches for the decoding workers
-    batches = batching.source_batches(lengths, max_tokens, parts)
+    # Filled to the budget whatever the workers (not `decoding_runs`' even split): the batches,
+    # and so the summed loss and a resumed run's figures, must not depend on the thread count.
+    batches = batching.source_batches(lengths, max_tokens)
 
     def run(idx: np.ndarray) -> tuple[float, int, list[str]]:
         """One batch's summed NLL, its target tokens and its detokenized greedy outputs."""

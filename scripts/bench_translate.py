@@ -21,7 +21,7 @@ is one batch at a time on all threads. Per configuration it prints:
   only emulates them: such a GEMM takes minutes and the ratio would mean nothing);
 - vs ct2: nmt's sent/s over CTranslate2's in the same mode (same sentences, threads, export);
   with --rounds N every configuration runs once per round, round after round (mode by mode, each
-  nmt run beside its CTranslate2 peer, CTranslate2 last in even rounds and first in odd ones),
+  mode's nmt runs beside its CTranslate2 run, CTranslate2 last in even rounds, first in odd ones),
   and vs ct2 is the median of the N per-round ratios (each measured within one stretch of
   machine time; the other columns pool every round's runs);
 - BLEU: sacreBLEU against the reference, only when all 1,000 sentences are translated.
@@ -456,8 +456,8 @@ def run_round(
     gemm: dict[str, float | None],
     index: int = 0,
 ) -> dict[str, dict]:
-    """Every configuration once, mode by mode, so each nmt run sits beside its CTranslate2 peer
-    (the machine's speed drifts over minutes); CTranslate2 last in even rounds and first in odd
+    """Every configuration once, mode by mode, so each mode's nmt runs sit beside its
+    CTranslate2 run (the machine's speed drifts over minutes); CTranslate2 last in even rounds and first in odd
     ones, so a steady drift does not favour either engine. Each child's JSON line by name."""
     out: dict[str, dict] = {}
     configs = [("nmt", p) for p in args.precisions] + ([("ct2", "fp32")] if export else [])

@@ -106,3 +106,13 @@ def test_translations_are_those_of_the_plain_products(tiny_model_dir, monkeypatc
             assert [h.score for h in s.hypotheses] == pytest.approx(
                 [h.score for h in t.hypotheses], abs=1e-4
             )
+
+
+@needs_onednn
+def test_packing_draws_nothing_from_the_global_random_stream():
+    model = Tied()
+    torch.manual_seed(5)
+    assert pack_for_decoding(model) == 1
+    drawn = torch.rand(3)
+    torch.manual_seed(5)
+    assert torch.equal(torch.rand(3), drawn)

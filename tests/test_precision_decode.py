@@ -154,3 +154,17 @@ def test_translation_and_validation_draw_the_bf16_line_at_different_widths(monke
     assert inference_precision("bf16", cpu, 64) == "bf16"  # explicit: kept
     monkeypatch.setenv("NMT_CPU_BF16", "0")
     assert inference_precision("auto", cpu, 512) == "fp32"
+
+
+@pytest.mark.filterwarnings("ignore:this CPU has no native bf16")
+def test_a_seq2seq_decoding_under_autocast_is_not_packed(model_dirs):
+    """bf16 Seq2Seq keeps fp32 weights under autocast: a packed fp32 copy would never be used."""
+    from torch import nn
+
+    from nmt.models.packed import PackedLinear, _pack
+
+    bf16 = Translator.from_dir(model_dirs["seq2seq"], device="cpu", precision="bf16")
+    assert type(bf16.model.output) is nn.Linear
+    fp32 = Translator.from_dir(model_dirs["seq2seq"], device="cpu", precision="fp32")
+    if _pack(torch.randn(8, 4)) is not None:
+        assert isinstance(fp32.model.output, PackedLinear)

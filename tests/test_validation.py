@@ -177,3 +177,33 @@ def test_validation_batches_stay_within_max_tokens_on_the_target_side(tmp_path, 
     evaluate(model, data.valid, torch.device("cpu"), contextlib.nullcontext, max_tokens, 1.2, 5.0)
     assert sum(rows for rows, _ in shapes) == 40
     assert max(rows * cols for rows, cols in shapes) <= max_tokens
+
+
+def test_validation_batches_do_not_depend_on_the_workers(long_valid_data, monkeypatch):
+    """The batches (and so the summed loss a resumed run compares) are the same on one thread
+    and on two workers: translation's even split for the workers is not used here."""
+    import contextlib
+
+    import torch
+
+    import nmt.validation
+    from nmt.models import build
+    from nmt.validation import evaluate, load_data
+
+    data = load_data(long_valid_data)
+    cfg = load_config(preset="transformer-tiny", overrides=["model.max_positions=24"])
+    torch.manual_seed(0)
+    model = build(cfg.model, data.vocab)
+    seen: list[list[int]] = []
+    real = nmt.validation.batching.collate
+
+    def spy(src, tgt, idx, *rest):
+        seen.append(sorted(int(i) for i in idx))
+        return real(src, tgt, idx, *rest)
+
+    monkeypatch.setattr(nmt.validation.batching, "collate", spy)
+    args = (model, data.valid, torch.device("cpu"), contextlib.nullcontext, 16, 1.2, 5.0)
+    evaluate(*args, workers=1)
+    one, seen[:] = sorted(seen), []
+    evaluate(*args, workers=2)
+    assert len(one) >= 3 and sorted(seen) == one

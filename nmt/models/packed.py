@@ -30,7 +30,8 @@ def _pack(weight: torch.Tensor) -> torch.Tensor | None:
         return None
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, ROWS_HINT)
-        probe = torch.randn(3, weight.size(1)).to(weight.dtype)
+        # a fixed probe: loading a model must not draw from the global random stream
+        probe = torch.linspace(-1.0, 1.0, 3 * weight.size(1)).view(3, -1).to(weight.dtype)
         got = torch.ops.mkldnn._linear_pointwise(probe, packed, None, "none", [], "")
     except (AttributeError, RuntimeError):
         return None
@@ -51,9 +52,11 @@ class PackedLinear(nn.Linear):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
         self.packed = packed
-        # What the packed copy was made from: a weight changed in place, cast or moved since
-        # (model.to() swaps .data without bumping the version) takes the plain path.
-        self.source = (linear.weight.data_ptr(), linear.weight._version, linear.weight.dtype)
+        # What the packed copy was made from, held so that its storage cannot be freed and its
+        # address reused: a weight changed in place (version), or replaced by a cast or move
+        # (model.to() swaps .data without bumping the version), takes the plain path.
+        self.source = linear.weight.detach()
+        self.version = linear.weight._version
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
@@ -61,8 +64,11 @@ class PackedLinear(nn.Linear):
             x.dtype != w.dtype
             or x.device != w.device
             or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
-            or (w.data_ptr(), w._version, w.dtype) != self.source
-            or torch.is_autocast_enabled(x.device.type)
+            or w.data_ptr() != self.source.data_ptr()
+            or w.dtype != self.source.dtype
+            or w._version != self.version
+            # under autocast an fp32 product must become a bf16 one: leave that to F.linear
+            or (w.dtype == torch.float32 and torch.is_autocast_enabled(x.device.type))
         ):
             return F.linear(x, w, self.bias)
         bias = None if self.bias is None else self.bias.detach()
@@ -75,7 +81,10 @@ def pack_for_decoding(model: nn.Module) -> int:
     """Pack a CPU model's products for decoding; how many. fp32: only `model.output` (the
     vocabulary projection of both architectures: MKL ran the decoder layers' small products
     faster than oneDNN); bf16 weights: every `nn.Linear`, since oneDNN runs bf16 products
-    anyway and packing spares it reordering the weight at every call (1.06-1.10x)."""
+    anyway and packing spares it reordering the weight at every call (1.06-1.10x). The packed
+    copies are held beside the weights (for the plain path): twice their memory. A model that
+    decodes under autocast with fp32 weights (Seq2Seq in bf16) gains nothing: its products take
+    the plain path, so `Translator.from_dir` does not pack it."""
     out = getattr(model, "output", None)
     if type(out) is nn.Linear and out.weight.dtype == torch.float32:
         targets = [(model, "output", out)]
