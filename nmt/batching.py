@@ -152,12 +152,12 @@ def padding_ratio(
     return 1.0 - real / padded if padded else 0.0
 
 
-def source_batches(lengths: np.ndarray, max_tokens: int, parts: int = 1) -> list[np.ndarray]:
-    """Batches for evaluation: sorted by length, no shuffling, ordered longest first; `parts`
-    as in `decoding_runs`."""
+def source_batches(lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """Batches for evaluation: sorted by length, no shuffling, ordered longest first, each
+    filled to the budget (whatever the thread count)."""
     lengths = np.asarray(lengths) + 1
     order = np.argsort(-lengths, kind="stable")
-    runs = decoding_runs(lengths[order].tolist(), max_tokens, parts=parts)
+    runs = decoding_runs(lengths[order].tolist(), max_tokens)
     return [order[start:end] for start, end in runs]
 
 

@@ -186,9 +186,9 @@ class Translator:
             _warn(message)
         models = []
         for model, *_ in loaded:
-            if prec != "fp32" and not getattr(model, "autocast_inference", False):
-                model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
             if prec == "fp32" or not getattr(model, "autocast_inference", False):
+                if prec != "fp32":
+                    model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
                 pack_for_decoding(model)  # on a CPU: weights packed once for oneDNN
             models.append(model)
         model = models[0] if len(models) == 1 else Ensemble(models)

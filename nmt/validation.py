@@ -139,8 +139,8 @@ def evaluate(
     lengths = np.maximum(np.asarray(src.lengths)[:n], np.asarray(tgt.lengths)[:n])
     if limit:
         lengths = np.minimum(lengths, limit - 1)
-    # Filled to the budget whatever the workers (not `decoding_runs`' even split): the batches,
-    # and so the summed loss and a resumed run's figures, must not depend on the thread count.
+    # Not translation's even split for the workers: the batches, and so the summed loss and a
+    # resumed run's figures, must not depend on the thread count.
     batches = batching.source_batches(lengths, max_tokens)
 
     def run(idx: np.ndarray) -> tuple[float, int, list[str]]:
