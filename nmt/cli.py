@@ -218,9 +218,9 @@ def train_cmd(
     ),
 ) -> None:
     """Train a model on DATA_DIR into MODEL_DIR (config: preset < CONFIG.yaml < --set)."""
-    from nmt.runtime import enlarge_kernel_caches
+    from nmt.runtime import size_kernel_caches
 
-    enlarge_kernel_caches()  # before torch loads; torchrun's workers inherit it
+    size_kernel_caches()  # before torch loads; torchrun's workers inherit it
     from nmt import distributed
 
     if distributed.needs_launch(nproc):  # every option but --nproc goes to the torchrun workers

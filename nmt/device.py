@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from nmt.errors import NmtError
+from nmt.runtime import cpu_flags
 
 DEVICE_CHOICES = "auto, cpu, cuda, cuda:N or mps"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -125,12 +126,7 @@ def cpu_has_native_bf16() -> bool:
     forced = os.environ.get(BF16_ENV, "").strip()
     if forced in ("0", "1"):
         return forced == "1"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = set(f.read().split())
-    except OSError:
-        return False
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 def emulated_bf16_warning(

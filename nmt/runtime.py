@@ -14,20 +14,48 @@ import threading
 from collections.abc import Mapping, MutableMapping
 from typing import NoReturn
 
-# One entry per matmul primitive and shape. A transformer-multi30k batch shape needs ~49, an epoch
-# of Multi30k has ~90 shapes that all recur, so the default 1,024 entries are evicted before they are
-# used again and bf16 training slows after its first epoch (DESIGN.md, "Kernel caches").
-KERNEL_CACHE_CAPACITY = 16384
+# oneDNN builds one matmul kernel (a primitive) per shape, and both PyTorch's cache (ideep's) and
+# oneDNN's keep the latest ones. A kept one holds ~0.5 MB of heap (more in the fragmentation
+# around it), so how many to keep trades memory against build time, which the CPU decides:
+# - AMX: a build took ~3 ms (session 8: with no cache bf16 ran at 4,400 against 10,200 tok/s), so
+#   the caches hold an epoch of Multi30k's shapes (~90 x 49 primitives) and are never rebuilt.
+# - elsewhere (avx512_bf16 without AMX) a build takes ~0.6 ms: keeping only a step's own ~40
+#   (reused across its layers and its backward) cost nothing measurable (whole epochs 4,624 /
+#   4,496 against 4,674 tok/s) while the peak fell from 3.05 to 1.24 GB (fp32's level).
+# fp32 products run in MKL and build no primitives. (A capacity of 0 crashes ideep in torch 2.13.)
+AMX_KERNEL_CACHE_CAPACITY = 16384
+KERNEL_CACHE_CAPACITY = 64
 KERNEL_CACHE_VARIABLES = ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")
 
 
-def enlarge_kernel_caches(env: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """Give PyTorch's (ideep) and oneDNN's kernel caches room for an epoch's shapes; a value
-    the user set wins. Returns the settings in force. Both are read when the first kernel is
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU's feature flags as Linux reports them (empty elsewhere)."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def kernel_cache_capacity(flags: frozenset[str]) -> int:
+    """How many matmul kernels to keep: an epoch's worth where building one is dear (AMX), a
+    step's worth elsewhere, where keeping them cost memory and bought no speed."""
+    return AMX_KERNEL_CACHE_CAPACITY if "amx_bf16" in flags else KERNEL_CACHE_CAPACITY
+
+
+def size_kernel_caches(
+    env: MutableMapping[str, str] | None = None, flags: frozenset[str] | None = None
+) -> dict[str, str]:
+    """Size PyTorch's (ideep) and oneDNN's kernel caches for training on this CPU; a value the
+    user set wins. Returns the settings in force. Both are read when the first kernel is
     built, so this works after `import torch` but not after the first CPU matmul."""
     env = os.environ if env is None else env
+    capacity = kernel_cache_capacity(cpu_flags() if flags is None else flags)
     for name in KERNEL_CACHE_VARIABLES:
-        env.setdefault(name, str(KERNEL_CACHE_CAPACITY))
+        env.setdefault(name, str(capacity))
     return {name: env[name] for name in KERNEL_CACHE_VARIABLES}
 
 

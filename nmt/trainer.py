@@ -53,7 +53,7 @@ from nmt.resume import (
     retune_optimizer,
     run_settings,
 )
-from nmt.runtime import enlarge_kernel_caches, peak_rss_mb
+from nmt.runtime import peak_rss_mb, size_kernel_caches
 from nmt.schedule import Budget, SaveClock, Stop, lr_at, stop_signals
 from nmt.validation import ValidResult, evaluate, load_data, over_limit
 
@@ -601,7 +601,7 @@ def train(
     data_dir, model_dir = Path(data_dir), Path(model_dir)
     if not data_dir.is_dir():
         raise NmtError(f"{data_dir}: data directory not found (run nmt preprocess first)")
-    enlarge_kernel_caches()  # for library callers; `nmt train` set it before torch loaded
+    size_kernel_caches()  # for library callers; `nmt train` set it before torch loaded
     dist = distributed.from_env()
     dev = resolve_device(device, dist.local_rank)
     autocast_for(resolve_precision(cfg.training.precision, dev), dev)  # fail early: fp16 on cpu

@@ -245,9 +245,9 @@ def main() -> None:
     args = ap.parse_args()
     steps, warmup = (4, 2) if args.quick else (args.steps, args.warmup)
     if args.one:
-        from nmt.runtime import enlarge_kernel_caches
+        from nmt.runtime import size_kernel_caches
 
-        enlarge_kernel_caches()  # as `nmt train` does, before torch loads
+        size_kernel_caches()  # as `nmt train` does, before torch loads
         import torch
 
         torch.set_num_threads(args.threads or os.cpu_count() or 1)
