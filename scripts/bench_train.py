@@ -6,8 +6,9 @@ its own) through the trainer's real `train_step` (collation, forward, loss, back
 Adam), after a few warm-up steps. Each timed batch runs twice: the first pass is its shape's
 first use (in bf16 on CPU that costs more: oneDNN builds its matmul kernels per shape), the second
 what the shape costs once its kernels are cached. tgt tok/s is the median of the second pass, the
-first pass's median is printed beside it. Real training sees the second-pass speed once the
-kernel caches hold an epoch's shapes, which is why `nmt train` enlarges them (nmt/runtime.py).
+first pass's median is printed beside it. Real training sees the second-pass speed only where
+the kernel caches hold an epoch's shapes, which `nmt train` sizes them for on AMX CPUs only
+(nmt/runtime.py; elsewhere both passes build their kernels and run at the same speed).
 
 Every figure comes with the machine's own limit: each configuration's process also times a
 4096x1024x1024 matrix product of its dtype (scripts/benchlib.py), counts the model's matmul FLOPs
@@ -245,9 +246,10 @@ def main() -> None:
     args = ap.parse_args()
     steps, warmup = (4, 2) if args.quick else (args.steps, args.warmup)
     if args.one:
-        from nmt.runtime import size_kernel_caches
+        from nmt.runtime import retain_freed_memory, size_kernel_caches
 
         size_kernel_caches()  # as `nmt train` does, before torch loads
+        retain_freed_memory()  # as every `nmt` command does (nmt.cli)
         import torch
 
         torch.set_num_threads(args.threads or os.cpu_count() or 1)
