@@ -338,12 +338,16 @@ class Reporter:
         configured: str,
         valid: str,
         init: dict[str, Any] | None = None,
+        kernel_caches: dict[str, str | None] | None = None,
     ) -> None:
-        """The run's start in metrics.jsonl: where it runs, the precisions `auto` chose, and the
-        weights it started from (`init`: fine-tuning's initial model, checkpoint and step)."""
+        """The run's start in metrics.jsonl: where it runs, the precisions `auto` chose, the
+        kernel cache sizes (bf16 on CPU: most of its memory), and the weights it started from
+        (`init`: fine-tuning's initial model, checkpoint and step)."""
         self.metrics.write(
             {"event": "start", "step": st.step, "device": device, "precision": precision,
-             "precision_config": configured, "valid_precision": valid, **({"init": init} if init else {})}
+             "precision_config": configured, "valid_precision": valid,
+             **({"kernel_caches": kernel_caches} if kernel_caches else {}),
+             **({"init": init} if init else {})}
         )  # fmt: skip
 
     def train_event(self, st: TrainState, budget: Budget) -> None:

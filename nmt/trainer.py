@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
 import random
 import sys
 import time
@@ -53,7 +54,7 @@ from nmt.resume import (
     retune_optimizer,
     run_settings,
 )
-from nmt.runtime import peak_rss_mb, size_kernel_caches
+from nmt.runtime import KERNEL_CACHE_VARIABLES, peak_rss_mb, size_kernel_caches
 from nmt.schedule import Budget, SaveClock, Stop, lr_at, stop_signals
 from nmt.validation import ValidResult, evaluate, load_data, over_limit
 
@@ -289,9 +290,11 @@ class Trainer:
                 self.model_dir, self.cfg, d.src_lang, d.tgt_lang, d.src_spm, d.tgt_spm, d.vocab
             )
         self._announce()
+        caches = {k: os.environ.get(k) for k in KERNEL_CACHE_VARIABLES}
         self.report.start_event(
-            st, str(self.device), self.precision, tc.precision, self.valid_precision, self.init
-        )
+            st, str(self.device), self.precision, tc.precision, self.valid_precision, self.init,
+            caches if self.device.type == "cpu" else None,
+        )  # fmt: skip
         if self.saved_rng is not None:
             set_rng_state(self.saved_rng)
             ranks = self.saved_ranks_rng

@@ -20,6 +20,7 @@ from nmt.checkpoint import load_state
 from nmt.config import load_config
 from nmt.errors import NmtError
 from nmt.finetune import check_init_outside
+from nmt.runtime import KERNEL_CACHE_VARIABLES
 from nmt.trainer import train
 
 WORDS = (
@@ -552,6 +553,8 @@ def test_validation_decodes_in_the_precision_translate_would_use(
     start = next(r for r in rows if r["event"] == "start")
     trained = "fp32" if precision == "fp32" else "bf16"
     assert (start["precision"], start["valid_precision"]) == (trained, valid)
+    # The kernel cache sizes in force are in the run's record (set by train() unless the user did)
+    assert start["kernel_caches"] == {k: os.environ[k] for k in KERNEL_CACHE_VARIABLES}
     assert seen == [valid == "bf16"] * 2  # two validations, each under the validation's autocast
     # Memory is logged with every train event, and the peak at the end
     rss = [r["rss_mb"] for r in rows if r["event"] == "train"]
