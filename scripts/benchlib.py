@@ -39,14 +39,12 @@ def gemm_gflops(
 
 def machine_line(threads: int) -> str:
     """CPU model, the flags that decide bf16 speed, and the thread count, for a report's header."""
-    name, flags = "unknown CPU", set()
+    from nmt.runtime import cpu_flags
+
+    name, flags = "unknown CPU", cpu_flags()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name") and name == "unknown CPU":
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
+            name = next((x.split(":", 1)[1].strip() for x in f if x.startswith("model name")), name)
     except OSError:
         pass
     have = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
