@@ -138,25 +138,27 @@ def source_lengths(lines: Sequence[str], unit: str, spm: str | Path | None = Non
         )
     from nmt.vocab import Tokenizer
 
-    tok = Tokenizer.load(source_spm(spm))
+    tok = Tokenizer.load(*source_spm(spm))
     return [len(tok.encode(line)) if line.strip() else 0 for line in lines]
 
 
-def source_spm(path: str | Path) -> Path:
-    """The source-side SentencePiece model of a .model file, a DATA_DIR or a MODEL_DIR."""
+def source_spm(path: str | Path) -> tuple[Path, bool]:
+    """The source-side SentencePiece model of a .model file, a DATA_DIR or a MODEL_DIR, and
+    whether it was learnt on lowercased text (so lengths count the pieces the model saw)."""
     import json
 
     p = Path(path)
     if p.is_file():
-        return p
+        return p, False
     for meta, key in (("manifest.json", None), ("vocab.json", "src_spm")):
         if (p / meta).is_file():
             try:
                 data = json.loads((p / meta).read_text(encoding="utf-8"))
                 name = data["spm"]["src"] if key is None else data[key]
-            except (ValueError, KeyError, TypeError):
+                lc = (data.get("options", {}) if key is None else data).get("lowercase") is True
+            except (ValueError, KeyError, TypeError, AttributeError):
                 raise NmtError(f"{p / meta}: no source SentencePiece model named in it") from None
-            return p / name
+            return p / name, lc
     raise NmtError(f"{p}: not a SentencePiece model, DATA_DIR or MODEL_DIR")
 
 

@@ -57,6 +57,7 @@ class _PairFilter:
     paths: tuple[Path, Path]
     dedupe: bool
     skip_invalid: bool
+    lowercase: bool = False
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
     seen: set[int] = field(default_factory=set)
 
@@ -71,6 +72,11 @@ class _PairFilter:
             self.counts["invalid_utf8"] += 1
             return None
         a, b = a.strip(), b.strip()
+        if self.lowercase:  # bytes.lower() would touch ASCII only
+            a, b = (
+                a.decode("utf-8").lower().encode("utf-8"),
+                b.decode("utf-8").lower().encode("utf-8"),
+            )
         if not a or not b:
             self.counts["empty"] += 1
             return None
@@ -116,12 +122,14 @@ def clean_train(
     skip_invalid: bool,
     chunk_pairs: int,
     report: Callable[[int], None],
+    lowercase: bool = False,
 ) -> tuple[dict[str, int], list[Chunk]]:
-    """Stream train once: check UTF-8, trim, drop empty sides and duplicates, write cleaned text.
+    """Stream train once: check UTF-8, trim, lowercase if asked, drop empty sides and duplicates,
+    write cleaned text.
 
     Returns the counts (drop reasons and `read`) and the byte ranges of `chunk_pairs`-line chunks.
     """
-    keep = _PairFilter(inputs, dedupe, skip_invalid)
+    keep = _PairFilter(inputs, dedupe, skip_invalid, lowercase)
     chunker = _Chunker(chunk_pairs)
     read = 0
     with open(outputs[0], "wb") as ws, open(outputs[1], "wb") as wt:

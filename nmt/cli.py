@@ -151,6 +151,12 @@ def preprocess_cmd(
         "words in old letters too), less those that would change how its text in the reused "
         "models' own languages encodes.",
     ),
+    lowercase: bool = typer.Option(
+        False,
+        "--lowercase",
+        help="Lowercase every split (most Multi30k papers' setting): the model then sees and "
+        "writes lowercased text, translate lowercases its input, and BLEU is case-insensitive.",
+    ),
     quiet: QuietOpt = False,
 ) -> None:
     """Clean a parallel corpus, learn SentencePiece, and encode every split into DATA_DIR."""
@@ -177,6 +183,7 @@ def preprocess_cmd(
         spm_from=spm_from,
         extend_vocab=extend_vocab,
         extend_all=extend_all,
+        lowercase=lowercase,
     )
     with contextlib.ExitStack() as stack:
         progress = None if quiet else step_progress(stack)
@@ -728,7 +735,11 @@ def evaluate_cmd(
     device: DeviceOpt = "auto",
     precision: PrecisionOpt = "auto",
     tokenize: str = typer.Option(None, "--tokenize", help="BLEU tokenizer (default 13a)."),
-    lowercase: bool = typer.Option(False, "--lowercase", help="Case-insensitive BLEU and chrF."),
+    lowercase: bool = typer.Option(
+        False,
+        "--lowercase",
+        help="Case-insensitive BLEU and chrF (always for a model preprocessed with --lowercase).",
+    ),
     chrf_word_order: int = typer.Option(None, "--chrf-word-order", help="2 = chrF++."),
     as_json: bool = typer.Option(False, "--json", help="A JSON list of score objects."),
     width: int = typer.Option(1, "--width", "-w", help="Decimals printed."),

@@ -152,10 +152,11 @@ class CT2Translator:
         ct2 = require_ctranslate2()
         export_dir = Path(export_dir)
         manifest = read_export_manifest(export_dir)
-        src_tok = Tokenizer.load(export_dir / manifest["src_spm"])
+        lc = manifest.get("lowercase", False) is True
+        src_tok = Tokenizer.load(export_dir / manifest["src_spm"], lc)
         tgt_tok = src_tok
         if manifest["tgt_spm"] != manifest["src_spm"]:
-            tgt_tok = Tokenizer.load(export_dir / manifest["tgt_spm"])
+            tgt_tok = Tokenizer.load(export_dir / manifest["tgt_spm"], lc)
         dev, index = _ct2_device(device, ct2)
         cores = threads or _usable_cores()
         workers = resolve_workers(workers, cores, on_cpu=dev == "cpu")

@@ -131,9 +131,20 @@ def tokenizers(data_dir: str | Path) -> tuple[Tokenizer, Tokenizer]:
     """(source, target) tokenizers of a data folder; the same object twice for a joint vocabulary."""
     data_dir = Path(data_dir)
     m = read_manifest(data_dir)
-    src = Tokenizer.load(data_dir / m["spm"]["src"])
-    tgt = src if m["spm"]["tgt"] == m["spm"]["src"] else Tokenizer.load(data_dir / m["spm"]["tgt"])
+    lc = lowercased(m)
+    src = Tokenizer.load(data_dir / m["spm"]["src"], lc)
+    tgt = (
+        src
+        if m["spm"]["tgt"] == m["spm"]["src"]
+        else Tokenizer.load(data_dir / m["spm"]["tgt"], lc)
+    )
     return src, tgt
+
+
+def lowercased(manifest: dict[str, Any]) -> bool:
+    """Whether a data folder's text was lowercased (`nmt preprocess --lowercase`; older
+    manifests have no such option and were not)."""
+    return bool(manifest.get("options", {}).get("lowercase", False))
 
 
 def vocab_info(data_dir: str | Path) -> VocabInfo:
@@ -142,5 +153,8 @@ def vocab_info(data_dir: str | Path) -> VocabInfo:
 
     m = read_manifest(data_dir)
     return VocabInfo(
-        src_size=m["vocab_size"]["src"], tgt_size=m["vocab_size"]["tgt"], joint=m["joint"]
+        src_size=m["vocab_size"]["src"],
+        tgt_size=m["vocab_size"]["tgt"],
+        joint=m["joint"],
+        lowercase=lowercased(m),
     )

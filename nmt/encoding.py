@@ -214,14 +214,18 @@ def encode_eval(
     dtype: str,
     threads: int,
     block: int,
+    lowercase: bool = False,
 ) -> tuple[int, tuple[np.ndarray, np.ndarray]]:
-    """Encode a valid/test split without dropping lines, keeping its raw lines for scoring."""
+    """Encode a valid/test split without dropping lines, keeping its raw lines for scoring
+    (lowercased with `lowercase`, so validation BLEU compares like with like)."""
     writers = [SplitWriter(tmp, split, lang, dtype) for lang in langs]
     texts = [open(tmp / f"{split}.{lang}.txt", "w", encoding="utf-8") for lang in langs]
     try:
         for nums, *sides in _blocks(paths, block):
             for side, raws in enumerate(sides):
                 raw = _decode_all(raws, nums, paths[side])
+                if lowercase:
+                    raw = [line.lower() for line in raw]
                 texts[side].write("".join(line + "\n" for line in raw))
                 ids = toks[side].encode_batch([line.strip() for line in raw], threads=threads)
                 lengths = seq_lengths(ids)

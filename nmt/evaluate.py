@@ -3,6 +3,7 @@ metrics, so `nmt.scoring` itself needs sacrebleu alone."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,8 @@ def evaluate(
         kwargs["progress"] = lambda n: progress(n, len(src_lines))
     with translator:  # its worker processes end with the translation
         hyps = [one_line(h.text) for h in translator.translate(src_lines, **kwargs)]  # as translate
+    if translator.tgt_tok.lowercase:  # it writes lowercased text: cased BLEU would only punish that
+        opts = dataclasses.replace(opts, lowercase=True)  # the signature says case:lc
     if len(hyps) != len(src_lines):  # the translator's contract; never score a shifted file
         raise NmtError(f"translator returned {len(hyps)} lines for {len(src_lines)} inputs")
     if hyp_out is not None:

@@ -135,6 +135,7 @@ def _manifest(
         "tgt_lang": meta["tgt_lang"],
         "src_spm": meta["src_spm"],
         "tgt_spm": meta["tgt_spm"],
+        "lowercase": meta.get("lowercase", False) is True,  # lowercase input before SentencePiece
         "max_positions": cfg.model.max_positions,
         "model": dataclasses.asdict(cfg.model),
         "decoding": dataclasses.asdict(cfg.decoding),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nmt.config import ModelConfig, TrainingConfig
-from nmt.dataset import MANIFEST, read_manifest
+from nmt.dataset import MANIFEST, lowercased, read_manifest
 from nmt.errors import NmtError
 from nmt.textio import read_json_object
 from nmt.vocab import Tokenizer
@@ -36,6 +36,7 @@ class SpmSource:
     src_lang: str
     tgt_lang: str
     spm_type: str | None  # unigram or bpe where the folder records it (a DATA_DIR's manifest)
+    lowercase: bool = False  # the pieces were learnt on lowercased text (`--lowercase`)
 
     @property
     def joint(self) -> bool:
@@ -50,10 +51,12 @@ def spm_source(directory: str | Path) -> SpmSource:
     if (d / MODEL_META).is_file():
         meta = read_json_object(d / MODEL_META)
         names = meta.get("src_spm"), meta.get("tgt_spm")
+        lowercase = meta.get("lowercase", False)
     elif (d / MANIFEST).is_file():
         meta = read_manifest(d)
         spm = meta.get("spm")
         names = (spm.get("src"), spm.get("tgt")) if isinstance(spm, dict) else (None, None)
+        lowercase = lowercased(meta)
     elif d.is_dir():
         raise NmtError(
             f"{d}: neither a model directory ({MODEL_META}) nor a data directory ({MANIFEST})"
@@ -69,7 +72,7 @@ def spm_source(directory: str | Path) -> SpmSource:
     kind = meta.get("spm_type")
     return SpmSource(
         d, src, tgt, str(meta.get("src_lang", "")), str(meta.get("tgt_lang", "")),
-        kind if isinstance(kind, str) else None,
+        kind if isinstance(kind, str) else None, lowercase is True,
     )  # fmt: skip
 
 
@@ -83,6 +86,12 @@ def check_same_vocabulary(
     """The corpus must be encoded with the pieces the initial weights were trained on (or those
     plus appended ones, `--extend-vocab`); returns the initial model's (source, target) sizes."""
     theirs = spm_source(init_dir)
+    if lowercased(read_manifest(data_dir)) != theirs.lowercase:
+        how = "with" if theirs.lowercase else "without"
+        raise NmtError(
+            f"{data_dir}: {init_dir} was trained on text preprocessed {how} --lowercase (preprocess "
+            f"the corpus with --spm-from {init_dir}{' --lowercase' if theirs.lowercase else ''})"
+        )
     sizes = []
     for side, ours, init in zip(
         ("source", "target"), data_spm, (theirs.src, theirs.tgt), strict=True

@@ -66,6 +66,7 @@ class PreprocessConfig:
     spm_from: str | Path | None = None  # reuse this MODEL_DIR's or DATA_DIR's SentencePiece models
     extend_vocab: int = 0  # with spm_from: append up to this many pieces for unknown characters
     extend_all: bool = False  # extend_vocab with every piece the corpus wants (old text kept)
+    lowercase: bool = False  # lowercase every split (the setting of most Multi30k papers)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tests", tuple(self.tests))
@@ -114,6 +115,7 @@ class PreprocessConfig:
             "skip_invalid": self.skip_invalid,
             "character_coverage": self.character_coverage,
             "spm_sample": self.spm_sample,
+            "lowercase": self.lowercase,
         }
 
     def split_inputs(self) -> dict[str, Pair]:
@@ -128,6 +130,13 @@ class PreprocessConfig:
         for name, prefix in zip(_test_names(self.tests), self.tests, strict=True):
             inputs[name] = files(prefix)
         return inputs
+
+
+def _lowercase_mismatch(spm_dir: Path, lowercased: bool) -> str:
+    """Why --spm-from's pieces do not fit: they were learnt on text cased unlike this corpus."""
+    if lowercased:
+        return f"--spm-from {spm_dir} was preprocessed with --lowercase: add --lowercase"
+    return f"--spm-from {spm_dir} was preprocessed without --lowercase: drop --lowercase"
 
 
 def _test_names(tests: Sequence[str | Path]) -> list[str]:
@@ -165,6 +174,8 @@ def preprocess(
     report: Progress = (lambda *_: None) if quiet else (progress or _stderr_progress())
     inputs = cfg.split_inputs()
     reused = spm_source(cfg.spm_from) if cfg.spm_from is not None else None
+    if reused is not None and reused.lowercase != cfg.lowercase:
+        raise NmtError(_lowercase_mismatch(reused.dir, reused.lowercase))
     _check_out_dir(out_dir, force)
     if force:
         _check_inputs_outside(out_dir, inputs)
@@ -217,7 +228,7 @@ class _Run:
         self.report(step, 0, None)
         counts, chunks = clean_train(
             self.inputs["train"], clean, self.cfg.dedupe, self.cfg.skip_invalid, CHUNK_PAIRS,
-            lambda n: self.report(step, n, None),
+            lambda n: self.report(step, n, None), self.cfg.lowercase,
         )  # fmt: skip
         self.report(step, counts["read"], counts["read"])
         if not chunks:
@@ -348,8 +359,9 @@ class _Run:
         step = f"encode {split}"
         self.report(step, 0, None)
         n, lengths = encode_eval(
-            self.tmp, split, self.cfg.langs, paths, toks, dtype, self.threads, CHUNK_PAIRS
-        )
+            self.tmp, split, self.cfg.langs, paths, toks, dtype, self.threads, CHUNK_PAIRS,
+            self.cfg.lowercase,
+        )  # fmt: skip
         self.report(step, n, n)
         entry = _split_entry(self.cfg.langs, paths, lengths, True, split)
         entry.update(lines_read=n, kept=n, dropped={}, over_limits=over_limits(*lengths))

@@ -516,10 +516,11 @@ class _Job:
 
 def _tokenizers(model_dir: Path, meta: dict[str, Any]) -> tuple[Tokenizer, Tokenizer]:
     """MODEL_DIR's source and target SentencePiece models (one object when they are one file)."""
-    src_tok = Tokenizer.load(model_dir / meta["src_spm"])
+    lc = meta.get("lowercase", False) is True  # `nmt preprocess --lowercase`: cased input meets it
+    src_tok = Tokenizer.load(model_dir / meta["src_spm"], lc)
     if meta["tgt_spm"] == meta["src_spm"]:
         return src_tok, src_tok
-    return src_tok, Tokenizer.load(model_dir / meta["tgt_spm"])
+    return src_tok, Tokenizer.load(model_dir / meta["tgt_spm"], lc)
 
 
 def _check_same_vocabulary(
@@ -531,6 +532,12 @@ def _check_same_vocabulary(
             raise NmtError(
                 f"{other}: its {side} vocabulary differs from {first}'s (the models of an "
                 "ensemble must share their SentencePiece models)"
+            )
+        if tok.lowercase != theirs.lowercase:
+            raise NmtError(
+                f"{other}: trained on {'lowercased' if theirs.lowercase else 'cased'} text, "
+                f"{first} on {'lowercased' if tok.lowercase else 'cased'} (an ensemble's models "
+                "must see the same input)"
             )
 
 

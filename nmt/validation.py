@@ -174,5 +174,6 @@ def evaluate(
         for i, hyp in zip(idx.tolist(), texts, strict=True):
             hyps[i] = hyp
     loss = nll_sum / max(1, tokens)
-    bleu = scoring.score(hyps, [valid.refs], ["bleu"])[0]  # same numbers and signature as nmt score
+    # same numbers and signature as nmt score (--lowercase for a lowercased corpus: case:lc)
+    bleu = scoring.score(hyps, [valid.refs], ["bleu"], lowercase=valid.tgt_tok.lowercase)[0]
     return ValidResult(loss, math.exp(min(loss, 50.0)), bleu.score, bleu.signature)

@@ -176,11 +176,20 @@ def train_spm(
 
 
 class Tokenizer:
-    """A loaded SentencePiece model: text <-> ids without bos/eos (callers add those)."""
+    """A loaded SentencePiece model: text <-> ids without bos/eos (callers add those).
 
-    def __init__(self, processor: spm.SentencePieceProcessor, path: Path | None = None) -> None:
+    With `lowercase` (a model preprocessed with `--lowercase`) every text is lowercased before it
+    is encoded, so cased input meets the pieces the model was trained on."""
+
+    def __init__(
+        self,
+        processor: spm.SentencePieceProcessor,
+        path: Path | None = None,
+        lowercase: bool = False,
+    ) -> None:
         self.sp = processor
         self.path = path
+        self.lowercase = lowercase
         if self.sp.pad_id() != PAD_ID or self.sp.bos_id() != BOS_ID or self.sp.eos_id() != EOS_ID:
             raise NmtError(
                 f"{path}: SentencePiece model has special ids pad={self.sp.pad_id()} "
@@ -189,7 +198,7 @@ class Tokenizer:
             )
 
     @classmethod
-    def load(cls, path: str | Path) -> Tokenizer:
+    def load(cls, path: str | Path, lowercase: bool = False) -> Tokenizer:
         """Load a `.model` file; a missing or corrupt file is a user error, not a crash."""
         path = Path(path)
         if not path.is_file():
@@ -199,31 +208,36 @@ class Tokenizer:
             sp.load(str(path))
         except (OSError, RuntimeError) as e:
             raise NmtError(f"{path}: not a SentencePiece model ({e})") from None
-        return cls(sp, path)
+        return cls(sp, path, lowercase)
 
     @property
     def vocab_size(self) -> int:
         """Number of ids, special pieces included."""
         return self.sp.get_piece_size()
 
+    def _cased(self, texts: list[str]) -> list[str]:
+        """The texts as the model was trained on them (lowercased for a `--lowercase` model)."""
+        return [t.lower() for t in texts] if self.lowercase else texts
+
     def encode(self, text: str) -> list[int]:
         """Subword ids of one sentence, no bos/eos."""
-        return self.sp.encode(text, out_type=int)
+        return self.sp.encode(text.lower() if self.lowercase else text, out_type=int)
 
     def encode_batch(self, texts: list[str], threads: int | None = None) -> list[list[int]]:
         """Subword ids of many sentences, encoded on several threads by SentencePiece itself."""
-        return self.sp.encode(texts, out_type=int, num_threads=threads or -1)
+        return self.sp.encode(self._cased(texts), out_type=int, num_threads=threads or -1)
 
     def sample_batch(self, texts: list[str], alpha: float) -> list[list[int]]:
         """Sampled segmentations (subword regularisation: unigram lattice sampling smoothed by
         alpha, or BPE-dropout), on one thread, from SentencePiece's seeded generator."""
         return self.sp.encode(
-            texts, out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1
-        )
+            self._cased(texts), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1,
+            num_threads=1,
+        )  # fmt: skip
 
     def pieces(self, text: str) -> list[str]:
         """Subword pieces of one sentence (for inspection and attention plots)."""
-        return self.sp.encode(text, out_type=str)
+        return self.sp.encode(text.lower() if self.lowercase else text, out_type=str)
 
     def id_to_piece(self, i: int) -> str:
         """The piece string of one id."""
@@ -254,6 +268,7 @@ class Tokenizer:
     def normalized_characters(self, text: str) -> str:
         """The text as pieces are matched against it (nmt_nfkc: decomposed letters composed),
         with spaces for SentencePiece's word marks and no <unk> surface."""
+        text = text.lower() if self.lowercase else text
         return self.sp.normalize(text).replace("\u2581", " ")
 
     def normalize(self, text: str) -> str:
@@ -261,4 +276,5 @@ class Tokenizer:
         return self.decode(self.encode(text))
 
     def __repr__(self) -> str:
-        return f"Tokenizer({self.path}, vocab_size={self.vocab_size})"
+        lc = ", lowercase=True" if self.lowercase else ""
+        return f"Tokenizer({self.path}, vocab_size={self.vocab_size}{lc})"

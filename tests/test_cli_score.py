@@ -313,6 +313,8 @@ def fake_translator(monkeypatch):
     calls: dict = {}
 
     class Translator:
+        tgt_tok = types.SimpleNamespace(lowercase=False)  # a cased model: BLEU stays cased
+
         @classmethod
         def from_dir(cls, model_dir, device="auto", checkpoint="best", precision="auto"):
             calls["from_dir"] = (str(model_dir), device, checkpoint, precision)

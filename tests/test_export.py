@@ -457,3 +457,25 @@ def test_cli_export_then_translate(model_dir, tmp_path):
     assert r.exit_code == 2 and "--precision does not apply" in r.output
     r = run_cli("translate", "-m", str(out), "-q", "--workers", "-1", input=b"a man\n")
     assert r.exit_code == 2 and r.output == "error: --workers must be 0 (auto) or more, got -1\n"
+
+
+def test_a_lowercased_models_export_lowercases_its_input(model_dir, tmp_path):
+    """`nmt preprocess --lowercase` reaches the export: the manifest says so and the engine
+    lowercases what it is given, as `nmt translate` does with the model directory."""
+    lc = tmp_path / "lc"
+    shutil.copytree(model_dir, lc)
+    meta = json.loads((lc / "vocab.json").read_text())
+    (lc / "vocab.json").write_text(json.dumps({**meta, "lowercase": True}))
+    cased_out = export_ctranslate2(model_dir, tmp_path / "cased", quiet=True)
+    out = export_ctranslate2(lc, tmp_path / "export", quiet=True)
+    assert json.loads((out / EXPORT_MANIFEST).read_text())["lowercase"] is True
+    assert json.loads((cased_out / EXPORT_MANIFEST).read_text())["lowercase"] is False
+    lines = ["A MAN In Blue Shirt", "Two DOGS Play In The Snow", "EINE FRAU"]
+    lowered = [line.lower() for line in lines]
+    theirs = CT2Translator.from_dir(out, device="cpu", threads=1)
+    got = [t.text for t in theirs.translate(lines, beam_size=1)]
+    assert got == [t.text for t in theirs.translate(lowered, beam_size=1)]
+    with Translator.from_dir(lc, device="cpu") as ours:
+        assert got == [t.text for t in ours.translate(lines, greedy=True)]
+    plain = CT2Translator.from_dir(cased_out, device="cpu", threads=1)
+    assert [t.text for t in plain.translate(lines, beam_size=1)] != got  # capitals are unknown

@@ -242,7 +242,7 @@ def test_manifest_records_options_and_settings(tmp_path):
     m = _preprocess(prefix, tmp_path / "d", vocab_size=50, max_ratio=2.5, spm_sample=1000)
     assert m["options"] == {
         "max_len": 250, "max_ratio": 2.5, "dedupe": False, "skip_invalid": False,
-        "character_coverage": 1.0, "spm_sample": 1000,
+        "character_coverage": 1.0, "spm_sample": 1000, "lowercase": False,
     }  # fmt: skip
     assert (m["spm_type"], m["requested_vocab_size"], m["src_lang"], m["tgt_lang"]) == (
         "unigram", 50, "en", "de"

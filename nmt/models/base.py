@@ -42,6 +42,7 @@ class VocabInfo:
     unk_id: int = UNK_ID
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID
+    lowercase: bool = False  # text lowercased before encoding (`nmt preprocess --lowercase`)
 
 
 def make_embeddings(
