@@ -279,6 +279,7 @@ class CT2Translator:
             "architecture": {**self.manifest.get("model", {}), "parameters": None},
             "device": self.ct2.device,
             "precision": self.manifest.get("quantization"),
+            "lowercase": self.src_tok.lowercase,  # input lowercased (`preprocess --lowercase`)
         }
 
     def score_ids(

@@ -362,6 +362,7 @@ class Translator:
             "architecture": {**dataclasses.asdict(self.cfg.model), "parameters": params},
             "device": str(self.device),
             "precision": self.precision,
+            "lowercase": self.src_tok.lowercase,  # input lowercased (`preprocess --lowercase`)
         }
 
     def score_ids(

@@ -128,7 +128,7 @@ def test_the_flag_reaches_the_model_and_translation_lowercases_input(lc_model):
     meta = json.loads((model / "vocab.json").read_text(encoding="utf-8"))
     assert meta["lowercase"] is True
     with Translator.from_dir(model, device="cpu") as t:
-        assert t.src_tok.lowercase and t.tgt_tok.lowercase
+        assert t.src_tok.lowercase and t.tgt_tok.lowercase and t.describe()["lowercase"] is True
         lines = ["ALPHA Bravo ÄRGER", "Golf STRASSE hotel", ""]
         shouted = [h.text for h in t.translate(lines, beam_size=2)]
         assert shouted == [h.text for h in t.translate([x.lower() for x in lines], beam_size=2)]

@@ -125,6 +125,7 @@ def test_health_info_and_openapi(client):
     info = client.get("/info").json()
     assert info["model"] == name and info["languages"] == {"source": "en", "target": "de"}
     assert info["architecture"]["type"] == "transformer" and info["architecture"]["parameters"] > 0
+    assert info["lowercase"] is False  # a cased model: input goes to SentencePiece as it is
     assert info["decoding"]["beam_size"] == 3 and info["limits"]["max_request_lines"] == 5
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/translate", "/score", "/health", "/info"} <= set(paths)
