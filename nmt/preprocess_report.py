@@ -44,9 +44,11 @@ def summary_table(manifest: dict[str, Any]) -> Table:
 
 
 def summary_notes(manifest: dict[str, Any]) -> list[str]:
-    """Where the SentencePiece models came from (--spm-from); train pairs dropped by reason;
-    valid/test lines too long for common position limits."""
+    """Lowercased text; where the SentencePiece models came from (--spm-from); train pairs
+    dropped by reason; valid/test lines too long for common position limits."""
     notes = []
+    if manifest.get("options", {}).get("lowercase"):
+        notes.append("every split lowercased (--lowercase): the model reads and writes lowercase")
     if manifest.get("spm_from"):
         notes.append(f"SentencePiece models copied from {manifest['spm_from']} (--spm-from)")
     if ext := manifest.get("vocab_extension"):

@@ -19,6 +19,7 @@ from nmt.config import load_config
 from nmt.errors import NmtError
 from nmt.evaluate import evaluate
 from nmt.preprocess import PreprocessConfig, preprocess
+from nmt.preprocess_report import summary_notes
 from nmt.trainer import train
 from nmt.translate import Translator
 from nmt.vocab import Tokenizer, train_spm
@@ -89,6 +90,9 @@ def test_lowercase_equals_preprocessing_a_lowercased_copy(corpus, tmp_path):
     assert "straße" in refs and "ärger" in refs  # beyond ASCII, as str.lower does it
     manifest = dataset.read_manifest(data)
     assert manifest["options"]["lowercase"] is True and dataset.lowercased(manifest)
+    assert "every split lowercased (--lowercase): the model reads and writes lowercase" in (
+        summary_notes(manifest)
+    )
     assert dataset.vocab_info(data).lowercase is True
     cased = _preprocess(corpus, tmp_path / "cased", vocab_size=60)
     assert dataset.lowercased(dataset.read_manifest(cased)) is False
