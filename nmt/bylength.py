@@ -147,6 +147,8 @@ def source_spm(path: str | Path) -> tuple[Path, bool]:
     whether it was learnt on lowercased text (so lengths count the pieces the model saw)."""
     import json
 
+    from nmt.dataset import lowercased
+
     p = Path(path)
     if p.is_file():
         return p, False
@@ -155,7 +157,7 @@ def source_spm(path: str | Path) -> tuple[Path, bool]:
             try:
                 data = json.loads((p / meta).read_text(encoding="utf-8"))
                 name = data["spm"]["src"] if key is None else data[key]
-                lc = (data.get("options", {}) if key is None else data).get("lowercase") is True
+                lc = lowercased(data) if key is None else data.get("lowercase") is True
             except (ValueError, KeyError, TypeError, AttributeError):
                 raise NmtError(f"{p / meta}: no source SentencePiece model named in it") from None
             return p / name, lc

@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from nmt.dataset import lowercased
+
 
 def print_summary(manifest: dict[str, Any]) -> None:
     """The table (kept, dropped, token counts and lengths per split), then one note per issue."""
@@ -47,7 +49,7 @@ def summary_notes(manifest: dict[str, Any]) -> list[str]:
     """Lowercased text; where the SentencePiece models came from (--spm-from); train pairs
     dropped by reason; valid/test lines too long for common position limits."""
     notes = []
-    if manifest.get("options", {}).get("lowercase"):
+    if lowercased(manifest):
         notes.append("every split lowercased (--lowercase): the model reads and writes lowercase")
     if manifest.get("spm_from"):
         notes.append(f"SentencePiece models copied from {manifest['spm_from']} (--spm-from)")

@@ -212,3 +212,15 @@ def test_cli_flag(corpus, tmp_path):
     assert (out / "valid.en.txt").read_text(encoding="utf-8") == (
         (corpus / "valid.en").read_text(encoding="utf-8").lower()
     )
+
+
+def test_lengths_by_subword_count_the_pieces_the_model_saw(lc_model, tmp_path):
+    from nmt.bylength import source_lengths, source_spm
+
+    data, model = lc_model
+    assert source_spm(data) == (data / "spm.model", True)
+    assert source_spm(model) == (model / "spm.model", True)
+    assert source_spm(data / "spm.model") == (data / "spm.model", False)  # a bare file says nothing
+    shouted = source_lengths(["ALPHA BRAVO ÄRGER", ""], "subword", model)
+    assert shouted == source_lengths(["alpha bravo ärger", ""], "subword", model)
+    assert shouted != source_lengths(["ALPHA BRAVO ÄRGER", ""], "subword", data / "spm.model")
