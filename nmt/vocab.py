@@ -8,7 +8,7 @@ import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sentencepiece as spm
 
@@ -175,6 +175,9 @@ def train_spm(
     return model_prefix.with_name(model_prefix.name + ".model")
 
 
+T = TypeVar("T", str, list[str])  # one sentence or a batch
+
+
 class Tokenizer:
     """A loaded SentencePiece model: text <-> ids without bos/eos (callers add those).
 
@@ -215,13 +218,15 @@ class Tokenizer:
         """Number of ids, special pieces included."""
         return self.sp.get_piece_size()
 
-    def _cased(self, texts: list[str]) -> list[str]:
-        """The texts as the model was trained on them (lowercased for a `--lowercase` model)."""
-        return [t.lower() for t in texts] if self.lowercase else texts
+    def _cased(self, text: T) -> T:
+        """Text(s) as the model was trained on them (lowercased for a `--lowercase` model)."""
+        if not self.lowercase:
+            return text
+        return text.lower() if isinstance(text, str) else [t.lower() for t in text]
 
     def encode(self, text: str) -> list[int]:
         """Subword ids of one sentence, no bos/eos."""
-        return self.sp.encode(text.lower() if self.lowercase else text, out_type=int)
+        return self.sp.encode(self._cased(text), out_type=int)
 
     def encode_batch(self, texts: list[str], threads: int | None = None) -> list[list[int]]:
         """Subword ids of many sentences, encoded on several threads by SentencePiece itself."""
@@ -237,7 +242,7 @@ class Tokenizer:
 
     def pieces(self, text: str) -> list[str]:
         """Subword pieces of one sentence (for inspection and attention plots)."""
-        return self.sp.encode(text.lower() if self.lowercase else text, out_type=str)
+        return self.sp.encode(self._cased(text), out_type=str)
 
     def id_to_piece(self, i: int) -> str:
         """The piece string of one id."""
@@ -268,8 +273,7 @@ class Tokenizer:
     def normalized_characters(self, text: str) -> str:
         """The text as pieces are matched against it (nmt_nfkc: decomposed letters composed),
         with spaces for SentencePiece's word marks and no <unk> surface."""
-        text = text.lower() if self.lowercase else text
-        return self.sp.normalize(text).replace("\u2581", " ")
+        return self.sp.normalize(self._cased(text)).replace("\u2581", " ")
 
     def normalize(self, text: str) -> str:
         """The text as the model sees it (nmt_nfkc, whitespace collapsed): what decode(encode(x)) returns."""
