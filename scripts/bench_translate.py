@@ -24,7 +24,8 @@ is one batch at a time on all threads. Per configuration it prints:
   mode's nmt runs beside its CTranslate2 run, CTranslate2 last in even rounds, first in odd ones),
   and vs ct2 is the median of the N per-round ratios (each measured within one stretch of
   machine time; the other columns pool every round's runs);
-- BLEU: sacreBLEU against the reference, only when all 1,000 sentences are translated.
+- BLEU: sacreBLEU against the reference (lowercased for a model preprocessed with --lowercase),
+  only when all 1,000 sentences are translated.
 Then (not with --quick) the whole `nmt translate` command on the same lines (start-up, model load
 and file I/O included) for greedy and beam 5 and its overhead over its own median decoding time (issue 11's target: within 1.5 s), one
 sentence end to end (`echo ... | nmt translate`), and the whole beam-5 command on the export.
@@ -357,7 +358,15 @@ def summarise(r: dict, flops: float | None, gemm: float | None, bleu: float | No
     }
 
 
-def bleu_of(path: Path, args: argparse.Namespace) -> float | None:
+def lowercased(model: Path) -> bool:
+    """Whether MODEL_DIR was preprocessed with --lowercase: it writes lowercase, so its BLEU is
+    case-insensitive, as `nmt evaluate` scores it."""
+    from nmt.modeldir import read_meta
+
+    return read_meta(model)[2].get("lowercase", False) is True
+
+
+def bleu_of(path: Path, args: argparse.Namespace, lowercase: bool = False) -> float | None:
     """sacreBLEU of a configuration's output on test_2016_flickr; None unless all lines ran."""
     from nmt.scoring import score
     from nmt.textio import read_lines
@@ -366,7 +375,7 @@ def bleu_of(path: Path, args: argparse.Namespace) -> float | None:
     if args.sentences < len(refs):
         return None
     hyps = path.read_text(encoding="utf-8").splitlines()
-    return round(score(hyps, [refs])[0].score, 2)
+    return round(score(hyps, [refs], lowercase=lowercase)[0].score, 2)
 
 
 def fmt(value: Any, spec: str = "") -> str:
@@ -496,7 +505,7 @@ def run_all(model: Path, export: Path | None, args: argparse.Namespace) -> dict:
         prec = "fp32" if engine == "ct2" else prec  # CTranslate2's float32 runs as "fp32"
         pooled = dict(rounds[-1][name], seconds=[s for r in rounds for s in r[name]["seconds"]])
         flops = model_flops(model, pooled["lengths"], MODES[mode].get("beam_size", 1))
-        bleu = bleu_of(hyp_path(args, engine, prec, mode), args)
+        bleu = bleu_of(hyp_path(args, engine, prec, mode), args, lowercased(model))
         runs[name] = summarise(pooled, flops, gemm[prec], bleu)
         if ratios := ct2_ratios(rounds, name):
             runs[name]["vs_ct2"] = round(statistics.median(ratios), 2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,3 +64,17 @@ def test_translate_ratios_to_ct2_are_per_round():
     assert [round(r, 3) for r in ratios] == [0.8, 0.81, 1.0]
     assert bench.ct2_ratios(rounds, "ct2-float32-greedy") == []
     assert bench.ct2_ratios(rounds, "nmt-fp32-beam5") == []
+
+
+def test_translate_bench_scores_a_lowercased_model_case_insensitively(tmp_path):
+    """A model preprocessed with --lowercase writes lowercase: cased BLEU would mostly measure case."""
+    from nmt.config import Config
+
+    bench = _script("bench_translate")
+    for name, lc in (("cased", False), ("lc", True)):
+        model = tmp_path / name
+        model.mkdir()
+        Config().save(model / "config.yaml")
+        meta = {"src_size": 8000, "tgt_size": 8000, "lowercase": lc}
+        (model / "vocab.json").write_text(json.dumps(meta), encoding="utf-8")
+        assert bench.lowercased(model) is lc
