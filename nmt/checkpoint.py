@@ -7,7 +7,8 @@ MODEL_DIR/checkpoints/
     step-N.safetensors                kept when among the `keep_best` best or `keep_last` newest
     index.json                        step, metric and score of every kept step-N file
     averaged.safetensors              written by `nmt average`, or at the end of training
-                                      (training.average_last N: the N newest step-N files)
+                                      (training.average_last N: the N newest step-N files;
+                                      training.average_best N: the N best on validation)
     default.json                      which of best / averaged `--checkpoint default` loads:
                                       training validates averaged and picks the better one
 

@@ -163,6 +163,7 @@ class TrainingConfig:
     keep_best: int = num(3, 1)
     keep_last: int = num(5, 0)
     average_last: int = num(0, 0)  # at the end, average the N newest step checkpoints; 0: off
+    average_best: int = num(0, 0)  # or the N best on validation (kept by keep_best); 0: off
     valid_max_sentences: int = num(0, 0)
     max_steps: int = num(0, 0)
     max_epochs: int = num(0, 0)
@@ -212,6 +213,16 @@ class Config:
         """Cross-field checks, run once every layer is applied; durations parse."""
         self.model.check()
         tc = self.training
+        if tc.average_last and tc.average_best:
+            raise NmtError(
+                "training.average_last and training.average_best are two rules for one average: "
+                "set one of them to 0"
+            )
+        if tc.average_best > tc.keep_best:
+            raise NmtError(
+                f"training.average_best {tc.average_best} needs training.keep_best >= "
+                f"{tc.average_best} (the step checkpoints it averages), got {tc.keep_best}"
+            )
         if tc.average_last > tc.keep_last:
             raise NmtError(
                 f"training.average_last {tc.average_last} needs training.keep_last >= "

@@ -246,13 +246,16 @@ class Trainer:
         return summary
 
     def average_and_choose(self) -> None:
-        """Average the newest `average_last` step checkpoints, validate the average, and make it
-        what `--checkpoint default` loads when it beats best on the early-stopping metric."""
-        n = min(self.tc.average_last, len(self.ckpt.read_index()))
+        """Average the newest `average_last` (or the `average_best` best) step checkpoints,
+        validate the average, and make it what `--checkpoint default` loads when it beats best on
+        the early-stopping metric."""
+        tc = self.tc
+        n = min(tc.average_last or tc.average_best, len(self.ckpt.read_index()))
         if n < 2 or self.data.valid is None:
             return
         t0 = time.monotonic()
-        path, steps = checkpoint.average(self.model_dir, last=n)
+        rule = {"best": n} if tc.average_best else {"last": n}
+        path, steps = checkpoint.average(self.model_dir, **rule)
         averaged = copy.deepcopy(self.model)
         modeldir.load_weights(averaged, path, device=str(self.device))
         dec = self.cfg.decoding
@@ -451,7 +454,7 @@ class Trainer:
         for validating the end-of-training average)."""
         st = self.state
         room = self.valid_seconds if st.last_valid_step != st.step else 0.0
-        if self.tc.average_last > 1:
+        if max(self.tc.average_last, self.tc.average_best) > 1:
             room += self.valid_seconds
         spent = self.budget.spent(st.step, room)
         if not spent and st.cooldown_end is not None:

@@ -89,6 +89,47 @@ def test_average_last_needs_as_many_kept_step_checkpoints():
     )
 
 
+def test_average_best_needs_as_many_best_kept_and_excludes_average_last():
+    with pytest.raises(NmtError) as e:
+        load_config(overrides=["training.keep_best=3", "training.average_best=5"])
+    assert str(e.value) == (
+        "training.average_best 5 needs training.keep_best >= 5 "
+        "(the step checkpoints it averages), got 3"
+    )
+    with pytest.raises(NmtError) as e:
+        load_config(preset="transformer-multi30k", overrides=["training.average_best=2"])
+    assert str(e.value) == (
+        "training.average_last and training.average_best are two rules for one average: "
+        "set one of them to 0"
+    )
+
+
+def test_average_best_averages_the_best_on_validation_not_the_newest(data, tmp_path, monkeypatch):
+    # Validation BLEU made to fall, validation after validation: the three best are the oldest.
+    import dataclasses
+
+    import nmt.trainer
+
+    calls: list[float] = []
+
+    def falling(*args, **kwargs):
+        result = real(*args, **kwargs)
+        calls.append(50.0 - len(calls))
+        return dataclasses.replace(result, bleu=calls[-1])
+
+    real = nmt.trainer.evaluate
+    monkeypatch.setattr(nmt.trainer, "evaluate", falling)
+    cfg = _tiny("training.max_steps=30", "training.valid_every=5", "training.keep_best=3",
+                "training.keep_last=1", "training.average_best=3", "training.patience=0",
+                "training.early_stop_metric=bleu", "training.lr=0.005")  # fmt: skip
+    out = tmp_path / "m"
+    s = train(cfg, data, out, "cpu", quiet=True, threads=1)
+    assert [v["step"] for v in _events(out, "valid")] == [5, 10, 15, 20, 25, 30]
+    averaged = _events(out, "averaged")
+    assert [(a["steps"], a["bleu"], a["chosen"]) for a in averaged] == [([5, 10, 15], 44.0, "best")]
+    assert s.final_checkpoint == "best"
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -225,7 +266,9 @@ def test_the_time_budget_keeps_room_for_validating_the_average(data, tmp_path):
     assert t._limits_reached() == Stop.NONE
     t.valid_seconds = 16.0
     assert t._limits_reached() == Stop.TIME
-    t.tc.average_last = 0
+    t.tc.average_last, t.tc.average_best = 0, 2
+    assert t._limits_reached() == Stop.TIME
+    t.tc.average_best = 0
     assert t._limits_reached() == Stop.NONE
 
 
