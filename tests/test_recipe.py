@@ -80,28 +80,30 @@ def test_small_corpus_presets_regularise_average_and_stop_on_bleu(name):
     assert load_config(preset=name).training.precision == "auto"
 
 
-def test_average_last_needs_as_many_kept_step_checkpoints():
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["training.keep_last=4", "training.average_last=6"],
+            "training.average_last 6 needs training.keep_last >= 6 "
+            "(the step checkpoints it averages), got 4",
+        ),
+        (
+            ["training.keep_best=3", "training.average_best=5"],
+            "training.average_best 5 needs training.keep_best >= 5 "
+            "(the step checkpoints it averages), got 3",
+        ),
+        (
+            ["training.average_last=2", "training.average_best=2"],
+            "training.average_last and training.average_best are two rules for one average: "
+            "set one of them to 0",
+        ),
+    ],
+)
+def test_an_average_needs_its_step_checkpoints_kept_and_one_rule(overrides, message):
     with pytest.raises(NmtError) as e:
-        load_config(overrides=["training.keep_last=4", "training.average_last=6"])
-    assert str(e.value) == (
-        "training.average_last 6 needs training.keep_last >= 6 "
-        "(the step checkpoints it averages), got 4"
-    )
-
-
-def test_average_best_needs_as_many_best_kept_and_excludes_average_last():
-    with pytest.raises(NmtError) as e:
-        load_config(overrides=["training.keep_best=3", "training.average_best=5"])
-    assert str(e.value) == (
-        "training.average_best 5 needs training.keep_best >= 5 "
-        "(the step checkpoints it averages), got 3"
-    )
-    with pytest.raises(NmtError) as e:
-        load_config(preset="transformer-multi30k", overrides=["training.average_best=2"])
-    assert str(e.value) == (
-        "training.average_last and training.average_best are two rules for one average: "
-        "set one of them to 0"
-    )
+        load_config(overrides=overrides)
+    assert str(e.value) == message
 
 
 def test_average_best_averages_the_best_on_validation_not_the_newest(data, tmp_path, monkeypatch):
