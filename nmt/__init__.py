@@ -6,8 +6,8 @@ __all__ = ["__version__", "Sampling", "Translator"]
 
 # Public names and the module that defines each: imported on first use, so `nmt --help` starts
 # without torch.
-# (Forced decoding is `nmt.rescore.rescore`: a name here would clash with its module.)
-_LAZY = {"Translator": "nmt.translate", "Sampling": "nmt.search"}
+# (Forced decoding is `nmt.decode.rescore.rescore`: a name here would clash with its module.)
+_LAZY = {"Translator": "nmt.decode.translator", "Sampling": "nmt.decode.search"}
 
 
 def __getattr__(name: str):

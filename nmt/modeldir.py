@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from nmt.config import Config, ModelConfig, read_saved_config
+from nmt.data.spm_source import MODEL_META
+from nmt.data.vocab import VocabInfo
 from nmt.errors import NmtError
-from nmt.models.base import VocabInfo
 from nmt.textio import atomic_write, publishing, read_json_object
 
 CHECKPOINTS = "checkpoints"
@@ -62,7 +63,7 @@ def write_meta(
         "tgt_spm": names["tgt"],
         **dataclasses.asdict(vocab),
     }
-    with atomic_write(model_dir / "vocab.json") as f:
+    with atomic_write(model_dir / MODEL_META) as f:
         json.dump(meta, f, indent=2)
     cfg.save(model_dir / "config.yaml")
 
@@ -72,13 +73,13 @@ def read_meta(model_dir: str | Path) -> tuple[Config, VocabInfo, dict[str, Any]]
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise NmtError(f"{model_dir}: model directory not found")
-    for name in ("config.yaml", "vocab.json"):
+    for name in ("config.yaml", MODEL_META):
         if not (model_dir / name).exists():
             raise NmtError(
                 f"{model_dir / name}: file not found (is {model_dir} a model directory?)"
             )
     cfg = read_saved_config(model_dir / "config.yaml")
-    meta = read_json_object(model_dir / "vocab.json")
+    meta = read_json_object(model_dir / MODEL_META)
     fields = {f.name for f in dataclasses.fields(VocabInfo)}
     try:
         vocab = VocabInfo(**{k: v for k, v in meta.items() if k in fields})
@@ -351,3 +352,16 @@ def reset_model_dir(model_dir: Path) -> None:
     shutil.rmtree(model_dir / CHECKPOINTS, ignore_errors=True)
     shutil.rmtree(model_dir / "tensorboard", ignore_errors=True)
     (model_dir / "metrics.jsonl").unlink(missing_ok=True)
+
+
+def load_state(path: str | Path, device: Any = "cpu") -> dict[str, Any]:
+    """Load a trainer state with weights_only=True; a damaged file is a one-line error."""
+    import torch
+
+    path = Path(path)
+    if not path.exists():
+        raise NmtError(f"{path}: trainer state not found (cannot resume)")
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means a bad file
+        raise NmtError(f"{path}: cannot read trainer state ({type(e).__name__}: {e})") from None

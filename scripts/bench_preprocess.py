@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from nmt.preprocess import available_cpus
+from nmt.data.preprocess import available_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
 NMT = Path(sys.executable).parent / "nmt"
@@ -35,7 +35,7 @@ def corpus_dir(path: Path | None) -> Path:
     """The fetched Multi30k folder; fetch it (mirror or network) when it is not there yet."""
     path = path or ROOT / "corpora/multi30k"
     if not (path / "train.en").is_file():
-        from nmt.corpus import fetch
+        from nmt.data.corpus import fetch
 
         fetch("multi30k", path)
     return path

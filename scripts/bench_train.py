@@ -74,7 +74,7 @@ def data_dir(work: Path) -> Path:
     out = work / "data-en-de-8k"
     if (out / "manifest.json").exists():
         return out
-    from nmt.preprocess import PreprocessConfig, preprocess
+    from nmt.data.preprocess import PreprocessConfig, preprocess
 
     c = corpus_dir()
     cfg = PreprocessConfig("en", "de", c / "train", valid=c / "val", vocab_size=8000)
@@ -90,10 +90,11 @@ def run_one(
     import numpy as np
     import torch
 
-    from nmt import batching, distributed
     from nmt.config import load_config
+    from nmt.data import batching
     from nmt.runtime import peak_rss_mb
-    from nmt.trainer import Trainer
+    from nmt.train import distributed
+    from nmt.train.loop import Trainer
 
     cfg = load_config(
         preset=preset,
@@ -147,7 +148,7 @@ def run_one(
 
 def epoch_rate(trainer, max_tokens: int, epoch: int) -> float:
     """Target tokens/s over one whole epoch of real updates, in the trainer's batch order."""
-    from nmt import batching
+    from nmt.data import batching
 
     batches = batching.epoch_batches(
         trainer.src_len, trainer.tgt_len, max_tokens, trainer.tc.seed, epoch, trainer.keep
@@ -170,8 +171,8 @@ def step_flops(trainer, group) -> int:
     """Matmul FLOPs of one update on `group` (forward + backward), as torch's counter sees them."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from nmt import batching
-    from nmt.loss import label_smoothed_nll
+    from nmt.data import batching
+    from nmt.train.loss import label_smoothed_nll
 
     train = trainer.data.train
     batch = batching.collate(train.src, train.tgt, group[0]).to(trainer.device)
@@ -249,7 +250,7 @@ def main() -> None:
         from nmt.runtime import retain_freed_memory, size_kernel_caches
 
         size_kernel_caches()  # as `nmt train` does, before torch loads
-        retain_freed_memory()  # as every `nmt` command does (nmt.cli)
+        retain_freed_memory()  # as every `nmt` command does (nmt.cli.app)
         import torch
 
         torch.set_num_threads(args.threads or os.cpu_count() or 1)

@@ -87,11 +87,10 @@ def build_random_model(work: Path, src: str, tgt: str) -> Path:
     import torch
 
     from nmt.config import load_config
+    from nmt.data.vocab import Tokenizer, VocabInfo, train_spm
     from nmt.modeldir import save_weights, write_meta
     from nmt.models import build
-    from nmt.models.base import VocabInfo
     from nmt.textio import read_lines
-    from nmt.vocab import Tokenizer, train_spm
 
     model_dir = work / "random-transformer-small"
     if (model_dir / "checkpoints" / "best.safetensors").exists():
@@ -151,12 +150,12 @@ def model_flops(model: Path, lengths: list[list[int]], beam: int) -> float | Non
 def load_engine(args: argparse.Namespace) -> Any:
     """The nmt Translator (in --precision when supported) or the CTranslate2 export's translator."""
     if args.engine == "ct2":
-        from nmt.ct2 import CT2Translator
+        from nmt.decode.ct2 import CT2Translator
 
         return CT2Translator.from_dir(
             args.model, device=args.device, threads=args.threads, **workers_kwarg(args, "ct2")
         )
-    from nmt.translate import Translator
+    from nmt.decode.translator import Translator
 
     extra = {"precision": args.precision} if supports_precision() else {}
     extra.update(workers_kwarg(args, "nmt"))
@@ -166,9 +165,9 @@ def load_engine(args: argparse.Namespace) -> Any:
 def workers_kwarg(args: argparse.Namespace, engine: str) -> dict:
     """{"workers": N} where this checkout's engine takes it (decoding workers are new), else {}."""
     if engine == "ct2":
-        from nmt.ct2 import CT2Translator as Engine
+        from nmt.decode.ct2 import CT2Translator as Engine
     else:
-        from nmt.translate import Translator as Engine
+        from nmt.decode.translator import Translator as Engine
     takes = "workers" in inspect.signature(Engine.from_dir).parameters
     return {"workers": args.workers} if takes else {}
 
@@ -177,7 +176,7 @@ def child(args: argparse.Namespace) -> None:
     """One timed configuration in this process (fresh peak RSS); prints a JSON line."""
     from nmt.runtime import peak_rss_mb, retain_freed_memory
 
-    retain_freed_memory()  # as every `nmt` command does (nmt.cli), for both engines
+    retain_freed_memory()  # as every `nmt` command does (nmt.cli.app), for both engines
     import torch
 
     torch.set_num_threads(args.threads)
@@ -195,7 +194,7 @@ def child(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         out = tr.translate(lines, **kwargs)
         times.append(time.perf_counter() - t0)
-    # worker processes (nmt.workers) hold their own buffers: what they added counts too
+    # worker processes (nmt.decode.workers) hold their own buffers: what they added counts too
     rss_mb = (peak_rss_mb() or 0) + getattr(tr, "worker_peak_mb", lambda: 0)()
     Path(args.hyp_out).write_text("".join(t.text + "\n" for t in out), encoding="utf-8")
     lengths = [[len(t.source_tokens), len(t.hypotheses[0].tokens) + 1] for t in out]
@@ -213,7 +212,7 @@ def native(args: argparse.Namespace) -> bool:
 
 def supports_precision() -> bool:
     """Whether Translator.from_dir takes `precision=` (bf16 decoding is being added meanwhile)."""
-    from nmt.translate import Translator
+    from nmt.decode.translator import Translator
 
     return "precision" in inspect.signature(Translator.from_dir).parameters
 
@@ -325,7 +324,8 @@ def ct2_dir(model: Path, args: argparse.Namespace) -> Path | None:
         return None
     if args.ct2:
         return Path(args.ct2)
-    from nmt.export import export_ctranslate2, is_export, read_export_manifest
+    from nmt.decode.exported import is_export, read_export_manifest
+    from nmt.export.ctranslate2 import export_ctranslate2
     from nmt.modeldir import checkpoint_path, weights_step
 
     out = Path(args.work) / "ct2-float32"
@@ -368,7 +368,7 @@ def lowercased(model: Path) -> bool:
 
 def bleu_of(path: Path, args: argparse.Namespace, lowercase: bool = False) -> float | None:
     """sacreBLEU of a configuration's output on test_2016_flickr; None unless all lines ran."""
-    from nmt.scoring import score
+    from nmt.eval.scoring import score
     from nmt.textio import read_lines
 
     refs = list(read_lines(test_file(args.tgt)))

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from nmt.invariance import check  # noqa: E402
+from nmt.decode.translator import Translator  # noqa: E402
+from nmt.eval.invariance import check  # noqa: E402
 from nmt.textio import read_lines  # noqa: E402
-from nmt.translate import Translator  # noqa: E402
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from nmt.cli_errors import os_error_message
-from nmt.corpus import fetch
+from nmt.cli.errors import os_error_message
+from nmt.data.corpus import fetch
 from nmt.errors import NmtError
 
 

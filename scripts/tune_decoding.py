@@ -59,9 +59,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> dict:
     """Tune and (with --write) store; returns what is printed as JSON."""
-    from nmt import tuning
+    from nmt.decode.translator import Translator
+    from nmt.eval import tuning
     from nmt.textio import read_lines
-    from nmt.translate import Translator
 
     if bool(args.src) != bool(args.ref):
         raise NmtError("--src and --ref go together")

@@ -48,7 +48,7 @@ def multi30k_mirror(repo_root):
 @pytest.fixture(scope="session")
 def multi30k(multi30k_mirror, tmp_path_factory):
     """Path of a fetched, verified, decompressed Multi30k (train/val/test_2016_flickr/... .en/.de/...)."""
-    from nmt.corpus import fetch
+    from nmt.data.corpus import fetch
 
     return fetch(
         "multi30k", tmp_path_factory.mktemp("multi30k"), mirror=multi30k_mirror, quiet=True

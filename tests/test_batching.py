@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nmt import batching
-from nmt.models.base import BOS_ID, EOS_ID, PAD_ID
+from nmt.data import batching
+from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 def _lengths(n: int = 3000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -14,10 +14,10 @@ import pytest
 import sacrebleu
 from typer.testing import CliRunner
 
-from nmt import bylength
-from nmt.bylength import Bucket, parse_buckets
-from nmt.cli import app
+from nmt.cli.app import app
 from nmt.errors import NmtError
+from nmt.eval import bylength
+from nmt.eval.bylength import Bucket, parse_buckets
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = "a man in the blue shirt rides his bike down street two dogs play snow".split()
@@ -91,7 +91,7 @@ def test_empty_bucket_has_no_score():
 
 
 def test_subword_lengths_and_length_errors(tmp_path):
-    from nmt.vocab import Tokenizer, train_spm
+    from nmt.data.vocab import Tokenizer, train_spm
 
     src, *_ = corpus(60)
     spm = train_spm(src, tmp_path / "spm", vocab_size=40)

@@ -16,9 +16,9 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-import nmt.checkpoint as ck
+import nmt.train.checkpoint as ck
 from nmt.errors import NmtError
-from nmt.modeldir import load_weights, save_weights, weights_step
+from nmt.modeldir import load_state, load_weights, save_weights, weights_step
 
 
 class Tied(nn.Module):
@@ -49,7 +49,7 @@ def test_rng_state_round_trips_through_weights_only_load(tmp_path):
     torch.manual_seed(99)
     np.random.seed(99)
     random.seed(99)
-    state = ck.load_state(tmp_path / "s.pt")  # weights_only=True inside
+    state = load_state(tmp_path / "s.pt")  # weights_only=True inside
     ck.set_rng_state(state["rng"])
     assert state["step"] == 7
     assert torch.equal(torch.rand(3), expect[0])
@@ -78,7 +78,7 @@ def test_crash_while_writing_leaves_previous_checkpoint_loadable(tmp_path, monke
     with pytest.raises(OSError, match="disk full"):
         c.save_step(_model(3.0), 5, "bleu", 1.0, is_best=True)
     monkeypatch.undo()
-    assert ck.load_state(c.state_path)["step"] == 1
+    assert load_state(c.state_path)["step"] == 1
     assert torch.all(load_file(str(c.dir / "last.safetensors"))["emb.weight"] == 1.0)
     assert sorted(p.name for p in c.dir.iterdir()) == ["last.safetensors", "last.state.pt"]
 
@@ -86,13 +86,13 @@ def test_crash_while_writing_leaves_previous_checkpoint_loadable(tmp_path, monke
 def test_damaged_state_is_a_one_line_error(tmp_path):
     (tmp_path / "s.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(NmtError, match=r"s\.pt: cannot read trainer state"):
-        ck.load_state(tmp_path / "s.pt")
+        load_state(tmp_path / "s.pt")
 
 
 def test_state_with_arbitrary_objects_is_refused(tmp_path):
     torch.save({"evil": ck.Checkpoints}, tmp_path / "s.pt")
     with pytest.raises(NmtError, match="cannot read trainer state"):
-        ck.load_state(tmp_path / "s.pt")
+        load_state(tmp_path / "s.pt")
 
 
 def test_keeps_n_best_and_n_last_and_best(tmp_path):

@@ -16,17 +16,17 @@ from test_translate import build_tiny_model_dir
 from typer.testing import CliRunner
 
 from nmt import textio
-from nmt.cli import app
+from nmt.cli.app import app
 
 runner = CliRunner()
 HINT = "(rerun with NMT_DEBUG=1 for the traceback)"
 PREPROCESS = ["preprocess", "--src-lang", "en", "--tgt-lang", "de", "--train", "c", "-o", "out"]
 # `python -m nmt` with the preprocessing library broken in an unexpected way
 BROKEN = (
-    "import sys, nmt.preprocess as p\n"
+    "import sys, nmt.data.preprocess as p\n"
     "def boom(*a, **k): raise ValueError('boom')\n"
     "p.preprocess = boom\n"
-    "from nmt.cli import app\n"
+    "from nmt.cli.app import app\n"
     "sys.argv[0] = 'nmt'\n"
     "app()\n"
 )
@@ -55,12 +55,12 @@ def test_unexpected_exception_is_one_line_unless_debugging(tmp_path):
 
 
 def test_interrupt_exits_130(monkeypatch):
-    import nmt.preprocess
+    import nmt.data.preprocess
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(nmt.preprocess, "preprocess", interrupted)
+    monkeypatch.setattr(nmt.data.preprocess, "preprocess", interrupted)
     r = runner.invoke(app, PREPROCESS)
     assert (r.exit_code, r.stderr) == (130, "error: interrupted\n")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from nmt.cli import app
+from nmt.cli.app import app
 
 NMT = Path(sys.executable).parent / "nmt"
 runner = CliRunner()

@@ -16,7 +16,7 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 from typer.testing import CliRunner
 
-from nmt.cli import app
+from nmt.cli.app import app
 
 SACREBLEU = Path(sys.executable).parent / "sacrebleu"
 
@@ -309,7 +309,7 @@ class _Hyp:
 
 @pytest.fixture
 def fake_translator(monkeypatch):
-    """Stand-in for nmt.translate.Translator: copies the source, records how it was called."""
+    """Stand-in for nmt.decode.translator.Translator: copies the source, records how it was called."""
     calls: dict = {}
 
     class Translator:
@@ -332,9 +332,9 @@ def fake_translator(monkeypatch):
         def __exit__(self, *exc):
             calls["closed"] = True
 
-    module = types.ModuleType("nmt.translate")
+    module = types.ModuleType("nmt.decode.translator")
     module.Translator = Translator
-    monkeypatch.setitem(sys.modules, "nmt.translate", module)
+    monkeypatch.setitem(sys.modules, "nmt.decode.translator", module)
     return calls
 
 
@@ -452,9 +452,9 @@ def test_evaluate_checks_inputs_before_loading_the_model(
         def from_dir(cls, *a, **k):
             raise AssertionError("the model was loaded before the inputs were checked")
 
-    module = types.ModuleType("nmt.translate")
+    module = types.ModuleType("nmt.decode.translator")
     module.Translator = Translator
-    monkeypatch.setitem(sys.modules, "nmt.translate", module)
+    monkeypatch.setitem(sys.modules, "nmt.decode.translator", module)
     (tmp_path / "model").mkdir()
     (tmp_path / "short.txt").write_text("a\nb\nc\n", encoding="utf-8")
     (tmp_path / "empty.txt").write_text("", encoding="utf-8")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nmt import corpus
+from nmt.data import corpus
 from nmt.errors import NmtError
 
 FILES = {

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from nmt.cli import app
-from nmt.curves import curves
+from nmt.cli.app import app
 from nmt.errors import NmtError
+from nmt.plots.curves import curves
 
 
 def fake_run(model_dir: Path, steps: int, seed: float) -> list[dict]:

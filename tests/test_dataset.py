@@ -1,4 +1,4 @@
-"""nmt.dataset: the binary format reloading to exactly the ids the tokenizer produces, memory-mapped
+"""nmt.data.dataset: the binary format reloading to exactly the ids the tokenizer produces, memory-mapped
 token arrays, and clear errors on a wrong or corrupt data folder."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt import dataset
+from nmt.data import dataset
+from nmt.data.preprocess import PreprocessConfig, preprocess
 from nmt.errors import NmtError
-from nmt.preprocess import PreprocessConfig, preprocess
 
 
 def test_binary_format_reloads_to_encoded_ids(multi30k, tmp_path):

@@ -3,8 +3,8 @@
 import typer.main
 from typer.testing import CliRunner
 
-from nmt import distributed
-from nmt.cli import app
+from nmt.cli.app import app
+from nmt.train import distributed
 
 # A value different from its default for every option of `nmt train`, so none can be lost.
 TRAIN_ARGV = [

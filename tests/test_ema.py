@@ -6,9 +6,9 @@ import torch
 from torch import nn
 
 from nmt.config import load_config
-from nmt.ema import WeightAverage
+from nmt.data.vocab import VocabInfo
 from nmt.models import build
-from nmt.models.base import VocabInfo
+from nmt.train.ema import WeightAverage
 
 
 def test_update_follows_the_ramped_decay():

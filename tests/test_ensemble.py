@@ -12,13 +12,13 @@ import torch
 from test_translate import build_tiny_model_dir, run_cli, synthetic_lines
 
 from nmt.config import model_config
+from nmt.data.vocab import VocabInfo
+from nmt.decode.exported import EXPORT_MANIFEST
+from nmt.decode.translator import Translator
 from nmt.errors import NmtError
-from nmt.export import EXPORT_MANIFEST
 from nmt.modeldir import read_meta, save_weights
 from nmt.models import build
-from nmt.models.base import VocabInfo
 from nmt.models.ensemble import Ensemble
-from nmt.translate import Translator
 
 
 def member_dir(base: Path, root: Path, seed: int, **model: object) -> Path:
@@ -141,7 +141,7 @@ def test_mixed_architectures_translate_every_line(dirs):
 
 def test_members_must_share_the_vocabulary(dirs, tmp_path):
     other = build_tiny_model_dir(tmp_path, d_model=16)
-    from nmt.vocab import train_spm
+    from nmt.data.vocab import train_spm
 
     spm = train_spm(synthetic_lines(300, seed=9), tmp_path / "other", vocab_size=150)
     shutil.copy(spm, other / "spm.model")

@@ -17,17 +17,19 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-from nmt.cli import app
+from nmt.cli.app import app
 from nmt.config import Config, model_config
+from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, VocabInfo
 from nmt.errors import NmtError
-from nmt.models.base import BOS_ID, EOS_ID, PAD_ID, VocabInfo
 
 ct2 = pytest.importorskip("ctranslate2")
 
-from nmt.ct2 import CT2Translator, open_translator  # noqa: E402
-from nmt.export import EXPORT_MANIFEST, export_ctranslate2, require_ctranslate2  # noqa: E402
-from nmt.rescore import rescore  # noqa: E402
-from nmt.translate import Translator  # noqa: E402
+from nmt.decode.ct2 import CT2Translator  # noqa: E402
+from nmt.decode.engines import open_translator  # noqa: E402
+from nmt.decode.exported import EXPORT_MANIFEST, require_ctranslate2  # noqa: E402
+from nmt.decode.rescore import rescore  # noqa: E402
+from nmt.decode.translator import Translator  # noqa: E402
+from nmt.export.ctranslate2 import export_ctranslate2  # noqa: E402
 
 WORDS = "a man in blue shirt is riding his bike down the street two dogs play snow".split()
 WORDS += "eine frau mit roten hut sitzt auf der bank zwei kinder spielen im park".split()
@@ -89,9 +91,9 @@ def _steps(model: torch.nn.Module, opt, g, src: list[list[int]], tgt: list[list[
 
 def build_model_dir(root: Path, variant: tuple, model_type: str = "transformer") -> Path:
     """ROOT/model: a tiny model briefly trained to reverse word order, as `nmt train` writes it."""
+    from nmt.data.vocab import Tokenizer, train_spm
     from nmt.modeldir import save_weights, write_meta
     from nmt.models import build
-    from nmt.vocab import Tokenizer, train_spm
 
     norm, tie, positions, activation, joint = variant
     text = sentences(400, seed=1)
@@ -260,8 +262,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 def test_int8_loads_and_translates(model_dir, tmp_path):
-    """int8 weights are a quarter of the size; a d=32 toy model loses too much to compare tokens
-    (parity of a real model's int8 export: compare_bleu)."""
+    """int8 weights are a quarter of the size; a d=32 toy model loses too much to compare tokens."""
     f32 = export_ctranslate2(model_dir, tmp_path / "f32", quiet=True)
     out = export_ctranslate2(model_dir, tmp_path / "int8", quantization="int8", quiet=True)
     assert (out / "model.bin").stat().st_size < 0.5 * (f32 / "model.bin").stat().st_size
@@ -291,12 +292,12 @@ def test_existing_output_refused_force_replaces_nothing_half_written(
     with pytest.raises(NmtError) as err:
         export_ctranslate2(model_dir, out)
     assert str(err.value) == f"{out}: exists and is not empty (use --force to replace it)"
-    import nmt.export
+    import nmt.export.ctranslate2
 
     def broken(*args, **kwargs):
         raise RuntimeError("conversion failed")
 
-    monkeypatch.setattr(nmt.export, "build_spec", broken)
+    monkeypatch.setattr(nmt.export.ctranslate2, "build_spec", broken)
     with pytest.raises(RuntimeError):
         export_ctranslate2(model_dir, out, force=True, quiet=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary left behind
@@ -366,7 +367,7 @@ def test_missing_ctranslate2_is_a_one_line_error(model_dir, tmp_path, monkeypatc
 
 def test_a_cuda_device_index_reaches_ctranslate2(model_dir, tmp_path, monkeypatch):
     # `--device cuda:1` ran on GPU 0: the index was dropped, device_index never passed.
-    from nmt import ct2 as nmt_ct2
+    from nmt.decode import ct2 as nmt_ct2
 
     class FakeCt2:
         def get_cuda_device_count(self) -> int:

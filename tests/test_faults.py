@@ -18,9 +18,9 @@ import torch
 from safetensors.torch import load_file
 from test_trainer import REPO, copy_data  # noqa: F401 - the shared copy-task DATA_DIR fixture
 
-from nmt.checkpoint import load_state
 from nmt.config import load_config
-from nmt.trainer import train
+from nmt.modeldir import load_state
+from nmt.train.loop import train
 
 STEPS = 24
 SETTINGS = [

@@ -15,14 +15,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from nmt import distributed
 from nmt.config import load_config, resolve_train_config
+from nmt.data.preprocess import PreprocessConfig, preprocess
+from nmt.data.report import summary_notes
+from nmt.data.vocab import Tokenizer
 from nmt.errors import NmtError
 from nmt.modeldir import checkpoint_path, load_model
-from nmt.preprocess import PreprocessConfig, preprocess
-from nmt.preprocess_report import summary_notes
-from nmt.trainer import Trainer, train
-from nmt.vocab import Tokenizer
+from nmt.train import distributed
+from nmt.train.loop import Trainer, train
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima".split()
@@ -216,7 +216,7 @@ def test_damaged_or_mismatched_weights_for_new_rows_are_one_line_errors(tmp_path
     from safetensors.torch import save_file
     from torch import nn
 
-    from nmt.finetune import extend_rows
+    from nmt.train.finetune import extend_rows
 
     class Rows(nn.Module):
         def __init__(self, n: int, width: int) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from test_translate import build_tiny_model_dir, synthetic_lines
 
-from nmt.invariance import check
-from nmt.search import Sampling
-from nmt.translate import Translator
+from nmt.decode.search import Sampling
+from nmt.decode.translator import Translator
+from nmt.eval.invariance import check
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmt.loss import label_smoothed_nll
-from nmt.schedule import lr_at
+from nmt.train.loss import label_smoothed_nll
+from nmt.train.schedule import lr_at
 
 
 def test_label_smoothed_loss_by_hand():
@@ -123,8 +123,8 @@ def test_cosine_linear_constant_schedules():
 @pytest.mark.parametrize("chunk", [3, 1024])
 def test_fused_projection_loss_equals_logits_path(monkeypatch, eps, chunk):
     """Loss, NLL, count and both gradients match the unfused path, padding skipped, any chunking."""
-    import nmt.loss as loss_mod
-    from nmt.loss import linear_smoothed_nll
+    import nmt.train.loss as loss_mod
+    from nmt.train.loss import linear_smoothed_nll
 
     monkeypatch.setattr(loss_mod, "CHUNK_ROWS", chunk)
     torch.manual_seed(0)
@@ -149,7 +149,7 @@ def test_fused_projection_loss_equals_logits_path(monkeypatch, eps, chunk):
 
 def test_fused_loss_computes_in_the_autocast_dtype():
     """Under bf16 autocast the projection runs in bf16 (close to fp32), gradients stay fp32."""
-    from nmt.loss import linear_smoothed_nll
+    from nmt.train.loss import linear_smoothed_nll
 
     torch.manual_seed(1)
     hidden = torch.randn(4, 6, 16, requires_grad=True)
@@ -168,7 +168,7 @@ def test_loss_head_uses_features_when_the_model_has_them():
     """LossHead gives the same loss whether a model exposes features or only logits."""
     from torch import nn
 
-    from nmt.loss import LossHead
+    from nmt.train.loss import LossHead
 
     class Logits(nn.Module):
         def __init__(self):
@@ -199,9 +199,9 @@ def test_loss_head_uses_features_when_the_model_has_them():
 def test_real_models_fused_loss_and_grads_equal_the_logits_path(arch):
     """Both architectures expose `features`: the fused loss and its gradients match the logits."""
     from nmt.config import model_config
-    from nmt.loss import LossHead
+    from nmt.data.vocab import VocabInfo
     from nmt.models import build
-    from nmt.models.base import VocabInfo
+    from nmt.train.loss import LossHead
 
     sizes = {"seq2seq": dict(embed_dim=16, hidden_size=24), "transformer": dict(d_model=16)}
     cfg = model_config(type=arch, dropout=0.0, encoder_layers=1, decoder_layers=1, **sizes[arch])

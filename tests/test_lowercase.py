@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from nmt import dataset
 from nmt.config import load_config
+from nmt.data import dataset
+from nmt.data.preprocess import PreprocessConfig, preprocess
+from nmt.data.report import summary_notes
+from nmt.data.vocab import Tokenizer, train_spm
+from nmt.decode.translator import Translator
 from nmt.errors import NmtError
-from nmt.evaluate import evaluate
-from nmt.preprocess import PreprocessConfig, preprocess
-from nmt.preprocess_report import summary_notes
-from nmt.trainer import train
-from nmt.translate import Translator
-from nmt.vocab import Tokenizer, train_spm
+from nmt.eval.evaluate import evaluate
+from nmt.train.loop import train
 
 WORDS = "Alpha bravo Charlie delta Echo foxtrot Golf hotel Ärger straße Überall".split()
 
@@ -147,7 +147,7 @@ def test_evaluate_scores_a_lowercased_model_case_insensitively(lc_model, corpus,
     hyp = tmp_path / "hyp.de"
     got = evaluate(model, corpus / "valid.en", [corpus / "valid.de"], hyp_out=hyp, device="cpu")
     assert "case:lc" in got[0].signature
-    from nmt.scoring import score
+    from nmt.eval.scoring import score
 
     lines = hyp.read_text(encoding="utf-8").splitlines()
     refs = (corpus / "valid.de").read_text(encoding="utf-8").splitlines()
@@ -215,7 +215,7 @@ def test_cli_flag(corpus, tmp_path):
 
 
 def test_lengths_by_subword_count_the_pieces_the_model_saw(lc_model, tmp_path):
-    from nmt.bylength import source_lengths, source_spm
+    from nmt.eval.bylength import source_lengths, source_spm
 
     data, model = lc_model
     assert source_spm(data) == (data / "spm.model", True)

@@ -16,8 +16,9 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-import nmt.checkpoint as ck
+import nmt.train.checkpoint as ck
 from nmt.config import load_config
+from nmt.data.vocab import VocabInfo
 from nmt.errors import NmtError
 from nmt.modeldir import (
     check_model_dir,
@@ -28,7 +29,6 @@ from nmt.modeldir import (
     write_meta,
 )
 from nmt.models import build
-from nmt.models.base import VocabInfo
 
 
 def test_second_lock_on_the_same_dir_is_refused(tmp_path):
@@ -250,7 +250,7 @@ def test_average_is_the_element_wise_mean_of_the_newest(tmp_path):
 
 
 def test_resume_drops_a_torn_metrics_line(tmp_path):
-    from nmt.reporting import Metrics
+    from nmt.train.log import Metrics
 
     rows = [json.dumps({"event": "train", "step": s}) for s in (5, 10, 15)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + '\n{"event": "train", "st')

@@ -10,11 +10,11 @@ from test_models import TINY as MODEL_CONFIGS
 from test_models import VOCAB, batch, targets
 from typer.testing import CliRunner
 
-from nmt.cli import app
+from nmt.cli.app import app
 from nmt.config import Config, load_config, model_config
+from nmt.decode.search import beam_search, greedy_search
 from nmt.errors import NmtError
 from nmt.models import VocabInfo, build
-from nmt.search import beam_search, greedy_search
 
 NOATTN = MODEL_CONFIGS["seq2seq-noattn"]
 
@@ -68,8 +68,8 @@ def test_preset_matches_bahdanau_but_attention():
 @pytest.fixture(scope="module")
 def noattn_dir(tmp_path_factory):
     """A randomly initialised tiny no-attention model directory, as `nmt train` would write it."""
+    from nmt.data.vocab import Tokenizer, train_spm
     from nmt.modeldir import save_weights, write_meta
-    from nmt.vocab import Tokenizer, train_spm
 
     root = tmp_path_factory.mktemp("noattn")
     words = "a man in a blue shirt rides his bike down the street two dogs play".split()

@@ -1,4 +1,4 @@
-"""The packed vocabulary projection (nmt.models.packed): the same numbers as nn.Linear, the
+"""The packed vocabulary projection (nmt.decode.packed): the same numbers as nn.Linear, the
 plain path wherever packing would be wrong, and translations that do not change."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import torch
 from test_translate import build_tiny_model_dir, synthetic_lines
 from torch import nn
 
-from nmt.models.packed import PackedLinear, _pack, pack_for_decoding
-from nmt.translate import Translator
+from nmt.decode.packed import PackedLinear, _pack, pack_for_decoding
+from nmt.decode.translator import Translator
 
 needs_onednn = pytest.mark.skipif(
     _pack(torch.randn(8, 4)) is None, reason="this PyTorch cannot run oneDNN's packed matmul"
@@ -96,7 +96,7 @@ def test_translations_are_those_of_the_plain_products(tiny_model_dir, monkeypatc
     lines = synthetic_lines(40, seed=5)
     packed = Translator.from_dir(tiny_model_dir, device="cpu", workers=1, precision=precision)
     assert isinstance(packed.model.output, PackedLinear)
-    monkeypatch.setattr("nmt.translate.pack_for_decoding", lambda model: 0)
+    monkeypatch.setattr("nmt.decode.translator.pack_for_decoding", lambda model: 0)
     plain = Translator.from_dir(tiny_model_dir, device="cpu", workers=1, precision=precision)
     assert type(plain.model.output) is nn.Linear
     for opts in ({"greedy": True}, {"beam_size": 4, "nbest": 2}):

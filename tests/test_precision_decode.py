@@ -11,12 +11,11 @@ import torch
 from test_translate import build_tiny_model_dir, synthetic_lines
 from typer.testing import CliRunner
 
-from nmt.cli import app
+from nmt.cli.app import app
 from nmt.config import Config, model_config
+from nmt.data.vocab import Tokenizer, VocabInfo
+from nmt.decode.translator import Translator
 from nmt.errors import NmtError
-from nmt.models.base import VocabInfo
-from nmt.translate import Translator
-from nmt.vocab import Tokenizer
 
 EMULATED = (
     "this CPU has no native bf16 (avx512_bf16/AMX): bf16 is emulated and 10-40x slower than fp32 "
@@ -161,7 +160,7 @@ def test_a_seq2seq_decoding_under_autocast_is_not_packed(model_dirs):
     """bf16 Seq2Seq keeps fp32 weights under autocast: a packed fp32 copy would never be used."""
     from torch import nn
 
-    from nmt.models.packed import PackedLinear, _pack
+    from nmt.decode.packed import PackedLinear, _pack
 
     bf16 = Translator.from_dir(model_dirs["seq2seq"], device="cpu", precision="bf16")
     assert type(bf16.model.output) is nn.Linear

@@ -1,4 +1,4 @@
-"""nmt.preprocess: cleaning counts on a crafted corpus, valid/test kept line for line, separate
+"""nmt.data.preprocess: cleaning counts on a crafted corpus, valid/test kept line for line, separate
 vocabularies, parallel encoding equal to serial, gzip input, --force, and the config's checks."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from nmt import dataset
-from nmt import preprocess as pp
+from nmt.data import dataset
+from nmt.data import preprocess as pp
+from nmt.data.preprocess import PreprocessConfig
+from nmt.data.report import summary_notes
 from nmt.errors import NmtError
-from nmt.preprocess import PreprocessConfig
-from nmt.preprocess_report import summary_notes
 
 WORDS = "dog cat man woman child ball park street water red blue big small runs jumps sits".split()
 
@@ -183,8 +183,8 @@ def _die(job: Any) -> Any:
 
 def test_a_killed_encoding_worker_is_an_error_not_a_hang(tmp_path):
     # multiprocessing.Pool replaced a killed worker and waited forever for its chunk's result.
-    from nmt.cleaning import Chunk
-    from nmt.encoding import ChunkJob, _run_jobs
+    from nmt.data.cleaning import Chunk
+    from nmt.data.encoding import ChunkJob, _run_jobs
 
     job = ChunkJob((tmp_path / "a", tmp_path / "b"), Chunk((0, 0), (0, 0), 0), ("m", "m"),
                    "uint16", 10, 9.0)  # fmt: skip

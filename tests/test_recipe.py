@@ -1,5 +1,5 @@
 """The small-corpus recipe: presets, end-of-training averaging and the `default` checkpoint, early
-stopping on BLEU, decoding tuned on valid (nmt.tuning, scripts/tune_decoding.py) and the sweep
+stopping on BLEU, decoding tuned on valid (nmt.eval.tuning, scripts/tune_decoding.py) and the sweep
 (scripts/sweep.py), on a generated copy task."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt import tuning
-from nmt.checkpoint import average
 from nmt.config import load_config
 from nmt.errors import NmtError
+from nmt.eval import tuning
 from nmt.modeldir import checkpoint_path, read_meta, state_path, write_default
-from nmt.trainer import train
+from nmt.train.checkpoint import average
+from nmt.train.loop import train
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = "red green blue cyan black white pink gold grey teal".split()
@@ -29,7 +29,7 @@ WORDS = "red green blue cyan black white pink gold grey teal".split()
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     """A preprocessed copy task with valid and a `test` split (raw .txt kept for BLEU)."""
-    from nmt.preprocess import PreprocessConfig, preprocess
+    from nmt.data.preprocess import PreprocessConfig, preprocess
 
     root = tmp_path_factory.mktemp("recipe")
     rng = random.Random(3)
@@ -110,7 +110,7 @@ def test_average_best_averages_the_best_on_validation_not_the_newest(data, tmp_p
     # Validation BLEU made to fall, validation after validation: the three best are the oldest.
     import dataclasses
 
-    import nmt.trainer
+    import nmt.train.loop
 
     calls: list[float] = []
 
@@ -119,8 +119,8 @@ def test_average_best_averages_the_best_on_validation_not_the_newest(data, tmp_p
         calls.append(50.0 - len(calls))
         return dataclasses.replace(result, bleu=calls[-1])
 
-    real = nmt.trainer.evaluate
-    monkeypatch.setattr(nmt.trainer, "evaluate", falling)
+    real = nmt.train.loop.evaluate
+    monkeypatch.setattr(nmt.train.loop, "evaluate", falling)
     cfg = _tiny("training.max_steps=30", "training.valid_every=5", "training.keep_best=3",
                 "training.keep_last=1", "training.average_best=3", "training.patience=0",
                 "training.early_stop_metric=bleu", "training.lr=0.005")  # fmt: skip
@@ -233,7 +233,7 @@ def test_out_of_patience_with_a_cooldown_anneals_before_stopping(data, tmp_path,
     state = torch.load(state_path(tmp_path / "m"), weights_only=True)["train_state"]
     assert state["cooldown_end"] == pytest.approx(0.65)
     # Killed in the cooldown and resumed, the run follows the same rates and stops at step 26.
-    from nmt.trainer import Trainer
+    from nmt.train.loop import Trainer
 
     real = Trainer._after_step
 
@@ -253,9 +253,9 @@ def test_out_of_patience_with_a_cooldown_anneals_before_stopping(data, tmp_path,
 
 
 def test_the_time_budget_keeps_room_for_validating_the_average(data, tmp_path):
-    from nmt import distributed
-    from nmt.schedule import Stop
-    from nmt.trainer import Trainer
+    from nmt.train import distributed
+    from nmt.train.loop import Trainer
+    from nmt.train.schedule import Stop
 
     cfg = _tiny("training.max_time=100s", "training.keep_last=2", "training.average_last=2")
     out = tmp_path / "m"
@@ -294,7 +294,7 @@ def test_grid_runs_greedy_once_and_best_prefers_the_faster_of_ties():
 def test_tune_scores_each_grid_point_and_writes_the_choice(averaged_run, tmp_path):
     import shutil
 
-    from nmt.translate import Translator
+    from nmt.decode.translator import Translator
 
     out = tmp_path / "m"
     shutil.copytree(averaged_run[0], out)
@@ -305,7 +305,7 @@ def test_tune_scores_each_grid_point_and_writes_the_choice(averaged_run, tmp_pat
     translator = Translator.from_dir(out, device="cpu")
     rows = tuning.tune(translator, lines, refs, [(1, None), (2, 0.6)])
     greedy = [t.text for t in translator.translate(lines, greedy=True)]
-    from nmt.scoring import score
+    from nmt.eval.scoring import score
 
     assert rows[0].bleu == score(greedy, [refs], ["bleu"])[0].score  # what nmt score would say
     assert [(r.beam_size, r.length_penalty) for r in rows] == [(1, None), (2, 0.6)]

@@ -15,11 +15,11 @@ import pytest
 import torch
 from test_translate import build_tiny_model_dir, synthetic_lines
 
+from nmt.data.vocab import EOS_ID, PAD_ID
+from nmt.decode.rescore import rescore
+from nmt.decode.search import beam_search, greedy_search
+from nmt.decode.translator import Translator
 from nmt.errors import NmtError
-from nmt.models.base import EOS_ID, PAD_ID
-from nmt.rescore import rescore, score_ids
-from nmt.search import beam_search, greedy_search
-from nmt.translate import Translator
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -50,7 +50,7 @@ def test_scores_are_what_search_reports_for_the_same_tokens(dirs):
         beam_search(tr.model, s, lens, beam_size=3, nbest=3, max_len_a=1.0, max_len_b=3),
     ):
         flat = [(i, h) for i, group in enumerate(hyps) for h in group]
-        lps = score_ids(tr, [src[i] for i, _ in flat], [h.tokens for _, h in flat])
+        lps = tr.score_ids([src[i] for i, _ in flat], [h.tokens for _, h in flat])
         for (_, h), lp in zip(flat, lps, strict=True):
             assert len(lp) == len(h.tokens) + 1  # every token and eos
             assert sum(lp) == pytest.approx(h.log_prob, abs=1e-4)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt.dataset import load, tokenizers
-from nmt.resegment import Ragged, Resegmenter
+from nmt.data.dataset import load, tokenizers
+from nmt.data.resegment import Ragged, Resegmenter
 
 WORDS = "the cat sat on mat dog ran fast under table with red blue ball".split()
 
@@ -18,7 +18,7 @@ WORDS = "the cat sat on mat dog ran fast under table with red blue ball".split()
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     """A small preprocessed corpus with a unigram vocabulary larger than its characters."""
-    from nmt.preprocess import PreprocessConfig, preprocess
+    from nmt.data.preprocess import PreprocessConfig, preprocess
 
     root = tmp_path_factory.mktemp("reseg")
     rng = random.Random(0)
@@ -78,7 +78,7 @@ def test_an_epoch_is_the_same_prefetched_fresh_or_out_of_order(data):
 
 def test_sentences_with_unknown_characters_keep_their_segmentation(tmp_path):
     # <unk> decodes to " ⁇ ", which encoded again made a word boundary and a piece of its own.
-    from nmt.preprocess import PreprocessConfig, preprocess
+    from nmt.data.preprocess import PreprocessConfig, preprocess
 
     rng = random.Random(0)
     lines = [" ".join(rng.choices(WORDS, k=rng.randint(4, 9))) for _ in range(400)]

@@ -62,7 +62,7 @@ def spy(env=None):
     print("torch loaded:", "torch" in sys.modules)
     return real(env)
 runtime.size_kernel_caches = spy
-from nmt.cli import app
+from nmt.cli.app import app
 try:
     app(["train", "--data", {str(tmp_path / "missing")!r}, "-o", {str(tmp_path / "m")!r}])
 except SystemExit:
@@ -205,7 +205,7 @@ def test_a_missing_model_directory_fails_before_torch_loads(tmp_path):
     missing = str(tmp_path / "nope")
     script = f"""
 import sys
-from nmt.cli import app
+from nmt.cli.app import app
 for args in (["translate", "-m", {missing!r}, {str(src)!r}],
              ["rescore", {str(src)!r}, {str(src)!r}, "-m", {missing!r}],
              ["attention", "a dog .", "-m", {missing!r}, "-o", {str(tmp_path / "a.png")!r}],

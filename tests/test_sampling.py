@@ -14,10 +14,10 @@ import torch
 from test_search import random_batch, tiny_model
 from test_translate import build_tiny_model_dir, synthetic_lines
 
+from nmt.data.vocab import BOS_ID
+from nmt.decode.search import Sampling, greedy_search, sample_search, uniforms
+from nmt.decode.translator import Translator
 from nmt.errors import NmtError
-from nmt.models.base import BOS_ID
-from nmt.search import Sampling, greedy_search, sample_search, uniforms
-from nmt.translate import Translator
 
 REPO = Path(__file__).resolve().parent.parent
 

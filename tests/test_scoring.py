@@ -1,4 +1,4 @@
-"""nmt.scoring against sacrebleu's own API: same numbers, same signatures, for every option."""
+"""nmt.eval.scoring against sacrebleu's own API: same numbers, same signatures, for every option."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.significance import PairedTest
 
-from nmt import scoring, scoring_report
 from nmt.errors import NmtError
+from nmt.eval import report as scoring_report
+from nmt.eval import scoring
 
 
 def _val_de(repo_root: Path) -> Path:

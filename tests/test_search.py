@@ -12,21 +12,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nmt.config import model_config
-from nmt.errors import NmtError
-from nmt.models import build
-from nmt.models.base import BOS_ID, EOS_ID, PAD_ID, VocabInfo
-from nmt.search import (
+from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, VocabInfo
+from nmt.decode.engine import gnmt_length_penalty
+from nmt.decode.search import (
     NO_LENGTH_CAP,
     BeamRows,
     EarlyStop,
     ExactStop,
     GreedyRows,
     beam_search,
-    gnmt_length_penalty,
     greedy_search,
     max_lengths,
     stop_rule,
 )
+from nmt.errors import NmtError
+from nmt.models import build
 
 A, B, C = 4, 5, 6  # the toy's word ids
 NEG_INF = float("-inf")

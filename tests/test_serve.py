@@ -28,13 +28,13 @@ with warnings.catch_warnings():  # starlette's TestClient asks for httpx2, which
 from test_translate import build_tiny_model_dir  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from nmt.cli import app as cli  # noqa: E402
+from nmt.cli.app import app as cli  # noqa: E402
+from nmt.decode.lines import format_translation  # noqa: E402
+from nmt.decode.rescore import rescore  # noqa: E402
+from nmt.decode.search import Sampling  # noqa: E402
+from nmt.decode.translator import Translator  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
-from nmt.rescore import rescore  # noqa: E402
-from nmt.search import Sampling  # noqa: E402
 from nmt.serve import Settings, create_app  # noqa: E402
-from nmt.translate import Translator  # noqa: E402
-from nmt.translation_io import format_translation  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LINES = [
@@ -549,7 +549,7 @@ def test_cli_errors_are_one_line(model_dir, tmp_path):
 @pytest.fixture(scope="module")
 def export_dir(model_dir, tmp_path_factory) -> Path:
     pytest.importorskip("ctranslate2")
-    from nmt.export import export_ctranslate2
+    from nmt.export.ctranslate2 import export_ctranslate2
 
     return export_ctranslate2(model_dir, tmp_path_factory.mktemp("export") / "ct2", quiet=True)
 

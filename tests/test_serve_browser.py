@@ -164,7 +164,7 @@ def test_page_serves_an_export_without_sampling(browser, tmp_path):
     """`nmt serve -m EXPORT_DIR`: the header names CTranslate2, sampling is switched off, and the
     page translates (with the heatmap of the last layer's head mean)."""
     pytest.importorskip("ctranslate2")
-    from nmt.export import export_ctranslate2
+    from nmt.export.ctranslate2 import export_ctranslate2
 
     export = export_ctranslate2(build_tiny_model_dir(tmp_path), tmp_path / "ct2", quiet=True)
     proc, url = start_server(export)

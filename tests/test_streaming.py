@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from test_translate import build_tiny_model_dir, run_cli, start_translate, synthetic_lines
 
+from nmt.decode.lines import PipeLines, one_line, read_batches
+from nmt.decode.translator import Translator
 from nmt.errors import NmtError
-from nmt.translate import Translator
-from nmt.translation_io import PipeLines, one_line, read_batches
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,7 @@ def test_decode_line_replace_mode():
 @pytest.mark.parametrize("name", ["ref.de", "ref.de.gz"])
 def test_a_byte_order_mark_is_not_text(tmp_path, name):
     # Windows editors start a file with U+FEFF; kept, it joined the first word of a reference.
-    from nmt.scoring import read_text, score
+    from nmt.eval.scoring import read_text, score
 
     text = "ein Hund läuft über die Wiese\nzwei Kinder spielen im Park\n"
     path = tmp_path / name

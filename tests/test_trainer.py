@@ -16,12 +16,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from nmt.checkpoint import load_state
 from nmt.config import load_config
 from nmt.errors import NmtError
-from nmt.finetune import check_init_outside
+from nmt.modeldir import load_state
 from nmt.runtime import KERNEL_CACHE_VARIABLES
-from nmt.trainer import train
+from nmt.train.finetune import check_init_outside
+from nmt.train.loop import train
 
 WORDS = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike "
@@ -42,7 +42,7 @@ def _write_copy_corpus(root: Path, n_train: int, n_valid: int, seed: int = 0) ->
 @pytest.fixture(scope="module")
 def copy_data(tmp_path_factory) -> Path:
     """A preprocessed copy-task DATA_DIR (joint SentencePiece, a few dozen pieces)."""
-    from nmt.preprocess import PreprocessConfig, preprocess
+    from nmt.data.preprocess import PreprocessConfig, preprocess
 
     root = tmp_path_factory.mktemp("copy")
     _write_copy_corpus(root, 3000, 100)
@@ -221,7 +221,7 @@ def test_second_process_is_refused_by_the_lock(copy_data, tmp_path):
 
 
 def test_nonfinite_losses_skip_updates_then_abort(copy_data, tmp_path, monkeypatch):
-    import nmt.loss as loss_mod
+    import nmt.train.loss as loss_mod
 
     real = loss_mod.linear_smoothed_nll
     calls = {"n": 0}
@@ -349,8 +349,8 @@ def test_ddp_processes_skip_an_update_together(copy_data, tmp_path):
     driver = tmp_path / "driver.py"
     driver.write_text(
         "import os\n"
-        "import nmt.loss as loss_mod\n"
-        "from nmt.cli import run\n"
+        "import nmt.train.loss as loss_mod\n"
+        "from nmt.cli.app import run\n"
         "real, calls = loss_mod.linear_smoothed_nll, [0]\n"
         "def flaky(hidden, weight, target, eps, pad_id=0):\n"
         "    loss, nll, n = real(hidden, weight, target, eps, pad_id)\n"
@@ -401,7 +401,7 @@ def test_tiny_transformer_learns_to_copy(copy_data, tmp_path):
 
 def _stop_after(monkeypatch, step: int) -> None:
     """Make the run die right after `step` (as a kill would, nothing saved at the end)."""
-    from nmt.trainer import Trainer
+    from nmt.train.loop import Trainer
 
     real = Trainer._after_step
 
@@ -482,8 +482,8 @@ def test_resume_refuses_another_early_stop_metric(copy_data, tmp_path):
 def test_resume_keeps_the_room_max_time_leaves_for_validation(copy_data, tmp_path):
     # max_time stops early enough for the final validation and the average's: a resumed run
     # knows how long a validation takes before its first one, or it would overrun the budget.
-    from nmt import distributed
-    from nmt.trainer import Trainer
+    from nmt.train import distributed
+    from nmt.train.loop import Trainer
 
     out = tmp_path / "m"
     _run(copy_data, out, "training.max_steps=10", "training.valid_every=5")
@@ -495,7 +495,7 @@ def test_resume_keeps_the_room_max_time_leaves_for_validation(copy_data, tmp_pat
 
 
 def test_resume_position_changes_table():
-    from nmt.resume import check_position, position_changes
+    from nmt.train.state import check_position, position_changes
 
     now = {"max_tokens": 600, "accumulate": 2, "seed": 1, "data_dir": "/d"}
     old = {"settings": {**now, "accumulate": 1}, "world_size": 2}
@@ -533,17 +533,17 @@ def test_validation_decodes_in_the_precision_translate_would_use(
 ):
     """A narrow model trained in bf16 under `auto` validates in fp32 (below d_model 256 on a CPU;
     `nmt translate` decodes this one in fp32 too); an explicit precision is kept for both."""
-    import nmt.trainer
+    import nmt.train.loop
 
     monkeypatch.setenv("NMT_CPU_BF16", "1")  # a native-bf16 CPU, whatever this one is
-    real, seen = nmt.trainer.evaluate, []
+    real, seen = nmt.train.loop.evaluate, []
 
     def spy(model, data, device, autocast, *args, **kw):
         with autocast():
             seen.append(torch.is_autocast_enabled("cpu"))
         return real(model, data, device, autocast, *args, **kw)
 
-    monkeypatch.setattr(nmt.trainer, "evaluate", spy)
+    monkeypatch.setattr(nmt.train.loop, "evaluate", spy)
     cfg = _tiny(
         "training.max_steps=4", "training.valid_every=2", "training.log_every=2",
         f"training.precision={precision}",

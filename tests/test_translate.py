@@ -19,14 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from nmt.cli import app
+from nmt.cli.app import app
 from nmt.config import Config, model_config
+from nmt.data.vocab import EOS_ID, VocabInfo
+from nmt.decode.lines import format_translation, one_line
+from nmt.decode.search import Sampling
+from nmt.decode.translator import Translator, translate_files
+from nmt.decode.workers import decode_workers
 from nmt.errors import NmtError
-from nmt.models.base import EOS_ID, VocabInfo
-from nmt.search import Sampling
-from nmt.translate import Translator, translate_files
-from nmt.translation_io import format_translation, one_line
-from nmt.workers import decode_workers
 
 WORDS = "a man in a blue shirt is riding his bike down the street two dogs play in the snow".split()
 WORDS += "eine frau mit einem roten hut sitzt auf der bank zwei kinder spielen im park".split()
@@ -51,9 +51,9 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 def build_tiny_model_dir(root: Path, d_model: int = 32) -> Path:
     """Write ROOT/model: a tiny random Transformer with its SentencePiece model (shared by tests)."""
+    from nmt.data.vocab import Tokenizer, train_spm
     from nmt.modeldir import save_weights, write_meta
     from nmt.models import build
-    from nmt.vocab import Tokenizer, train_spm
 
     spm = train_spm(synthetic_lines(300), root / "spm", vocab_size=200)
     tok = Tokenizer.load(spm)
@@ -268,7 +268,7 @@ def test_worker_processes_same_output_attention_and_sampling(tiny_model_dir):
     """Batches decoded on two forked processes (the Linux default): the same translations,
     scores, attention and samples as one process, progress for every line, and the processes
     are other processes that stop on close."""
-    from nmt.search import Sampling
+    from nmt.decode.search import Sampling
 
     one = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
     two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2)
@@ -322,7 +322,7 @@ def test_worker_error_reaches_the_caller(tiny_model_dir, processes):
 
 @pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
 def test_a_worker_process_that_dies_while_starting_is_one_error(monkeypatch):
-    from nmt import workers
+    from nmt.decode import workers
 
     def dying(target, threads):
         os._exit(3)  # killed while forked or set up
@@ -486,7 +486,7 @@ def test_cli_search_options_fail_before_the_model_loads(tiny_model_dir, monkeypa
     def load(*a, **k):
         raise AssertionError("the model was loaded before the options were checked")
 
-    monkeypatch.setattr("nmt.ct2.open_translator", load)
+    monkeypatch.setattr("nmt.decode.engines.open_translator", load)
     r = runner.invoke(app, ["translate", "-m", str(tiny_model_dir), *args], input=b"")
     assert (r.exit_code, r.output) == (2, f"error: {message}\n")
 
@@ -551,7 +551,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def test_cli_attention_png(tiny_model_dir, tmp_path):
-    from nmt.viz import DPI, figure_size
+    from nmt.plots.attention import DPI, figure_size
 
     out = tmp_path / "att.png"
     sentence = "a man in a blue shirt is riding his bike ."
@@ -592,9 +592,9 @@ def test_cli_attention_png(tiny_model_dir, tmp_path):
 def test_seq2seq_force_decodes_the_whole_target_and_an_empty_source_is_refused(tmp_path):
     # Seq2Seq has no position limit (max_positions 0): a given target is not cut.
     from nmt.config import load_config
+    from nmt.data.vocab import Tokenizer, train_spm
     from nmt.modeldir import save_weights, write_meta
     from nmt.models import build
-    from nmt.vocab import Tokenizer, train_spm
 
     spm = train_spm(synthetic_lines(300), tmp_path / "spm", vocab_size=200)
     tok = Tokenizer.load(spm)

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt import batching
 from nmt.config import load_config
-from nmt.trainer import train
+from nmt.data import batching
+from nmt.train.loop import train
 
 VOCAB = "red green blue cyan pink gray gold jade ruby teal".split()
 
@@ -19,7 +19,7 @@ VOCAB = "red green blue cyan pink gray gold jade ruby teal".split()
 @pytest.fixture(scope="module")
 def long_valid_data(tmp_path_factory) -> Path:
     """A copy task whose valid split holds one line far longer than a tiny max_positions."""
-    from nmt.preprocess import PreprocessConfig, preprocess
+    from nmt.data.preprocess import PreprocessConfig, preprocess
 
     root = tmp_path_factory.mktemp("longvalid")
     rng = np.random.default_rng(3)
@@ -71,7 +71,7 @@ def test_collate_cuts_both_sides_to_max_positions():
 
 def test_seq2seq_has_no_position_limit(long_valid_data, tmp_path, capsys, recwarn):
     """An RNN trains on pairs over model.max_positions and translates long sources uncut."""
-    from nmt.translate import Translator
+    from nmt.decode.translator import Translator
 
     cfg = load_config(
         preset="seq2seq-tiny",
@@ -97,7 +97,7 @@ def test_validation_on_workers_equals_one_thread(long_valid_data):
     import torch
 
     from nmt.models import build
-    from nmt.validation import evaluate, load_data
+    from nmt.train.validation import evaluate, load_data
 
     data = load_data(long_valid_data)
     assert data.valid is not None
@@ -119,9 +119,9 @@ def test_a_damaged_valid_split_is_an_error_and_a_missing_one_means_no_validation
     # without validation, early stopping or a best checkpoint.
     import shutil
 
+    from nmt.data.vocab import Tokenizer
     from nmt.errors import NmtError
-    from nmt.validation import load_valid
-    from nmt.vocab import Tokenizer
+    from nmt.train.validation import load_valid
 
     data = tmp_path / "data"
     shutil.copytree(long_valid_data, data)
@@ -144,9 +144,9 @@ def test_validation_batches_stay_within_max_tokens_on_the_target_side(tmp_path, 
 
     import torch
 
+    from nmt.data.preprocess import PreprocessConfig, preprocess
     from nmt.models import build
-    from nmt.preprocess import PreprocessConfig, preprocess
-    from nmt.validation import evaluate, load_data
+    from nmt.train.validation import evaluate, load_data
 
     rng = np.random.default_rng(5)
     train = [" ".join(rng.choice(VOCAB, size=3)) for _ in range(300)]
@@ -186,22 +186,22 @@ def test_validation_batches_do_not_depend_on_the_workers(long_valid_data, monkey
 
     import torch
 
-    import nmt.validation
+    import nmt.train.validation
     from nmt.models import build
-    from nmt.validation import evaluate, load_data
+    from nmt.train.validation import evaluate, load_data
 
     data = load_data(long_valid_data)
     cfg = load_config(preset="transformer-tiny", overrides=["model.max_positions=24"])
     torch.manual_seed(0)
     model = build(cfg.model, data.vocab)
     seen: list[list[int]] = []
-    real = nmt.validation.batching.collate
+    real = nmt.train.validation.batching.collate
 
     def spy(src, tgt, idx, *rest):
         seen.append(sorted(int(i) for i in idx))
         return real(src, tgt, idx, *rest)
 
-    monkeypatch.setattr(nmt.validation.batching, "collate", spy)
+    monkeypatch.setattr(nmt.train.validation.batching, "collate", spy)
     args = (model, data.valid, torch.device("cpu"), contextlib.nullcontext, 16, 1.2, 5.0)
     evaluate(*args, workers=1)
     one, seen[:] = sorted(seen), []

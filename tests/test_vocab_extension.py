@@ -14,15 +14,15 @@ import pytest
 import torch
 from test_finetune import WORDS, _corpus, _preprocess, _tiny, base  # noqa: F401 (a fixture)
 
-from nmt import distributed
+from nmt.data.preprocess import PreprocessConfig, preprocess
+from nmt.data.report import summary_notes
+from nmt.data.vocab import UNK_ID, Tokenizer, train_spm
+from nmt.data.vocab_extension import extend_for, model_type, unknown_characters
 from nmt.errors import NmtError
-from nmt.finetune import VOCAB_ROWS
 from nmt.modeldir import load_model
-from nmt.preprocess import PreprocessConfig, preprocess
-from nmt.preprocess_report import summary_notes
-from nmt.trainer import Trainer, train
-from nmt.vocab import UNK_ID, Tokenizer, train_spm
-from nmt.vocab_extension import extend_for, model_type, unknown_characters
+from nmt.train import distributed
+from nmt.train.finetune import VOCAB_ROWS
+from nmt.train.loop import Trainer, train
 
 NEW_WORDS = ["řeka", "dům", "město", "čaj", "růže", "žena", "ěř", "pomalu", "kolem"]
 NEW_CHARS = set("".join(NEW_WORDS)) - set("".join(WORDS))  # ř ů ě č ž s

@@ -9,8 +9,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from nmt.config import ModelConfig
+from nmt.data.vocab import VocabInfo
 from nmt.errors import NmtError
-from nmt.models.base import VocabInfo
 from nmt.models.seq2seq import Seq2Seq
 from nmt.models.transformer import Transformer
 

@@ -23,26 +23,11 @@ Token ids are fixed for every model: pad 0, unk 1, bos 2, eos 3.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-
-
-@dataclass(frozen=True)
-class VocabInfo:
-    """Vocabulary facts a model needs: sizes, whether source and target share one vocabulary."""
-
-    src_size: int
-    tgt_size: int
-    joint: bool = True
-    pad_id: int = PAD_ID
-    unk_id: int = UNK_ID
-    bos_id: int = BOS_ID
-    eos_id: int = EOS_ID
-    lowercase: bool = False  # text lowercased before encoding (`nmt preprocess --lowercase`)
+from nmt.data.vocab import VocabInfo
 
 
 def make_embeddings(

@@ -23,9 +23,10 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.config import Seq2SeqConfig
+from nmt.data.vocab import VocabInfo
 from nmt.errors import NmtError
 from nmt.models.attention import make_rnn_attention
-from nmt.models.base import VocabInfo, make_embeddings, step_scores
+from nmt.models.base import make_embeddings, step_scores
 from nmt.models.dropout import Dropout
 
 NO_ATTENTION = "this model has no attention (model.attention: none)"
@@ -203,7 +204,7 @@ class Seq2Seq(nn.Module):
     def features(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> torch.Tensor:
-        """Teacher forcing up to the output projection: (B, T, E) (nmt.loss fuses the rest)."""
+        """Teacher forcing up to the output projection: (B, T, E) (nmt.train.loss fuses the rest)."""
         return self._teacher_forcing(src, src_lengths, tgt_in)[0]
 
     def forward_with_attention(

@@ -23,9 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from nmt.config import TransformerConfig
+from nmt.data.vocab import VocabInfo
 from nmt.errors import NmtError
 from nmt.models.attention import MultiHeadAttention
-from nmt.models.base import VocabInfo, make_embeddings, step_scores
+from nmt.models.base import make_embeddings, step_scores
 from nmt.models.dropout import Dropout
 
 KV = tuple[torch.Tensor, torch.Tensor]
@@ -371,7 +372,7 @@ class Transformer(nn.Module):
     def features(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> torch.Tensor:
-        """Teacher forcing up to the output projection: (B, T, d) (nmt.loss fuses the rest)."""
+        """Teacher forcing up to the output projection: (B, T, d) (nmt.train.loss fuses the rest)."""
         return self._teacher_forced(src, src_lengths, tgt_in, need_weights=False)[0]
 
     def forward_with_attention(

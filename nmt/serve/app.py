@@ -19,11 +19,11 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from nmt.decode.lines import MAX_SAMPLES
 from nmt.errors import NmtError
 from nmt.serve.batcher import BatchResult, Decode, MicroBatcher
 from nmt.serve.request import Limits, bad, parse_request, parse_score_request
 from nmt.serve.schema import OPENAPI_BODY, RESPONSES, SCORE_BODY, SCORE_RESPONSES
-from nmt.translation_io import MAX_SAMPLES
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("nmt.serve")
@@ -131,14 +131,14 @@ def _decoder(translator: Any, budget: int) -> Decode:
 
     def decode(items: list[Any], options: dict[str, Any], keys: list[int]) -> list[dict[str, Any]]:
         if options.get("task") == "score":
-            from nmt.rescore import rescore
+            from nmt.decode.rescore import rescore
 
             sources, targets = [s for s, _ in items], [t for _, t in items]
             scores = rescore(translator, sources, targets, budget, on_warning=log.warning)
             return [score.to_json() for score in scores]
         kwargs = dict(options)
         if "sampling" in kwargs:
-            from nmt.search import Sampling
+            from nmt.decode.search import Sampling
 
             kwargs["sampling"], kwargs["keys"] = Sampling(*kwargs["sampling"]), keys
         out = translator.translate(items, batch_tokens=budget, on_warning=log.warning, **kwargs)
@@ -152,7 +152,7 @@ def model_info(translator: Any, settings: Settings, budget: int, name: str) -> d
     it can do (sampling: model directories only) and the limits."""
     languages = {"source": None, "target": None}
     if settings.model_dir:
-        from nmt.export import is_export, read_export_manifest
+        from nmt.decode.exported import is_export, read_export_manifest
         from nmt.modeldir import read_meta
 
         if is_export(settings.model_dir):

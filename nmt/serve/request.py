@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import HTTPException
 
 from nmt.config import DecodingConfig
-from nmt.translation_io import MAX_SAMPLES
+from nmt.decode.lines import MAX_SAMPLES
 
 FIELDS = ("text", "beam_size", "nbest", "length_penalty", "with_attention", "sampling")
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")

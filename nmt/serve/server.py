@@ -8,9 +8,9 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from nmt.decode.lines import model_dirs
 from nmt.errors import NmtError
 from nmt.serve.app import Settings, create_app
-from nmt.translation_io import model_dirs
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -23,7 +23,7 @@ def translator_factory(
 ) -> Callable[[], Any]:
     """A deferred `open_translator`: a `Translator` for a model directory (a list: an ensemble),
     CTranslate2 for an `nmt export` directory; options that do not apply fail now."""
-    from nmt.ct2 import checked_export, open_translator
+    from nmt.decode.engines import checked_export, open_translator
 
     if precision not in PRECISIONS:
         raise NmtError(f"--precision must be {', '.join(PRECISIONS)}, got {precision!r}")
@@ -59,7 +59,7 @@ def serve(
     Ctrl-C / SIGTERM."""
     import uvicorn
 
-    from nmt.export import is_export, read_export_manifest
+    from nmt.decode.exported import is_export, read_export_manifest
     from nmt.modeldir import read_meta
 
     dirs = [str(d) for d in model_dirs(model_dir)]

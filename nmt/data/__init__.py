@@ -1,0 +1,1 @@
+"""Corpora to binary training data: reading, cleaning, SentencePiece, encoding, batches."""

@@ -1,0 +1,86 @@
+"""What `nmt preprocess` prints: the per-split table users check before training, and notes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from nmt.data.dataset import lowercased
+
+
+def print_summary(manifest: dict[str, Any]) -> None:
+    """The table (kept, dropped, token counts and lengths per split), then one note per issue."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)  # a log file should not wrap the table at 80 columns
+    console.print(summary_table(manifest))
+    for note in summary_notes(manifest):
+        console.print(note, highlight=False)
+
+
+def summary_table(manifest: dict[str, Any]) -> Table:
+    """One row per split: lines read, kept, dropped, tokens and p50/p99/max length per side."""
+    src, tgt = manifest["src_lang"], manifest["tgt_lang"]
+    sizes = manifest["vocab_size"]
+    vocab = f"joint {sizes['src']}" if manifest["joint"] else f"{sizes['src']} / {sizes['tgt']}"
+    title = f"{src}->{tgt}, vocabulary {vocab}, {manifest['dtype']}"
+    table = Table(title=title, title_justify="left")
+    table.add_column("split")
+    for col in ("read", "kept", "dropped", f"tokens {src}", f"tokens {tgt}"):
+        table.add_column(col, justify="right")
+    for lang in (src, tgt):
+        table.add_column(f"{lang} p50/p99/max", justify="right")
+    for name, s in manifest["splits"].items():
+        lens = [s["lengths"][lang] for lang in (src, tgt)]
+        table.add_row(
+            name,
+            f"{s['lines_read']:,}",
+            f"{s['kept']:,}",
+            f"{s['lines_read'] - s['kept']:,}",
+            *(f"{s['tokens'][lang]:,}" for lang in (src, tgt)),
+            *(f"{x['p50']}/{x['p99']}/{x['max']}" for x in lens),
+        )
+    return table
+
+
+def summary_notes(manifest: dict[str, Any]) -> list[str]:
+    """Lowercased text; where the SentencePiece models came from (--spm-from); train pairs
+    dropped by reason; valid/test lines too long for common position limits."""
+    notes = []
+    if lowercased(manifest):
+        notes.append("every split lowercased (--lowercase): the model reads and writes lowercase")
+    if manifest.get("spm_from"):
+        notes.append(f"SentencePiece models copied from {manifest['spm_from']} (--spm-from)")
+    if ext := manifest.get("vocab_extension"):
+        sides = [("", ext["src"])] if ext["src"] == ext["tgt"] else [
+            (" (source)", ext["src"]), (" (target)", ext["tgt"])
+        ]  # fmt: skip
+        for label, e in sides:
+            chars = e["characters"]
+            shown = f"{chars[:20]}{'...' if len(chars) > 20 else ''}"
+            kept = e.get("checked_languages") or []
+            scope = (
+                f"every piece the corpus wants that leaves {'/'.join(kept)} encoded as before"
+                if e.get("all_pieces")
+                else "pieces holding new characters"
+            )
+            notes.append(
+                f"vocabulary extended{label}: {e['added']} pieces after its {e['from_size']} "
+                f"({scope}; {len(chars)} new characters: {shown})"
+                if e["added"]
+                else f"vocabulary extension{label}: no new characters, nothing added"
+            )
+    for name, s in manifest["splits"].items():
+        if any(s["dropped"].values()):
+            reasons = ", ".join(f"{k} {v:,}" for k, v in s["dropped"].items() if v)
+            notes.append(f"{name} dropped: {reasons}")
+        over = s.get("over_limits", {})
+        if any(over.values()):
+            counts = ", ".join(f"{n:,} over {limit}" for limit, n in over.items())
+            notes.append(
+                f"{name}: lines longer than a model's max_positions (subwords + eos): {counts}; "
+                "validation cuts them to the model's limit"
+            )
+    return notes

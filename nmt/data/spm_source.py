@@ -1,0 +1,63 @@
+"""Where a corpus's SentencePiece models come from when it reuses a trained model's pieces
+(`nmt preprocess --spm-from DIR`, `nmt train --init-from`): a MODEL_DIR or a DATA_DIR."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from nmt.data.dataset import MANIFEST, lowercased, read_manifest
+from nmt.errors import NmtError
+from nmt.textio import read_json_object
+
+MODEL_META = "vocab.json"  # a MODEL_DIR's vocabulary facts and SentencePiece file names
+
+
+@dataclass(frozen=True)
+class SpmSource:
+    """The SentencePiece models of a MODEL_DIR or DATA_DIR, and the languages they were made for."""
+
+    dir: Path
+    src: Path
+    tgt: Path
+    src_lang: str
+    tgt_lang: str
+    spm_type: str | None  # unigram or bpe where the folder records it (a DATA_DIR's manifest)
+    lowercase: bool = False  # the pieces were learnt on lowercased text (`--lowercase`)
+
+    @property
+    def joint(self) -> bool:
+        """One model for both sides."""
+        return self.src == self.tgt
+
+
+def spm_source(directory: str | Path) -> SpmSource:
+    """Find the SentencePiece models of a model directory (vocab.json) or data directory
+    (manifest.json); a folder that is neither, or a missing model file, is a one-line error."""
+    d = Path(directory)
+    if (d / MODEL_META).is_file():
+        meta = read_json_object(d / MODEL_META)
+        names = meta.get("src_spm"), meta.get("tgt_spm")
+        lowercase = meta.get("lowercase", False)
+    elif (d / MANIFEST).is_file():
+        meta = read_manifest(d)
+        spm = meta.get("spm")
+        names = (spm.get("src"), spm.get("tgt")) if isinstance(spm, dict) else (None, None)
+        lowercase = lowercased(meta)
+    elif d.is_dir():
+        raise NmtError(
+            f"{d}: neither a model directory ({MODEL_META}) nor a data directory ({MANIFEST})"
+        )
+    else:
+        raise NmtError(f"{d}: directory not found")
+    if not all(isinstance(n, str) and n for n in names):
+        raise NmtError(f"{d}: names no SentencePiece models")
+    src, tgt = (d / str(n) for n in names)
+    for path in (src, tgt):
+        if not path.is_file():
+            raise NmtError(f"{path}: SentencePiece model not found")
+    kind = meta.get("spm_type")
+    return SpmSource(
+        d, src, tgt, str(meta.get("src_lang", "")), str(meta.get("tgt_lang", "")),
+        kind if isinstance(kind, str) else None, lowercase is True,
+    )  # fmt: skip

@@ -1,0 +1,1 @@
+"""Turning a trained model into text: search, translators, forced decoding, line I/O."""

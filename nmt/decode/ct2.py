@@ -1,0 +1,381 @@
+"""`CT2Translator`: translate with an `nmt export` directory through `ctranslate2.Translator`,
+with the results and options of `nmt.decode.translator.Translator`, so `nmt translate -m EXPORT_DIR`
+keeps the same command line.
+
+How the options map (CTranslate2 has no per-sentence maximum and its own length penalty):
+- max_len_a / max_len_b: exact. Beam search: sentences are grouped by their own maximum
+  floor(a*|src| + b) (capped so the eos position fits max_positions), one
+  `max_decoding_length` per group; greedy: one call, each result cut to its own maximum. At that
+  length our search forces eos and counts its log-prob; CTranslate2 stops without it, so we add
+  that term with `score_batch` (scores exact; inside CTranslate2's beam such a hypothesis still
+  competed without it).
+- min_len: exact tokens (eos forbidden before `min_len` tokens), but CTranslate2 masks eos before
+  its softmax, so log-probs of those first steps are renormalized (ours are not).
+- pad and bos are not banned as our search bans them: CTranslate2 would renormalize every step's
+  scores, and a trained model never predicts them.
+- length_penalty: our GNMT penalty ((5 + L) / 6) ** alpha. Greedy: exact (the score only).
+  Beam: CTranslate2 searches with its own L ** alpha normalization and returns its `beam_size`
+  finished hypotheses; we rescore those with the GNMT penalty and keep the best `nbest`.
+- stop: CTranslate2 has one stopping rule (a sentence ends once `beam_size` hypotheses are
+  finished); `--stop` is checked and otherwise ignored.
+- with_attention: the last layer's attention averaged over heads (what the JSONL shows);
+  `TextHypothesis.attention` is (T + 1, 1, 1, S), not every layer and head.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nmt.data.vocab import EOS_PIECE, Tokenizer
+from nmt.decode.engine import FORCED_FLOOR, TextHypothesis, Translation, gnmt_length_penalty
+from nmt.decode.exported import PAD_PIECE, read_export_manifest, require_ctranslate2
+from nmt.decode.lines import decoding_options, manifest_decoding
+from nmt.decode.workers import resolve_workers
+from nmt.errors import NmtError
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (a container's share, not the host's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _ct2_device(device: str, ct2: Any) -> tuple[str, int]:
+    """(device, device_index) for ctranslate2.Translator: cpu or cuda, `cuda:N` split in two
+    (CTranslate2 takes the GPU's index separately; without it, GPU 0 runs)."""
+    if device == "auto":
+        return ("cuda" if ct2.get_cuda_device_count() > 0 else "cpu"), 0
+    if device in ("cpu", "cuda"):
+        return device, 0
+    name, _, index = device.partition(":")
+    if name != "cuda":
+        raise NmtError(f"--device {device}: a CTranslate2 export runs on cpu or cuda")
+    if not index.isdigit():
+        raise NmtError(f"--device {device!r}: expected cuda or cuda:N for a CTranslate2 export")
+    count = ct2.get_cuda_device_count()
+    if int(index) >= count:
+        raise NmtError(f"--device {device}: only {count} CUDA device(s)")
+    return "cuda", int(index)
+
+
+class CT2Translator:
+    """A CTranslate2 export with its tokenizers and the decoding defaults of its model."""
+
+    def __init__(
+        self, translator: Any, manifest: dict, src_tok: Tokenizer, tgt_tok: Tokenizer
+    ) -> None:
+        self.ct2, self.manifest, self.src_tok, self.tgt_tok = translator, manifest, src_tok, tgt_tok
+        self.decoding = manifest_decoding(manifest)
+        self.max_positions = int(manifest["max_positions"])
+        self.max_source = self.max_positions - 1  # eos included
+        self.src_pieces = [src_tok.id_to_piece(i) for i in range(src_tok.vocab_size)]
+        self.src_pieces[0] = PAD_PIECE
+        self.tgt_pieces = [tgt_tok.id_to_piece(i) for i in range(tgt_tok.vocab_size)]
+        self.tgt_pieces[0] = PAD_PIECE
+        self.tgt_ids = {p: i for i, p in enumerate(self.tgt_pieces)}
+
+    @classmethod
+    def from_dir(
+        cls, export_dir: str | Path, device: str = "auto", threads: int = 0, workers: int = 0
+    ) -> CT2Translator:
+        """Load EXPORT_DIR (CTranslate2 model, SentencePiece, manifest). `workers` as
+        `Translator`'s (0: auto), as CTranslate2's `inter_threads`: batches translated at once,
+        sharing `threads` (0: every usable core) between them."""
+        ct2 = require_ctranslate2()
+        export_dir = Path(export_dir)
+        manifest = read_export_manifest(export_dir)
+        lc = manifest.get("lowercase", False) is True
+        src_tok = Tokenizer.load(export_dir / manifest["src_spm"], lc)
+        tgt_tok = src_tok
+        if manifest["tgt_spm"] != manifest["src_spm"]:
+            tgt_tok = Tokenizer.load(export_dir / manifest["tgt_spm"], lc)
+        dev, index = _ct2_device(device, ct2)
+        cores = threads or _usable_cores()
+        workers = resolve_workers(workers, cores, on_cpu=dev == "cpu")
+        intra = threads if workers == 1 else max(1, cores // workers)
+        try:
+            translator = ct2.Translator(
+                str(export_dir), device=dev, device_index=index, intra_threads=intra,
+                inter_threads=workers,
+            )  # fmt: skip
+        except (RuntimeError, ValueError) as e:
+            raise NmtError(f"{export_dir}: cannot load the CTranslate2 model ({e})") from None
+        return cls(translator, manifest, src_tok, tgt_tok)
+
+    def start_workers(self) -> None:
+        """Nothing to start: CTranslate2 runs its workers (`inter_threads`) itself."""
+
+    def close(self) -> None:
+        """Nothing to stop (as `Translator.close`: CTranslate2 frees its workers with the model)."""
+
+    def __enter__(self) -> CT2Translator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def options(self, **given: Any) -> dict[str, Any]:
+        """Search options: the given ones, else the exported model's decoding defaults; each
+        checked against its config key's range (other keys are ignored)."""
+        return decoding_options(self.decoding, given)
+
+    def translate(
+        self,
+        lines: Iterable[str],
+        beam_size: int | None = None,
+        greedy: bool = False,
+        length_penalty: float | None = None,
+        nbest: int = 1,
+        max_len_a: float | None = None,
+        max_len_b: float | None = None,
+        min_len: int | None = None,
+        batch_tokens: int | None = None,
+        with_attention: bool = False,
+        stop: str | None = None,
+        first_line: int = 1,
+        on_warning: Callable[[str], None] | None = None,
+        progress: Callable[[int], None] | None = None,
+        scores: bool = True,
+    ) -> list[Any]:
+        """Translate raw lines; one Translation per line, in input order (as Translator;
+        `scores=False`: greedy search returns no scores, NaN in their place)."""
+        opts = self.options(
+            beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
+            max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, stop=stop,
+        )  # fmt: skip
+        k = 1 if greedy else opts["beam_size"]
+        if not 1 <= nbest <= k:
+            raise NmtError(f"--nbest must be between 1 and the beam size ({k}), got {nbest}")
+        lines = list(lines)
+        encoded = self.encode_sources(lines, first_line, on_warning or _warn)
+        results: list[Any] = [None] * len(lines)
+        groups: dict[int, list[int]] = {}
+        for i, ids in enumerate(encoded):
+            if ids:
+                groups.setdefault(self._max_len(len(ids), opts), []).append(i)
+            else:
+                results[i] = Translation(lines[i], [TextHypothesis("", [], 0.0, 0.0)], [EOS_PIECE])
+        if progress and len(lines) > sum(map(len, groups.values())):
+            progress(len(lines) - sum(map(len, groups.values())))
+        if k == 1 and groups and opts["min_len"] <= min(groups):
+            # greedy choices do not depend on the limit: one call, each result cut to its own
+            groups = {max(groups): [i for todo in groups.values() for i in todo]}
+        scored = scores or k > 1  # beam reranks its hypotheses by score
+        # Every group is queued before any is awaited, so `inter_threads` workers share them.
+        pending = [
+            (
+                todo,
+                self._search([encoded[i] for i in todo], k, max_len, opts, with_attention, scored),
+            )
+            for max_len, todo in sorted(groups.items())
+        ]
+        for todo, queued in pending:
+            batch = [encoded[i] for i in todo]
+            outs = [q.result() for q in queued]
+            own = [self._max_len(len(ids), opts) for ids in batch]
+            forced = self._forced_eos(batch, outs, own, scored)
+            rows = self._forced_attention(batch, outs, forced) if with_attention else None
+            for j, (i, out) in enumerate(zip(todo, outs, strict=True)):
+                extra = rows[j] if rows else {}
+                hyps = self._hypotheses(out, forced[j], k, nbest, opts["length_penalty"], extra)
+                source_tokens = [self.src_pieces[t] for t in encoded[i]] + [EOS_PIECE]
+                results[i] = Translation(
+                    lines[i], [TextHypothesis(*h) for h in hyps], source_tokens
+                )
+            if progress:
+                progress(len(todo))
+        return results
+
+    def translate_stream(
+        self, lines: Iterable[str], buffer_size: int = 1000, first_line: int = 1, **kwargs: Any
+    ) -> Iterator[Any]:
+        """Translate an iterable chunk by chunk (`buffer_size` lines), yielding in input order."""
+        if buffer_size < 1:
+            raise NmtError(f"--buffer-size must be at least 1, got {buffer_size}")
+        chunk: list[str] = []
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) >= buffer_size:
+                yield from self.translate(chunk, first_line=first_line, **kwargs)
+                first_line += len(chunk)
+                chunk = []
+        if chunk:
+            yield from self.translate(chunk, first_line=first_line, **kwargs)
+
+    def describe(self) -> dict[str, Any]:
+        """What runs, for `nmt serve`'s /info: engine, architecture, device and compute type."""
+        return {
+            "engine": "ctranslate2",
+            "architecture": {**self.manifest.get("model", {}), "parameters": None},
+            "device": self.ct2.device,
+            "precision": self.manifest.get("quantization"),
+            "lowercase": self.src_tok.lowercase,  # input lowercased (`preprocess --lowercase`)
+        }
+
+    def score_ids(
+        self, src: list[list[int]], tgt: list[list[int]], batch_tokens: int | None = None
+    ) -> list[list[float]]:
+        """Per pair of subword ids (no eos), the log-probability of each target token and of
+        eos, in input order (`nmt rescore`): CTranslate2's `score_batch`, batched by tokens."""
+        if not src:
+            return []
+        results = self.ct2.score_batch(
+            [[self.src_pieces[t] for t in ids] + [EOS_PIECE] for ids in src],
+            [[self.tgt_pieces[t] for t in ids] for ids in tgt],
+            max_batch_size=batch_tokens or self.decoding.batch_tokens,
+            batch_type="tokens",
+            max_input_length=0,
+        )
+        return [[float(x) for x in res.log_probs] for res in results]
+
+    def encode_sources(
+        self, lines: list[str], first_line: int, warn: Callable[[str], None]
+    ) -> list[list[int]]:
+        """Subword ids per line (no eos); empty for blank lines; too long ones truncated."""
+        texts = [line if line.strip() else "" for line in lines]
+        encoded = self.src_tok.encode_batch(texts, threads=1) if texts else []
+        for i, ids in enumerate(encoded):
+            if len(ids) > self.max_source:
+                warn(
+                    f"line {first_line + i}: source has {len(ids)} subword tokens, truncated "
+                    f"to {self.max_source} (the model's max_positions is {self.max_positions})"
+                )
+                encoded[i] = ids[: self.max_source]
+        return encoded
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _max_len(self, n: int, opts: dict) -> int:
+        """Most output tokens for a source of n subwords, as nmt.decode.search.max_lengths."""
+        m = max(1, math.floor(opts["max_len_a"] * n + opts["max_len_b"]))
+        return min(m, self.max_positions - 1)
+
+    def _search(
+        self,
+        batch: list[list[int]],
+        k: int,
+        max_len: int,
+        opts: dict,
+        with_attention: bool,
+        scores: bool = True,
+    ) -> list[Any]:
+        """One translate_batch call over sentences that share a maximum length, queued: each
+        result's `.result()` waits for it."""
+        return self.ct2.translate_batch(
+            [[self.src_pieces[t] for t in ids] + [EOS_PIECE] for ids in batch],
+            beam_size=k,
+            num_hypotheses=k,
+            length_penalty=0.0 if k == 1 else opts["length_penalty"],
+            max_decoding_length=max_len,
+            min_decoding_length=min(opts["min_len"], max_len),
+            max_input_length=0,
+            max_batch_size=opts["batch_tokens"],
+            batch_type="tokens",
+            return_scores=scores,
+            return_end_token=True,
+            return_attention=with_attention,
+            asynchronous=True,
+        )
+
+    def _forced_eos(
+        self, batch: list[list[int]], outs: list[Any], own: list[int], scores: bool = True
+    ) -> list[dict[int, tuple[list[str], float]]]:
+        """Per sentence, {hypothesis: (tokens, log-prob)} for hypotheses that reach their own
+        maximum length `own`: cut there, with eos forced and counted as our search does
+        (CTranslate2 stops without it), scored by CTranslate2's `score_batch` (NaN without
+        `scores`)."""
+        wanted = []
+        for j, out in enumerate(outs):
+            for r, pieces in enumerate(out.hypotheses):
+                ended = bool(pieces) and pieces[-1] == EOS_PIECE
+                body = list(pieces[:-1] if ended else pieces)
+                if len(body) > own[j] or not ended:
+                    wanted.append((j, r, body[: own[j]]))
+        found: list[dict[int, tuple[list[str], float]]] = [{} for _ in outs]
+        if not wanted:
+            return found
+        if not scores:
+            for j, r, body in wanted:
+                found[j][r] = (body, math.nan)
+            return found
+        scored = self.ct2.score_batch(
+            [[self.src_pieces[t] for t in batch[j]] + [EOS_PIECE] for j, _, _ in wanted],
+            [body for _, _, body in wanted],
+            max_input_length=0,
+        )
+        for (j, r, body), res in zip(wanted, scored, strict=True):
+            lps = [float(x) for x in res.log_probs]  # the tokens', then eos's
+            found[j][r] = (body, sum(lps[:-1]) + max(lps[-1], FORCED_FLOOR))
+        return found
+
+    def _forced_attention(
+        self, batch: list[list[int]], outs: list[Any], forced: list[dict[int, tuple]]
+    ) -> list[dict[int, np.ndarray]]:
+        """Attention rows of hypotheses cut at CTranslate2's own maximum length, which returns
+        none for the step where our search forces eos: decoding one step past their tokens as a
+        target prefix gives that row (a step's attention does not depend on its choice)."""
+        short = [
+            (j, r, body)
+            for j, out in enumerate(outs)
+            for r, (body, _) in forced[j].items()
+            if len(out.attention[r]) < len(body) + 1
+        ]
+        found: list[dict[int, np.ndarray]] = [{} for _ in outs]
+        if not short:
+            return found
+        more = self.ct2.translate_batch(
+            [[self.src_pieces[t] for t in batch[j]] + [EOS_PIECE] for j, _, _ in short],
+            target_prefix=[body for _, _, body in short],
+            beam_size=1,
+            max_decoding_length=max(len(body) for _, _, body in short) + 1,
+            max_input_length=0,
+            return_end_token=True,
+            return_attention=True,
+        )
+        for (j, r, body), res in zip(short, more, strict=True):
+            found[j][r] = np.asarray(res.attention[0], dtype=np.float32)[: len(body) + 1]
+        return found
+
+    def _hypotheses(
+        self,
+        out: Any,
+        forced: dict[int, tuple[list[str], float]],
+        k: int,
+        nbest: int,
+        alpha: float,
+        attention: dict[int, np.ndarray] | None = None,
+    ) -> list[tuple]:
+        """(text, tokens, score, log_prob, attention) best first under the GNMT penalty
+        (`attention`: rows that replace CTranslate2's, by hypothesis)."""
+        found = []
+        for r, pieces in enumerate(out.hypotheses):
+            if r in forced:
+                body, log_prob = forced[r]
+            else:  # ended by eos; CTranslate2's score is normalized by L ** alpha (beam)
+                body = list(pieces[:-1])
+                log_prob = math.nan
+                if out.scores:
+                    log_prob = out.scores[r] * (1.0 if k == 1 else float(len(pieces)) ** alpha)
+            ids = [self.tgt_ids.get(p, 1) for p in body]
+            att = None
+            if out.attention:
+                rows = (attention or {}).get(r)
+                if rows is None:
+                    rows = np.asarray(out.attention[r], dtype=np.float32)  # (T', S)
+                att = rows[: len(body) + 1, None, None, :]  # (T + 1, 1, 1, S)
+            score = log_prob / gnmt_length_penalty(len(body) + 1, alpha)
+            found.append((self.tgt_tok.decode(ids), body, score, log_prob, att))
+        found.sort(key=lambda h: -h[2])
+        return found[:nbest]
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=3)

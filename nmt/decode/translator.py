@@ -1,0 +1,545 @@
+"""`Translator`: raw text in, detokenized translations out, one result per input line, in order.
+
+Inputs are encoded with the model directory's SentencePiece model, sorted by length, cut into
+batches of at most `batch_tokens` (padded) source tokens, searched, and put back in input order.
+Empty lines give empty translations without running the model; a source longer than the model's
+positions is truncated with a warning naming its line, never dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from nmt.config import Config, DecodingConfig
+from nmt.data.batching import decoding_runs
+from nmt.data.vocab import EOS_ID, EOS_PIECE, PAD_ID, Tokenizer
+from nmt.decode.engine import TextHypothesis, Translation
+from nmt.decode.forced import score_ids
+from nmt.decode.lines import (
+    BATCH_LINES,
+    check_inputs,
+    check_output,
+    count_lines,
+    decoding_options,
+    format_translation,
+    is_regular,
+    model_dirs,
+    read_batches,
+    search_rows,
+    warn_to_stderr,
+)
+from nmt.decode.packed import pack_for_decoding
+from nmt.decode.search import Hypothesis, Sampling, beam_search, greedy_search, sample_search
+from nmt.decode.workers import (
+    DecodePool,
+    decode_workers,
+    map_batches,
+    processes_available,
+    resolve_workers,
+)
+from nmt.device import (
+    autocast_for,
+    compute_dtype,
+    emulated_bf16_warning,
+    inference_precision,
+    resolve_device,
+)
+from nmt.errors import NmtError
+from nmt.models.base import Decoder
+from nmt.models.ensemble import Ensemble
+from nmt.textio import atomic_write
+
+MAX_BATCH_ROWS = 640  # sentences x beam per batch: beyond this CPU steps stop getting cheaper
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
+
+
+def _check_utf8(text: str | None, what: str) -> None:
+    """Refuse text that came from bytes that were not UTF-8 (a command-line argument keeps
+    them as lone surrogates), naming the byte, before SentencePiece fails on it."""
+    if text is None:
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(text[e.start])
+        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise NmtError(
+            f"the {what} is not valid UTF-8 ({byte} at character {e.start + 1})"
+        ) from None
+
+
+class Translator:
+    """A loaded model with its tokenizers and decoding defaults."""
+
+    def __init__(
+        self,
+        model: Decoder,
+        cfg: Config,
+        src_tok: Tokenizer,
+        tgt_tok: Tokenizer,
+        device: torch.device,
+        precision: str = "fp32",
+        workers: int = 0,
+        processes: bool | None = None,
+    ) -> None:
+        self.model, self.cfg, self.src_tok, self.tgt_tok = model, cfg, src_tok, tgt_tok
+        self.device, self.precision = device, precision
+        resolve_workers(workers, 1, True)  # a bad value fails here, not at the first batch
+        self.workers = workers
+        # Forked worker processes where they can be (nmt.decode.workers), else threads.
+        self.worker_processes = processes_available(device) if processes is None else processes
+        self._pool: DecodePool | None = None
+        # Models that keep fp32 parts (Seq2Seq's recurrences) decode under autocast instead.
+        use_autocast = precision != "fp32" and getattr(model, "autocast_inference", False)
+        self.autocast = autocast_for(precision, device) if use_autocast else contextlib.nullcontext
+        self.max_source = model.max_positions - 1  # eos included
+
+    @classmethod
+    def from_dir(
+        cls,
+        model_dir: str | Path | Sequence[str | Path],
+        device: str = "auto",
+        checkpoint: str = "default",
+        precision: str = "auto",
+        workers: int = 0,
+        processes: bool | None = None,
+    ) -> Translator:
+        """Load MODEL_DIR (config, SentencePiece, weights) for translation; several directories
+        load as one ensemble (`nmt.models.ensemble`), with the first one's decoding defaults.
+
+        `precision` auto: bf16 on GPUs, and on native-bf16 CPUs from d_model 128 up (narrower
+        ones stay fp32, unmeasured), else fp32. bf16/fp16 cast the weights once (so the decoder
+        cache follows); scores stay fp32 (log-softmax in fp32). `workers` batches are decoded at
+        once (0: one per intra-op thread, at most 4), on forked processes where `processes`
+        (None: on Linux CPUs, `nmt.decode.workers`), else on threads; `close` stops the processes.
+        """
+        from nmt.modeldir import load_model, read_meta
+
+        dirs = model_dirs(model_dir)
+        if not dirs:
+            raise NmtError("no model directory given")
+        dev = resolve_device(device)
+        inference_precision(precision, dev)  # refuses fp16 on a CPU before any weights load
+        src_tok, tgt_tok = _tokenizers(Path(dirs[0]), read_meta(dirs[0])[2])
+        for d in dirs[1:]:  # a member with other pieces fails before any weights load
+            _check_same_vocabulary(Path(dirs[0]), (src_tok, tgt_tok), Path(d), read_meta(d)[2])
+        loaded = [load_model(d, checkpoint=checkpoint, device=str(dev)) for d in dirs]
+        widths = [getattr(cfg.model, "d_model", None) for _, cfg, _, _ in loaded]
+        known = [w for w in widths if w is not None]
+        prec = inference_precision(precision, dev, min(known) if known else None)
+        if message := emulated_bf16_warning(prec, dev, fix="--precision fp32"):
+            _warn(message)
+        models = []
+        for model, *_ in loaded:
+            if prec == "fp32" or not getattr(model, "autocast_inference", False):
+                if prec != "fp32":
+                    model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
+                pack_for_decoding(model)  # on a CPU: weights packed once for oneDNN
+            models.append(model)
+        model = models[0] if len(models) == 1 else Ensemble(models)
+        return cls(model, loaded[0][1], src_tok, tgt_tok, dev, prec, workers, processes)
+
+    def options(self, **given: Any) -> dict[str, Any]:
+        """Search options: the given ones, else the model config's decoding section."""
+        return decoding_options(self.cfg.decoding, given)
+
+    def translate(
+        self,
+        lines: Iterable[str],
+        beam_size: int | None = None,
+        greedy: bool = False,
+        length_penalty: float | None = None,
+        nbest: int = 1,
+        max_len_a: float | None = None,
+        max_len_b: float | None = None,
+        min_len: int | None = None,
+        batch_tokens: int | None = None,
+        with_attention: bool = False,
+        stop: str | None = None,
+        first_line: int = 1,
+        on_warning: Callable[[str], None] | None = None,
+        progress: Callable[[int], None] | None = None,
+        scores: bool = True,
+        sampling: Sampling | None = None,
+        keys: Sequence[int] | None = None,
+    ) -> list[Translation]:
+        """Translate raw lines; one Translation per line, in input order.
+
+        Unset options come from the model's `decoding` config. Beam size 1 (or `greedy`) runs
+        greedy search; `sampling` draws `nbest` samples per line instead (keyed by line number,
+        counted from `first_line`, so a line's samples do not depend on how lines are batched;
+        `keys` gives each line its own key instead: `nmt serve` keys a line by its place in its
+        request, so a request draws the same samples whatever it is batched with).
+        `first_line` numbers the lines in warnings; `progress(n)` is called after each batch
+        with the number of lines it finished. `scores=False` lets greedy search skip the
+        log-probabilities (same text, NaN scores); beam search and sampling always have them.
+        """
+        opts = self.options(
+            beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
+            max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, stop=stop,
+        )  # fmt: skip
+        if sampling is not None and (beam_size not in (None, 1) or greedy):
+            raise NmtError("--sampling draws its own tokens: drop --beam-size / --greedy")
+        k = search_rows(opts["beam_size"], greedy, nbest, sampling is not None)  # rows per line
+        lines = list(lines)
+        if keys is not None and len(keys) != len(lines):
+            raise NmtError(f"{len(keys)} sampling keys for {len(lines)} lines")
+        line_keys = (
+            list(keys) if keys is not None else range(first_line - 1, first_line - 1 + len(lines))
+        )
+        warn = on_warning or _warn
+        results: list[Translation | None] = [None] * len(lines)
+        encoded = self.encode_sources(lines, first_line, warn)
+        todo = []
+        for i, (line, ids) in enumerate(zip(lines, encoded, strict=True)):
+            if ids:
+                todo.append(i)
+            else:
+                results[i] = Translation(line, [TextHypothesis("", [], 0.0, 0.0)], [EOS_PIECE])
+        if progress and len(todo) < len(lines):
+            progress(len(lines) - len(todo))
+        todo.sort(key=lambda i: -len(encoded[i]))  # longest first: memory peaks show up at once
+        max_rows = max(1, MAX_BATCH_ROWS // k)
+        lengths = [len(encoded[i]) + 1 for i in todo]
+        parts = decode_workers(self.workers, self.device, len(todo))  # even runs for them
+        runs = decoding_runs(lengths, opts["batch_tokens"], max_rows, parts)
+        batches = [todo[start:end] for start, end in runs]
+
+        jobs = [
+            _Job(
+                [lines[i] for i in batch], [encoded[i] for i in batch], k, nbest, opts,
+                with_attention, scores, sampling,
+                [line_keys[i] for i in batch] if sampling is not None else None,
+            )
+            for batch in batches
+        ]  # fmt: skip
+        for b, translations in self._map(jobs):
+            for i, translation in zip(batches[b], translations, strict=True):
+                results[i] = translation
+            if progress:
+                progress(len(batches[b]))
+        return results  # type: ignore[return-value]
+
+    def start_workers(self) -> None:
+        """Fork the decoding worker processes now rather than at the first batches that need
+        them (`nmt serve` does, before its server threads start); a no-op without them."""
+        if self.worker_processes and self._pool_size() > 1:
+            self._worker_pool().start()
+
+    def worker_peak_mb(self) -> int:
+        """Memory the worker processes added at their peak (0 without them; nmt.decode.workers)."""
+        return self._pool.peak_extra_mb() if self._pool is not None else 0
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (a later translate starts new ones)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> Translator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def translate_stream(
+        self, lines: Iterable[str], buffer_size: int = 1000, first_line: int = 1, **kwargs: Any
+    ) -> Iterator[Translation]:
+        """Translate an iterable chunk by chunk (`buffer_size` lines), yielding in input order.
+
+        Memory stays bounded by the chunk; with buffer_size 1 each line is translated as soon
+        as it is read (interactive use).
+        """
+        if buffer_size < 1:
+            raise NmtError(f"--buffer-size must be at least 1, got {buffer_size}")
+        chunk: list[str] = []
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) >= buffer_size:
+                yield from self.translate(chunk, first_line=first_line, **kwargs)
+                first_line += len(chunk)
+                chunk = []
+        if chunk:
+            yield from self.translate(chunk, first_line=first_line, **kwargs)
+
+    def attention(
+        self, source: str, target: str | None = None, **search: Any
+    ) -> tuple[np.ndarray, list[str], list[str], str]:
+        """Source-target attention of one sentence: (layers, heads, T, S), source pieces, target
+        pieces (eos on both) and the translation. Searches, or force-decodes `target` if given."""
+        for text, what in ((source, "source sentence"), (target, "target")):
+            _check_utf8(text, what)
+        silent = target is None  # the search encodes it again, and warns there
+        (ids,) = self.encode_sources([source], 1, (lambda _: None) if silent else _warn)
+        if not ids:  # blank, or nothing left after normalisation (control characters)
+            raise NmtError("the source sentence is empty")
+        if target is None:
+            (tr,) = self.translate([source], nbest=1, with_attention=True, **search)
+            hyp = tr.hypotheses[0]
+            assert hyp.attention is not None  # asked for with_attention
+            weights = np.transpose(hyp.attention, (1, 2, 0, 3))  # (L, H, T, S)
+            return weights, tr.source_tokens, hyp.tokens + [EOS_PIECE], hyp.text
+        tgt = self.tgt_tok.encode(target)
+        if 0 < self.max_source < len(tgt):  # Seq2Seq has no position limit (max_source -1)
+            _warn(f"target has {len(tgt)} subword tokens, truncated to {self.max_source}")
+            tgt = tgt[: self.max_source]
+        dev = self.device
+        src = torch.tensor([ids + [EOS_ID]], device=dev)  # (1, S)
+        tgt_in = torch.tensor([[self.model.vocab.bos_id] + tgt], device=dev)  # (1, T)
+        with torch.inference_mode(), self.autocast():
+            lengths = torch.tensor([src.size(1)], device=dev)  # (1,)
+            _, attn = self.model.forward_with_attention(src, lengths, tgt_in)
+        weights = attn[0].float().cpu().numpy()  # (L, H, T, S)
+        pieces = [self.tgt_tok.id_to_piece(i) for i in tgt] + [EOS_PIECE]
+        return weights, self._pieces(ids), pieces, self.tgt_tok.decode(tgt)
+
+    @property
+    def decoding(self) -> DecodingConfig:
+        """The model's decoding defaults (as an export's `CT2Translator.decoding`)."""
+        return self.cfg.decoding
+
+    def describe(self) -> dict[str, Any]:
+        """What runs, for `nmt serve`'s /info: engine, architecture, device and precision."""
+        module = self.model if isinstance(self.model, torch.nn.Module) else None
+        params = sum(p.numel() for p in module.parameters()) if module is not None else None
+        return {
+            "engine": "pytorch",
+            "architecture": {**dataclasses.asdict(self.cfg.model), "parameters": params},
+            "device": str(self.device),
+            "precision": self.precision,
+            "lowercase": self.src_tok.lowercase,  # input lowercased (`preprocess --lowercase`)
+        }
+
+    def score_ids(
+        self, src: list[list[int]], tgt: list[list[int]], batch_tokens: int | None = None
+    ) -> list[list[float]]:
+        """Per pair of subword ids (no eos), the log-probability of each target token and of
+        eos, in input order (forced decoding: `nmt.decode.rescore`)."""
+        budget = batch_tokens or self.cfg.decoding.batch_tokens
+        return score_ids(self.model, self.device, self.autocast, src, tgt, budget)
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def encode_sources(
+        self, lines: list[str], first_line: int, warn: Callable[[str], None]
+    ) -> list[list[int]]:
+        """Subword ids per line (no eos); empty for blank lines; too long ones truncated."""
+        texts = [line if line.strip() else "" for line in lines]
+        encoded = self.src_tok.encode_batch(texts, threads=1) if texts else []
+        limit = self.max_source
+        if limit > 0:
+            for i, ids in enumerate(encoded):
+                if len(ids) > limit:
+                    warn(
+                        f"line {first_line + i}: source has {len(ids)} subword tokens, truncated "
+                        f"to {limit} (the model's max_positions is {limit + 1})"
+                    )
+                    encoded[i] = ids[:limit]
+        return encoded
+
+    def _map(self, jobs: list[_Job]) -> Iterator[tuple[int, list[Translation]]]:
+        """(i, translations of jobs[i]) as they finish: here, on worker processes or on worker
+        threads (`nmt.decode.workers`)."""
+        workers = decode_workers(self.workers, self.device, len(jobs))
+        if workers > 1 and self.worker_processes:
+            return self._worker_pool().map(jobs)
+        return map_batches(self._run, jobs, workers)
+
+    def _pool_size(self) -> int:
+        """Worker processes for this machine: `workers`, or one per intra-op thread (at most 4)."""
+        return resolve_workers(self.workers, torch.get_num_threads(), on_cpu=True)
+
+    def _worker_pool(self) -> DecodePool:
+        """The worker processes, forked at first use with this translator as it is then (a call
+        with fewer batches than processes leaves some idle)."""
+        if self._pool is None:
+            size = self._pool_size()
+            self._pool = DecodePool(self._run, size, max(1, torch.get_num_threads() // size))
+        return self._pool
+
+    def _run(self, job: _Job) -> list[Translation]:
+        """Search one batch and detokenize it: what a worker does (in this process or not)."""
+        if job.sampling is not None:
+            assert job.keys is not None  # line numbers from 0 by default
+            hyps = self._sample(
+                job.ids, job.keys, job.sampling, job.nbest, job.opts, job.with_attention
+            )
+        else:
+            hyps = self._search(job.ids, job.k, job.nbest, job.opts, job.with_attention, job.scores)
+        return [
+            self._to_translation(line, ids, h)
+            for line, ids, h in zip(job.lines, job.ids, hyps, strict=True)
+        ]
+
+    def _padded(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One batch as (B, S) source ids with eos, padded, and (B,) lengths, on the device."""
+        lengths = [len(ids) + 1 for ids in batch]
+        width = max(lengths)
+        rows = [[*ids, EOS_ID] + [PAD_ID] * (width - len(ids) - 1) for ids in batch]
+        src = torch.tensor(rows, dtype=torch.long)  # (B, S): one tensor, not two copies a row
+        return src.to(self.device), torch.tensor(lengths, device=self.device)
+
+    def _sample(
+        self,
+        batch: list[list[int]],
+        keys: list[int],
+        sampling: Sampling,
+        nsamples: int,
+        opts: dict,
+        with_attention: bool,
+    ) -> list[list[Hypothesis]]:
+        """Pad one batch and draw `nsamples` translations per sentence."""
+        src, src_lengths = self._padded(batch)
+        with self.autocast():
+            return sample_search(
+                self.model, src, src_lengths, torch.tensor(keys), sampling, nsamples,
+                max_len_a=opts["max_len_a"], max_len_b=opts["max_len_b"], min_len=opts["min_len"],
+                need_attn=with_attention, length_penalty_alpha=opts["length_penalty"],
+            )  # fmt: skip
+
+    def _search(
+        self,
+        batch: list[list[int]],
+        k: int,
+        nbest: int,
+        opts: dict,
+        with_attention: bool,
+        scores: bool = True,
+    ) -> list[list[Hypothesis]]:
+        """Pad one batch and run greedy or beam search on it."""
+        src, src_lengths = self._padded(batch)
+        common = dict(
+            max_len_a=opts["max_len_a"], max_len_b=opts["max_len_b"], min_len=opts["min_len"],
+            need_attn=with_attention,
+        )  # fmt: skip
+        with self.autocast():
+            if k == 1:
+                hyps = greedy_search(
+                    self.model, src, src_lengths, length_penalty_alpha=opts["length_penalty"],
+                    scores=scores, **common,
+                )  # fmt: skip
+                return [[h] for h in hyps]
+            return beam_search(
+                self.model, src, src_lengths, beam_size=k, length_penalty=opts["length_penalty"],
+                nbest=nbest, stop=opts["stop"], **common,
+            )  # fmt: skip
+
+    def _pieces(self, ids: list[int]) -> list[str]:
+        return [self.src_tok.id_to_piece(i) for i in ids] + [EOS_PIECE]
+
+    def _to_translation(self, line: str, ids: list[int], hyps: list[Hypothesis]) -> Translation:
+        """Detokenize one sentence's hypotheses."""
+        out = []
+        for h in hyps:
+            att = None if h.attention is None else h.attention.float().cpu().numpy()
+            out.append(
+                TextHypothesis(
+                    text=self.tgt_tok.decode(h.tokens),
+                    tokens=[self.tgt_tok.id_to_piece(i) for i in h.tokens],
+                    score=h.score,
+                    log_prob=h.log_prob,
+                    attention=att,
+                )
+            )
+        return Translation(line, out, self._pieces(ids))
+
+
+@dataclass
+class _Job:
+    """One batch to search, with everything a worker process needs (pickled to it)."""
+
+    lines: list[str]
+    ids: list[list[int]]  # subword ids per line, no eos
+    k: int  # beam size, or samples per line
+    nbest: int
+    opts: dict[str, Any]
+    with_attention: bool
+    scores: bool
+    sampling: Sampling | None = None
+    keys: list[int] | None = None  # sampling keys per line
+
+
+def _tokenizers(model_dir: Path, meta: dict[str, Any]) -> tuple[Tokenizer, Tokenizer]:
+    """MODEL_DIR's source and target SentencePiece models (one object when they are one file)."""
+    lc = meta.get("lowercase", False) is True  # `nmt preprocess --lowercase`: cased input meets it
+    src_tok = Tokenizer.load(model_dir / meta["src_spm"], lc)
+    if meta["tgt_spm"] == meta["src_spm"]:
+        return src_tok, src_tok
+    return src_tok, Tokenizer.load(model_dir / meta["tgt_spm"], lc)
+
+
+def _check_same_vocabulary(
+    first: Path, toks: tuple[Tokenizer, Tokenizer], other: Path, meta: dict[str, Any]
+) -> None:
+    """An ensemble member must map ids to the same pieces as the first model, on both sides."""
+    for side, tok, theirs in zip(("source", "target"), toks, _tokenizers(other, meta), strict=True):
+        if not tok.same_pieces(theirs):
+            raise NmtError(
+                f"{other}: its {side} vocabulary differs from {first}'s (the models of an "
+                "ensemble must share their SentencePiece models)"
+            )
+        if tok.lowercase != theirs.lowercase:
+            raise NmtError(
+                f"{other}: trained on {'lowercased' if theirs.lowercase else 'cased'} text, "
+                f"{first} on {'lowercased' if tok.lowercase else 'cased'} (an ensemble's models "
+                "must see the same input)"
+            )
+
+
+# ---- files and stdin (`nmt translate`) -------------------------------------------------------
+
+
+def translate_files(
+    translator: Translator,
+    inputs: list[str] | None,
+    output: str | None = None,
+    *,
+    fmt: str = "text",
+    nbest: int = 1,
+    with_attention: bool = False,
+    errors: str = "strict",
+    buffer_size: int | None = None,
+    progress: Callable[[contextlib.ExitStack, int], Callable[[int], None]] | None = None,
+    **search: Any,
+) -> None:
+    """Translate files (or stdin, '-') into `output` (atomically) or stdout, one result per input
+    line, in order, batch by batch so memory stays bounded: full batches of `buffer_size` lines
+    from files, what has arrived from a pipe or terminal, each flushed as soon as it is done.
+
+    `search` options go to `Translator.translate`; `progress(stack, total_lines)` returns the
+    per-batch `advance(n)` when every input is a regular file.
+    """
+    paths = check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)
+    check_output(output)
+    search.update(nbest=nbest, with_attention=with_attention, scores=fmt == "jsonl")
+    opts = translator.options(**search)  # bad options fail before any input is read
+    sampling = search.get("sampling") is not None
+    search_rows(opts["beam_size"], search.get("greedy", False), nbest, sampling)  # before input
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(atomic_write(output)) if output else sys.stdout
+        advance = None
+        if progress is not None and all(is_regular(p) for p in paths):
+            advance = progress(stack, sum(count_lines(p) for p in paths))
+        for path in paths:
+            warn = warn_to_stderr("<stdin>" if path == "-" else path)
+            first = 1
+            for batch in read_batches(path, errors, buffer_size or BATCH_LINES):
+                results = translator.translate(
+                    batch, first_line=first, on_warning=warn, progress=advance, **search
+                )
+                first += len(batch)
+                out.writelines(format_translation(tr, fmt, nbest, with_attention) for tr in results)
+                out.flush()

@@ -1,0 +1,1 @@
+"""Measuring translations: sacreBLEU scores, reports, by-length, tuning."""

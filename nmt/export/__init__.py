@@ -1,0 +1,1 @@
+"""Deployment formats: CTranslate2 export."""

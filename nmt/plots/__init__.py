@@ -1,0 +1,1 @@
+"""Figures: line charts, training curves, attention heatmaps."""

@@ -1,0 +1,1 @@
+"""Training: the loop, its state, checkpoints, validation and logs."""

@@ -1,0 +1,278 @@
+"""Checkpoints: safetensors weights for translation, a weights_only trainer state for exact resume.
+
+MODEL_DIR/checkpoints/
+    last.safetensors, last.state.pt   newest weights; trainer state (model, optimizer, RNGs,
+                                      data position ...) in one file so the pair is never torn
+    best.safetensors                  best validation score so far
+    step-N.safetensors                kept when among the `keep_best` best or `keep_last` newest
+    index.json                        step, metric and score of every kept step-N file
+    averaged.safetensors              written by `nmt average`, or at the end of training
+                                      (training.average_last N: the N newest step-N files;
+                                      training.average_best N: the N best on validation)
+    default.json                      which of best / averaged `--checkpoint default` loads:
+                                      training validates averaged and picks the better one
+
+Every file is written to a temporary name and renamed, so a crash mid-write leaves the previous
+file intact. State is loaded with `torch.load(weights_only=True)`: tensors and plain types only,
+which is why RNG states are converted to tensors before saving.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from nmt.errors import NmtError
+from nmt.modeldir import (
+    CHECKPOINTS,
+    STATE,
+    clear_default,
+    has_checkpoints,
+    load_state,
+    save_weights,
+    saved_config,
+    weights_step,
+)
+from nmt.textio import atomic_write, publishing
+
+INDEX = "index.json"
+_STEP = re.compile(r"^step-(\d+)\.safetensors$")
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG a training run draws from, as tensors and plain values (weights_only-safe)."""
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    py_version, py_keys, py_gauss = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "name": str(np_name),
+            "keys": torch.from_numpy(np.asarray(np_keys, dtype=np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "gauss": float(np_gauss),
+        },
+        "python": {
+            "version": int(py_version),
+            "keys": torch.tensor(py_keys, dtype=torch.int64),
+            "gauss": py_gauss,
+        },
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what `rng_state` captured."""
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(
+        (n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"])
+    )
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(k) for k in p["keys"].tolist()), p["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_state(path: str | Path, state: dict[str, Any]) -> None:
+    """torch.save to a temporary file beside `path`, then publish it (fsync, rename, mode)."""
+    with publishing(path) as tmp, open(tmp, "wb") as f:
+        torch.save(state, f)
+
+
+def capture(
+    model: Any, optimizer: Any, scaler: Any, train_state: dict[str, Any], world_size: int
+) -> dict[str, Any]:
+    """Everything `--resume` needs, as tensors and plain types."""
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else {},
+        "train_state": train_state,
+        "rng": rng_state(),
+        "world_size": world_size,
+    }
+
+
+def restore(path: Path, model: Any, optimizer: Any, scaler: Any) -> dict[str, Any]:
+    """Load a saved state into the live model, optimizer and scaler; return it (counters, RNGs)."""
+    st = load_state(path, "cpu")
+    try:
+        model.load_state_dict(st["model"])
+    except RuntimeError:
+        raise NmtError(
+            f"{path}: the saved model does not match this config's model section; "
+            "resume with the same model settings (omit --preset/CONFIG to reuse the saved ones)"
+        ) from None
+    optimizer.load_state_dict(st["optimizer"])
+    if scaler is not None and st.get("scaler"):
+        scaler.load_state_dict(st["scaler"])
+    return st
+
+
+class Checkpoints:
+    """The checkpoints folder of one model directory: write, rank, prune."""
+
+    def __init__(self, model_dir: str | Path, keep_best: int = 3, keep_last: int = 5) -> None:
+        self.dir = Path(model_dir) / CHECKPOINTS
+        self.keep_best = keep_best
+        self.keep_last = keep_last
+
+    @property
+    def state_path(self) -> Path:
+        """Where the resumable trainer state lives."""
+        return self.dir / STATE
+
+    def exists(self) -> bool:
+        """Whether a previous run left anything here."""
+        return has_checkpoints(self.dir.parent)
+
+    def save_last(self, model: Any, state: dict[str, Any]) -> None:
+        """Write last.safetensors and the full trainer state (which embeds the weights too)."""
+        save_state(self.state_path, state)
+        step = state.get("train_state", {}).get("step")
+        save_weights(model, self.dir / "last.safetensors", step)
+
+    def read_index(self) -> list[dict[str, Any]]:
+        """Kept step checkpoints with their scores, oldest first."""
+        path = self.dir / INDEX
+        if not path.exists():
+            return []
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))
+            return sorted(entries, key=lambda e: e["step"])
+        except (ValueError, TypeError, KeyError) as e:  # UnicodeDecodeError is a ValueError
+            raise NmtError(f"{path}: not a checkpoint index ({type(e).__name__}: {e})") from None
+
+    def _write_index(self, entries: list[dict[str, Any]]) -> None:
+        with atomic_write(self.dir / INDEX) as f:
+            json.dump(sorted(entries, key=lambda e: e["step"]), f, indent=1)
+
+    def save_step(self, model: Any, step: int, metric: str, score: float, is_best: bool) -> None:
+        """Save step-N (and best when it is), then drop step files no longer worth keeping."""
+        save_weights(model, self.dir / f"step-{step}.safetensors", step)
+        if is_best:
+            save_weights(model, self.dir / "best.safetensors", step)
+        entries = [e for e in self.read_index() if e["step"] != step]
+        entries.append({"step": step, "metric": metric, "score": score})
+        keep = {e["step"] for e in ranked(entries)[: self.keep_best]}
+        keep |= {e["step"] for e in entries[-self.keep_last :]} if self.keep_last > 0 else set()
+        kept = [e for e in entries if e["step"] in keep]
+        self._write_index(kept)
+        for path in self.dir.glob("step-*.safetensors"):
+            m = _STEP.match(path.name)
+            if m and int(m.group(1)) not in keep:
+                path.unlink(missing_ok=True)
+
+    def truncate_after(self, step: int, best_step: int = 0) -> None:
+        """Forget what a run that died after the resumed state wrote: newer step files (indexed
+        or not) and a best.safetensors newer than the state (re-pointed to `best_step`)."""
+        entries = self.read_index()
+        for path in self.dir.glob("step-*.safetensors"):
+            m = _STEP.match(path.name)
+            if m and int(m.group(1)) > step:
+                path.unlink(missing_ok=True)
+        if any(e["step"] > step for e in entries):
+            self._write_index([e for e in entries if e["step"] <= step])
+        best = self.dir / "best.safetensors"
+        best_at = weights_step(best) if best.exists() else None
+        if best_at is not None and best_at > step:
+            kept = self.dir / f"step-{best_step}.safetensors"
+            if best_step > 0 and kept.exists():
+                with publishing(best) as tmp:
+                    shutil.copyfile(kept, tmp)
+            else:
+                best.unlink()
+
+
+def ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Best first: higher BLEU, or lower loss; ties go to the later step."""
+
+    def key(e: dict[str, Any]) -> tuple[float, int]:
+        sign = -1.0 if e["metric"] == "loss" else 1.0
+        return (sign * float(e["score"]), e["step"])
+
+    return sorted(entries, key=key, reverse=True)
+
+
+def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, list[int]]:
+    """Average the newest `last` or the `best` best step checkpoints into averaged.safetensors."""
+    from safetensors.torch import save_file
+
+    for flag, value in (("--last", last), ("--best", best)):
+        if value < 0:
+            raise NmtError(f"{flag} must be at least 1, got {value}")
+    if (last > 0) == (best > 0):
+        raise NmtError("choose one of --last N or --best N (N >= 1)")
+    ckpt = Checkpoints(model_dir)
+    if not ckpt.dir.is_dir():
+        raise NmtError(f"{ckpt.dir}: no checkpoints (is {model_dir} a trained model directory?)")
+    entries = [
+        e for e in ckpt.read_index() if (ckpt.dir / f"step-{e['step']}.safetensors").exists()
+    ]
+    n = last or best
+    if len(entries) < n:
+        raise NmtError(
+            f"{ckpt.dir}: asked to average {n} checkpoints but only {len(entries)} are kept "
+            f"(steps: {', '.join(str(e['step']) for e in entries) or 'none'}); "
+            "raise training.keep_last / training.keep_best when training"
+        )
+    cfg = saved_config(model_dir)
+    if last and cfg is not None and n > cfg.training.keep_last:
+        raise NmtError(
+            f"{ckpt.dir}: --last {n}: training kept only the {cfg.training.keep_last} newest step "
+            "checkpoints (training.keep_last); the older ones kept are the best, not the next "
+            f"newest: use --last {cfg.training.keep_last} or fewer, or --best N"
+        )
+    chosen = entries[-n:] if last else ranked(entries)[:n]
+    steps = sorted(e["step"] for e in chosen)
+    total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    metadata: dict[str, str] | None = None
+    for step in steps:
+        metadata = _accumulate(ckpt.dir / f"step-{step}.safetensors", total, dtypes)
+    averaged = {
+        k: (v / len(steps)).to(dtypes[k]).contiguous() if v.is_floating_point() else v
+        for k, v in total.items()
+    }
+    out = ckpt.dir / "averaged.safetensors"
+    with publishing(out) as tmp:
+        save_file(averaged, tmp, metadata=metadata)
+    clear_default(model_dir, only="averaged")  # the new average has not been validated
+    return out, steps
+
+
+def _accumulate(
+    path: Path, total: dict[str, torch.Tensor], dtypes: dict[str, torch.dtype]
+) -> dict[str, str] | None:
+    """Add one checkpoint's tensors to `total` (float64 sums); returns its metadata. A damaged
+    file, or one of another model, is a one-line error naming it."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            names = set(f.keys())
+            if total and names != set(total):
+                raise NmtError(f"{path}: tensors differ from the other checkpoints")
+            for name in names:
+                t = f.get_tensor(name)
+                if name in total and total[name].shape != t.shape:
+                    raise NmtError(
+                        f"{path}: tensors differ from the other checkpoints ({name} has shape "
+                        f"{tuple(t.shape)}, not {tuple(total[name].shape)})"
+                    )
+                dtypes.setdefault(name, t.dtype)
+                acc = t.to(torch.float64) if t.is_floating_point() else t
+                total[name] = total[name] + acc if name in total and t.is_floating_point() else acc
+            return f.metadata()
+    except SafetensorError as e:
+        raise NmtError(f"{path}: damaged or not a safetensors file ({e})") from None

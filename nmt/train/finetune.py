@@ -1,0 +1,189 @@
+"""Starting from a trained model (fine-tuning, domain adaptation, continued training).
+
+Two steps, as in fairseq, Marian and OpenNMT: `nmt preprocess --spm-from DIR` encodes the new corpus
+with the SentencePiece models of DIR (a MODEL_DIR or a DATA_DIR), so every id means the same piece
+to the trained weights; `nmt train --init-from MODEL_DIR` then starts from that model's weights with
+a fresh optimizer, schedule and step count. The pieces are checked one by one before any weights
+load, so a corpus encoded with other SentencePiece models is a one-line error, not a silent
+scramble of the embeddings. A corpus encoded with --spm-from and --extend-vocab holds the same
+pieces plus appended ones: the trained rows are copied and each new id's embedding and output rows
+start at the mean of the trained rows (a new piece starts as an average token, not as noise the
+trained layers never saw).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nmt.config import ModelConfig, TrainingConfig
+from nmt.data.dataset import lowercased, read_manifest
+from nmt.data.spm_source import MODEL_META, spm_source
+from nmt.data.vocab import Tokenizer
+from nmt.errors import NmtError
+
+# The parameters with one row per vocabulary id, and the side whose vocabulary they follow.
+VOCAB_ROWS = {"src_embed.weight": 0, "tgt_embed.weight": 1, "output.weight": 1}
+
+
+def check_same_vocabulary(
+    init_dir: Path, data_dir: Path, data_spm: tuple[Path, Path]
+) -> tuple[int, int]:
+    """The corpus must be encoded with the pieces the initial weights were trained on (or those
+    plus appended ones, `--extend-vocab`); returns the initial model's (source, target) sizes."""
+    theirs = spm_source(init_dir)
+    if lowercased(read_manifest(data_dir)) != theirs.lowercase:
+        how = "with" if theirs.lowercase else "without"
+        raise NmtError(
+            f"{data_dir}: {init_dir} was trained on text preprocessed {how} --lowercase (preprocess "
+            f"the corpus with --spm-from {init_dir}{' --lowercase' if theirs.lowercase else ''})"
+        )
+    sizes = []
+    for side, ours, init in zip(
+        ("source", "target"), data_spm, (theirs.src, theirs.tgt), strict=True
+    ):
+        mine, trained = Tokenizer.load(ours), Tokenizer.load(init)
+        if not (mine.same_pieces(trained) or mine.extends(trained)):
+            raise NmtError(
+                f"{data_dir}: its {side} vocabulary differs from {init_dir}'s (preprocess the "
+                f"corpus with --spm-from {init_dir})"
+            )
+        sizes.append(trained.vocab_size)
+    return sizes[0], sizes[1]
+
+
+def init_weights(
+    model: Any,
+    arch: ModelConfig,
+    init_dir: str | Path,
+    checkpoint: str,
+    data_dir: Path,
+    data_spm: tuple[Path, Path],
+) -> dict[str, Any]:
+    """Load MODEL_DIR's checkpoint into the freshly built `model` (of the model section `arch`),
+    after checking vocabularies; returns what was loaded ({"init_from", "checkpoint", "step"})
+    for the log and metrics."""
+    from nmt.modeldir import checkpoint_path, load_weights, weights_step
+
+    init_dir = Path(init_dir)
+    if not (init_dir / MODEL_META).is_file():
+        spm_source(init_dir)  # names what the folder is (missing, or a DATA_DIR)
+        raise NmtError(f"{init_dir}: not a model directory (--init-from takes a MODEL_DIR)")
+    sizes = check_same_vocabulary(init_dir, data_dir, data_spm)
+    path = checkpoint_path(init_dir, checkpoint)
+    added = extend_rows(model, path, sizes)
+    if added is None:
+        load_weights(model, path, what="the model section of this run")
+    check_same_architecture(init_dir, arch)  # what loaded may still compute something else
+    loaded = {"init_from": str(init_dir), "checkpoint": str(path), "step": weights_step(path)}
+    return {**loaded, "new_rows": added} if added else loaded
+
+
+def check_init_outside(tc: TrainingConfig, model_dir: Path) -> None:
+    """Refuse an initial model that training would delete before loading it: the output
+    MODEL_DIR itself, or anything in its checkpoints folder (emptied by --force). A model
+    directory merely under MODEL_DIR (`-o runs --init-from runs/base`) is fine."""
+    from nmt.modeldir import CHECKPOINTS
+
+    if not tc.init_from:
+        return
+    out = Path(model_dir).resolve()
+    init = Path(tc.init_from).resolve()
+    if init == out or init.is_relative_to(out / CHECKPOINTS):
+        raise NmtError(
+            f"{tc.init_from}: --init-from is the output directory {model_dir} or inside its "
+            "checkpoints (training would delete the checkpoints it starts from); train into a "
+            "new directory"
+        )
+    ckpt = tc.init_checkpoint
+    if ckpt.endswith(".safetensors") and Path(ckpt).resolve().is_relative_to(out / CHECKPOINTS):
+        raise NmtError(
+            f"{ckpt}: training.init_checkpoint is inside the output directory {model_dir}'s "
+            "checkpoints (training would delete it before it loads); train into a new directory"
+        )
+
+
+def check_same_architecture(init_dir: Path, arch: ModelConfig) -> None:
+    """Refuse a model section whose architecture differs from INIT_DIR's config.yaml: weights of
+    the same shapes (other heads, activation ...) load, but compute another function.
+    Dropout rates and max_positions may change (a longer learned position table fails to load)."""
+    from nmt.modeldir import architecture_changes, saved_config
+
+    saved = saved_config(init_dir)
+    if saved is None:
+        raise NmtError(
+            f"{init_dir / 'config.yaml'}: file not found (--init-from takes a MODEL_DIR)"
+        )
+    changes = architecture_changes(saved.model, arch, ignore=("max_positions",))
+    if changes:
+        raise NmtError(
+            f"{init_dir / 'config.yaml'}: the initial model's architecture differs from this "
+            f"run's model section ({', '.join(changes)}); fine-tune with its model settings "
+            "(omit --preset/CONFIG to reuse them)"
+        )
+
+
+def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int] | None:
+    """Load `path` into a model whose vocabularies extend the checkpoint's `sizes` (source,
+    target): trained rows copied, new rows set to the mean trained row; None (nothing loaded)
+    when the vocabularies are the checkpoint's own."""
+    from nmt.modeldir import unwrap
+
+    module = unwrap(model)
+    own = module.state_dict()
+    grown = {
+        k: side for k, side in VOCAB_ROWS.items() if k in own and own[k].shape[0] > sizes[side]
+    }
+    if not grown:
+        return None
+    state = _read_weights(path)
+    for key, side in grown.items():
+        if key not in state:
+            continue  # tied to another entry of the file (safetensors stores shared tensors once)
+        trained = state[key]
+        if trained.shape[0] != sizes[side] or trained.shape[1:] != own[key].shape[1:]:
+            raise NmtError(f"{path}: {key} has shape {tuple(trained.shape)}, not the vocabulary's")
+        rows = trained.new_empty(own[key].shape)
+        rows[: sizes[side]] = trained
+        rows[sizes[side] :] = trained.mean(0)
+        state[key] = rows
+    missing, unexpected = _load_state(module, state, path)
+    shared = _tied_names(own, set(state))
+    if set(missing) - shared or unexpected:
+        raise NmtError(
+            f"{path}: weights do not match the model section of this run (missing "
+            f"{sorted(set(missing) - shared)[:3]}, unexpected {sorted(unexpected)[:3]})"
+        )
+    return {k: own[k].shape[0] - sizes[side] for k, side in grown.items()}
+
+
+def _read_weights(path: Path) -> dict[str, Any]:
+    """The tensors of a safetensors file; a damaged one is a one-line error naming it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except SafetensorError as e:
+        raise NmtError(f"{path}: damaged or not a safetensors file ({e})") from None
+
+
+def _load_state(module: Any, state: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
+    """Non-strict load_state_dict; a tensor of another shape is a one-line error naming `path`."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            missing, unexpected = module.load_state_dict(state, strict=False)
+    except RuntimeError as e:
+        first = next((ln.strip() for ln in str(e).splitlines() if "mismatch" in ln), str(e))
+        raise NmtError(
+            f"{path}: weights do not match the model section of this run ({first})"
+        ) from None
+    return list(missing), list(unexpected)
+
+
+def _tied_names(own: dict[str, Any], loaded: set[str]) -> set[str]:
+    """Entries of the model that share storage with an entry that was loaded."""
+    ptrs = {own[k].data_ptr() for k in loaded if k in own}
+    return {k for k, v in own.items() if k not in loaded and v.data_ptr() in ptrs}

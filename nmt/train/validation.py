@@ -1,0 +1,179 @@
+"""What training reads from DATA_DIR, and validation: teacher-forced loss and perplexity, greedy
+decoding, and BLEU computed through nmt.eval.scoring (the line carries the signature `nmt score` prints).
+
+BLEU is scored on detokenized text against the raw valid references (never the cleaned ids).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+from torch import nn
+
+from nmt.data import batching
+from nmt.data.dataset import Split
+from nmt.data.vocab import Tokenizer, VocabInfo
+from nmt.decode.workers import decode_workers, map_batches
+from nmt.errors import NmtError
+from nmt.models.base import Decoder
+from nmt.train.loss import label_smoothed_nll
+
+
+@dataclass
+class ValidSet:
+    """The valid split, the references BLEU is computed against, and the target detokenizer."""
+
+    split: Split
+    refs: list[str]  # raw lines, possibly capped at training.valid_max_sentences
+    tgt_tok: Tokenizer
+
+
+@dataclass
+class ValidResult:
+    """One validation: mean NLL per target token, its perplexity, corpus BLEU and its signature."""
+
+    loss: float
+    ppl: float
+    bleu: float
+    signature: str
+
+
+@dataclass
+class Data:
+    """What training reads from DATA_DIR."""
+
+    train: Split
+    valid: ValidSet | None  # None: no valid split (or an empty one), so no validation
+    vocab: VocabInfo
+    src_lang: str
+    tgt_lang: str
+    src_spm: Path
+    tgt_spm: Path
+
+
+def load_data(data_dir: Path, valid_max: int = 0) -> Data:
+    """Train split, valid split with its raw references, and vocabulary facts."""
+    from nmt.data import dataset
+
+    manifest = dataset.read_manifest(data_dir)
+    src, tgt = manifest.get("src_lang"), manifest.get("tgt_lang")
+    if not src or not tgt:
+        raise NmtError(f"{data_dir}/manifest.json: no source/target languages")
+    train = dataset.load(data_dir, "train")
+    _, tgt_tok = dataset.tokenizers(data_dir)
+    vocab = dataset.vocab_info(data_dir)
+    spm = [data_dir / manifest["spm"][side] for side in ("src", "tgt")]
+    valid = load_valid(data_dir, tgt, tgt_tok, valid_max)
+    return Data(train, valid, vocab, src, tgt, spm[0], spm[1])
+
+
+def load_valid(
+    data_dir: Path, tgt_lang: str, tgt_tok: Tokenizer, max_sentences: int = 0
+) -> ValidSet | None:
+    """The valid split with its references; None when DATA_DIR has none (no validation)."""
+    from nmt.data import dataset
+
+    if "valid" not in dataset.read_manifest(data_dir)["splits"]:
+        return None  # a damaged valid split is an error (dataset.load), not "no validation"
+    split = dataset.load(data_dir, "valid")
+    refs = references(data_dir, tgt_lang, split, tgt_tok)
+    if max_sentences > 0 and len(refs) > max_sentences:
+        refs = refs[:max_sentences]
+    return ValidSet(split, refs, tgt_tok) if refs else None
+
+
+def references(data_dir: Path, tgt_lang: str, valid: Split, tgt_tok: Tokenizer) -> list[str]:
+    """Raw valid references (what BLEU is computed against), or detokenized ids as fallback."""
+    from nmt.textio import read_lines
+
+    path = data_dir / f"valid.{tgt_lang}.txt"
+    if path.exists():
+        refs = list(read_lines(path))
+        if len(refs) == len(valid.tgt):
+            return refs
+    return [tgt_tok.decode(valid.tgt[i].tolist()) for i in range(len(valid.tgt))]
+
+
+def over_limit(valid: ValidSet, max_positions: int) -> int:
+    """Valid pairs a side of which (with eos / bos) exceeds `max_positions` (0: no limit)."""
+    if max_positions <= 0:
+        return 0
+    n = len(valid.refs)
+    src = np.asarray(valid.split.src.lengths)[:n] + 1
+    tgt = np.asarray(valid.split.tgt.lengths)[:n] + 1
+    return int(((src > max_positions) | (tgt > max_positions)).sum())
+
+
+def evaluate(
+    model: nn.Module,
+    valid: ValidSet,
+    device: torch.device,
+    autocast: Callable[[], Any],
+    max_tokens: int,
+    max_len_a: float,
+    max_len_b: float,
+    should_stop: Callable[[], bool] = lambda: False,
+    workers: int = 0,
+) -> ValidResult | None:
+    """Teacher-forced loss/perplexity and greedy sacreBLEU on the valid set; None if interrupted.
+
+    Pairs longer than the model's positions are cut for the loss and the decode (see
+    `over_limit`); BLEU still compares against the raw references. Batches run on `workers`
+    threads (`nmt.decode.workers`; 0: auto); the loss is summed in batch order, so it never depends
+    on which finished first."""
+    from nmt.decode.search import greedy_search
+    from nmt.eval import scoring
+
+    n = len(valid.refs)
+    src, tgt = valid.split.src, valid.split.tgt
+    decoder = cast(Decoder, model)  # every registered model satisfies the decoding contract
+    limit = int(decoder.max_positions or 0)  # 0: the architecture has no position limit
+    # Sized by the longer side: the loss pads targets to the batch's longest (a long target
+    # among a thousand short sources would otherwise make a batch many times max_tokens).
+    lengths = np.maximum(np.asarray(src.lengths)[:n], np.asarray(tgt.lengths)[:n])
+    if limit:
+        lengths = np.minimum(lengths, limit - 1)
+    # Not translation's even split for the workers: the batches, and so the summed loss and a
+    # resumed run's figures, must not depend on the thread count.
+    batches = batching.source_batches(lengths, max_tokens)
+
+    def run(idx: np.ndarray) -> tuple[float, int, list[str]]:
+        """One batch's summed NLL, its target tokens and its detokenized greedy outputs."""
+        batch = batching.collate(src, tgt, idx, limit).to(device)
+        with torch.no_grad():  # grad mode and autocast are thread-local: set on this thread
+            with autocast():
+                logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+                out = greedy_search(  # tokens only: BLEU needs no scores
+                    decoder, batch.src, batch.src_lengths, max_len_a, max_len_b, scores=False
+                )
+            _, nll, count = label_smoothed_nll(logits, batch.tgt_out, 0.0)
+        return float(nll), count, [valid.tgt_tok.decode(h.tokens) for h in out]
+
+    was_training = model.training
+    model.eval()
+    done: dict[int, tuple[float, int, list[str]]] = {}
+    try:
+        for b, result in map_batches(run, batches, decode_workers(workers, device, len(batches))):
+            if should_stop():
+                return None
+            done[b] = result
+    finally:
+        model.train(was_training)
+    hyps: list[str] = [""] * n
+    nll_sum, tokens = 0.0, 0
+    for b, idx in enumerate(batches):
+        nll, count, texts = done[b]
+        nll_sum += nll
+        tokens += count
+        for i, hyp in zip(idx.tolist(), texts, strict=True):
+            hyps[i] = hyp
+    loss = nll_sum / max(1, tokens)
+    # same numbers and signature as nmt score (--lowercase for a lowercased corpus: case:lc)
+    bleu = scoring.score(hyps, [valid.refs], ["bleu"], lowercase=valid.tgt_tok.lowercase)[0]
+    return ValidResult(loss, math.exp(min(loss, 50.0)), bleu.score, bleu.signature)
