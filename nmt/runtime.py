@@ -1,5 +1,5 @@
-"""Process settings that must be in place before torch builds its first CPU kernel, and the
-process's memory as training reports it.
+"""Process settings that must be in place before torch builds its first CPU kernel, the CPUs the
+process may use, and its memory as training reports it.
 
 Kept free of torch imports, so the CLI can apply them before anything loads torch.
 """
@@ -13,6 +13,21 @@ import sys
 import threading
 from collections.abc import Mapping, MutableMapping
 from typing import NoReturn
+
+
+def usable_cpus(env: Mapping[str, str] | None = None) -> int:
+    """CPUs this process should keep busy: OMP_NUM_THREADS when it is a positive number (how a
+    shared machine's share is given), else the CPUs it may run on (taskset, a container's cpuset),
+    not the host's count."""
+    env = os.environ if env is None else env
+    value = env.get("OMP_NUM_THREADS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows: no affinity API
+        return os.cpu_count() or 1
+
 
 # oneDNN builds one matmul kernel (a primitive) per shape, and both PyTorch's cache (ideep's) and
 # oneDNN's keep the latest ones. A kept one holds ~0.5 MB of heap (more in the fragmentation

@@ -1,4 +1,4 @@
-"""Reading text corpora (plain or gzip, strict UTF-8) and writing files atomically."""
+"""Reading text corpora (plain or gzip, strict UTF-8) and writing files and folders atomically."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -130,6 +131,30 @@ def publish(
     fsync_file(tmp)
     os.replace(tmp, path)
     fsync_dir(Path(path).parent)
+
+
+def check_out_dir(out_dir: Path, force: bool) -> None:
+    """Refuse to overwrite results unless asked to."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NmtError(f"{out_dir}: exists and is not a folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise NmtError(f"{out_dir}: exists and is not empty (use --force to replace it)")
+
+
+def replace_dir(tmp: Path, out_dir: Path) -> None:
+    """Move the finished temporary folder into place, replacing an old one only at the very end."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private; the result should look like any folder
+    fsync_tree(tmp)  # a power loss after the rename must not leave empty files
+    old = None
+    if out_dir.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        os.replace(out_dir, old / "d")
+    os.replace(tmp, out_dir)
+    fsync_dir(out_dir.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from nmt.data.preprocess import available_cpus
+from nmt.runtime import usable_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
 NMT = Path(sys.executable).parent / "nmt"
@@ -136,7 +136,7 @@ def main() -> None:
         "peak_rss_mb_process_tree": round(max(r[1] for r in runs) / 1024),
         "vocab_size": args.vocab_size,
         "spm_type": args.spm_type,
-        "threads": args.threads or available_cpus(),
+        "threads": args.threads or usable_cpus(),
         "cpus": os.cpu_count(),
         "load_avg_1m": round(os.getloadavg()[0], 2),  # > cpus means the figures are depressed
     }

@@ -17,7 +17,7 @@ MAX_FUNCTION_LINES = 70
 MAX_TOP_MODULES = 12
 # Still over the limits while the split goes on; each entry must be over, so the list only shrinks.
 OVER_LIMIT = {
-    "nmt.cli.app", "nmt.config", "nmt.data.preprocess", "nmt.decode.search", "nmt.decode.translator",
+    "nmt.cli.app", "nmt.decode.search", "nmt.decode.translator",
     "nmt.train.loop", "nmt.decode.translator.translate", "nmt.serve.app.create_app",
     "nmt.train.loop.__init__",
 }  # fmt: skip

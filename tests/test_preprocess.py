@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from nmt import textio
 from nmt.data import dataset
 from nmt.data import preprocess as pp
 from nmt.data.preprocess import PreprocessConfig
@@ -114,8 +115,8 @@ def test_a_byte_order_mark_does_not_reach_the_kept_text(tmp_path):
 
 def test_long_eval_lines_are_counted_and_the_result_is_fsynced(tmp_path, monkeypatch):
     synced: list[str] = []
-    monkeypatch.setattr(pp, "fsync_tree", lambda p: synced.append(Path(p).name[:3]))
-    monkeypatch.setattr(pp, "fsync_dir", lambda p: synced.append(Path(p).name))
+    monkeypatch.setattr(textio, "fsync_tree", lambda p: synced.append(Path(p).name[:3]))
+    monkeypatch.setattr(textio, "fsync_dir", lambda p: synced.append(Path(p).name))
     train = _synthetic(tmp_path)
     sizes = (3, 200, 300, 600)  # words of one subword each: under, under, over 256, over both
     valid = _write(tmp_path / "v", [" ".join(["dog"] * n) for n in sizes], ["god"] * 4)
@@ -217,6 +218,30 @@ def test_threads_bound_sentencepiece_encoding_threads(tmp_path, monkeypatch):
     assert calls == [1] * 8 + [2, 2]  # a worker process encodes on one thread
     for name in ("train.en.ids", "train.de.idx", "valid.de.ids"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+
+
+def test_default_threads_follow_omp_num_threads_then_affinity(tmp_path, monkeypatch):
+    # without --threads, preprocessing keeps busy the CPUs nmt.runtime.usable_cpus() names
+    import sentencepiece as spm
+
+    calls: list[Any] = []
+    encode = spm.SentencePieceProcessor.encode
+
+    def spy(self: Any, texts: Any, *args: Any, **kw: Any) -> Any:
+        if isinstance(texts, list):
+            calls.append(kw.get("num_threads"))
+        return encode(self, texts, *args, **kw)
+
+    monkeypatch.setattr(spm.SentencePieceProcessor, "encode", spy)
+    prefix = _synthetic(tmp_path, n=100)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    _preprocess(prefix, tmp_path / "omp", vocab_size=60)  # one chunk: encoded here
+    assert calls == [3, 3]
+    calls.clear()
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    _preprocess(prefix, tmp_path / "taskset", vocab_size=60)
+    assert calls == [2, 2]
 
 
 def test_gzip_input_and_force_replaces(tmp_path):

@@ -225,3 +225,15 @@ for args in (["translate", "-m", {missing!r}, {str(src)!r}],
         "evaluate 2 False",
     ], out.stdout + out.stderr
     assert out.stderr.splitlines() == [f"error: {missing}: model directory not found"] * 4
+
+
+@pytest.mark.parametrize(
+    ("omp", "expected"),
+    [("3", 3), (" 2 ", 2), ("0", None), ("x", None), ("", None), ("-1", None)],
+)
+def test_usable_cpus_takes_omp_num_threads_else_the_affinity(monkeypatch, omp, expected):
+    from nmt.runtime import usable_cpus
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 5}, raising=False)
+    assert usable_cpus({"OMP_NUM_THREADS": omp}) == (3 if expected is None else expected)
+    assert usable_cpus({}) == 3

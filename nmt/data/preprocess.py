@@ -1,8 +1,9 @@
 """Preprocessing: clean train, learn SentencePiece, encode every split into DATA_DIR.
 
-The steps live in their own modules (`nmt.data.cleaning`, `nmt.data.vocab`, `nmt.data.encoding`); this module holds
-the settings (`PreprocessConfig`), runs the steps in order inside a temporary folder, and writes the
-manifest that `nmt.data.dataset` reads. Memory stays flat as the corpus grows: train is streamed into
+The steps live in their own modules (`nmt.data.cleaning`, `nmt.data.vocab`, `nmt.data.encoding`,
+and `nmt.data.split_entry` for each split's record); this module holds the settings
+(`PreprocessConfig`), runs the steps in order inside a temporary folder, and writes the manifest
+that `nmt.data.dataset` reads. Memory stays flat as the corpus grows: train is streamed into
 cleaned text files, SentencePiece samples a bounded number of sentences, and encoding runs in worker
 processes over byte ranges of the cleaned files.
 """
@@ -10,7 +11,6 @@ processes over byte ranges of the cleaned files.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -25,17 +25,16 @@ import numpy as np
 
 from nmt import __version__
 from nmt.data.cleaning import DROP_REASONS, Chunk, clean_train, no_pairs_message, resolve_input
-from nmt.data.corpus import sha256_file
 from nmt.data.dataset import FORMAT, MANIFEST
 from nmt.data.encoding import ChunkJob, check_eval, encode_eval, encode_train
+from nmt.data.split_entry import over_limits, split_entry
 from nmt.data.spm_source import SpmSource, spm_source
 from nmt.data.vocab import SPECIAL_IDS, Tokenizer, train_spm
 from nmt.errors import NmtError
-from nmt.textio import fsync_dir, fsync_tree, naming_output
+from nmt.runtime import usable_cpus
+from nmt.textio import check_out_dir, naming_output, replace_dir
 
 CHUNK_PAIRS = 20_000  # train pairs per encoding job, and valid/test lines per encoded block
-PERCENTILES = (50, 90, 95, 99)
-POSITION_LIMITS = (256, 512)  # common model.max_positions, reported for valid/test as over_limits
 SPM_TYPES = ("unigram", "bpe")
 MIN_VOCAB = 8  # 4 special pieces, the word boundary and a few characters (as nmt.data.vocab checks)
 COVERAGE = (0.98, 1.0)  # the character coverage SentencePiece accepts
@@ -59,7 +58,7 @@ class PreprocessConfig:
     max_len: int = 250
     max_ratio: float = 3.0
     dedupe: bool = False
-    threads: int | None = None  # None: every CPU this process may use
+    threads: int | None = None  # None: nmt.runtime.usable_cpus()
     skip_invalid: bool = False
     character_coverage: float = 1.0
     spm_sample: int = 500_000
@@ -151,13 +150,6 @@ def _test_names(tests: Sequence[str | Path]) -> list[str]:
     return names
 
 
-def available_cpus() -> int:
-    """CPUs this process may use (affinity-aware where the OS tells us)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def preprocess(
     cfg: PreprocessConfig,
     out_dir: str | Path,
@@ -176,7 +168,7 @@ def preprocess(
     reused = spm_source(cfg.spm_from) if cfg.spm_from is not None else None
     if reused is not None and reused.lowercase != cfg.lowercase:
         raise NmtError(_lowercase_mismatch(reused.dir, reused.lowercase))
-    _check_out_dir(out_dir, force)
+    check_out_dir(out_dir, force)
     if force:
         _check_inputs_outside(out_dir, inputs)
     for split, paths in inputs.items():  # a bad valid/test file fails now, not after train
@@ -186,10 +178,10 @@ def preprocess(
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
         try:
-            run = _Run(cfg, tmp, inputs, cfg.threads or available_cpus(), report, reused)
+            run = _Run(cfg, tmp, inputs, cfg.threads or usable_cpus(), report, reused)
             manifest = run.build()
-            _check_out_dir(out_dir, force)
-            _replace_dir(tmp, out_dir)
+            check_out_dir(out_dir, force)
+            replace_dir(tmp, out_dir)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return manifest
@@ -346,7 +338,7 @@ class _Run:
         kept = len(lengths[0])
         if kept == 0:
             raise NmtError(no_pairs_message(self.inputs["train"], counts))
-        entry = _split_entry(self.cfg.langs, self.inputs["train"], lengths, False, "train")
+        entry = split_entry(self.cfg.langs, self.inputs["train"], lengths, False, "train")
         entry.update(
             lines_read=counts["read"], kept=kept, dropped={k: counts[k] for k in DROP_REASONS}
         )
@@ -363,7 +355,7 @@ class _Run:
             self.cfg.lowercase,
         )  # fmt: skip
         self.report(step, n, n)
-        entry = _split_entry(self.cfg.langs, paths, lengths, True, split)
+        entry = split_entry(self.cfg.langs, paths, lengths, True, split)
         entry.update(lines_read=n, kept=n, dropped={}, over_limits=over_limits(*lengths))
         return entry
 
@@ -392,63 +384,11 @@ class _Run:
         }
 
 
-def _lengths_stats(lengths: np.ndarray) -> dict[str, Any]:
-    """Mean, percentiles and max of sentence lengths in tokens (for the manifest and summary)."""
-    if len(lengths) == 0:
-        return {"mean": 0.0, **{f"p{p}": 0 for p in PERCENTILES}, "max": 0}
-    pct = np.percentile(lengths, PERCENTILES)
-    return {
-        "mean": round(float(lengths.mean()), 2),
-        **{f"p{p}": int(round(v)) for p, v in zip(PERCENTILES, pct, strict=True)},
-        "max": int(lengths.max()),
-    }
-
-
-def over_limits(src: np.ndarray, tgt: np.ndarray) -> dict[str, int]:
-    """Lines a model with each common position limit cannot take whole (never filtered in
-    valid/test, so training must cut them): a side's subwords plus its eos/bos exceed the limit."""
-    longest = np.maximum(src, tgt) + 1
-    return {str(limit): int((longest > limit).sum()) for limit in POSITION_LIMITS}
-
-
-def _split_entry(
-    langs: tuple[str, str],
-    inputs: Pair,
-    lengths: tuple[np.ndarray, np.ndarray],
-    text: bool,
-    split: str,
-) -> dict[str, Any]:
-    """The manifest record of one split: files, input checksums, token counts, length stats."""
-    files: dict[str, dict[str, str]] = {}
-    for lang, path in zip(langs, inputs, strict=True):
-        files[lang] = {
-            "input": str(path),
-            "sha256": sha256_file(path),
-            "ids": f"{split}.{lang}.ids",
-            "idx": f"{split}.{lang}.idx",
-        }
-        if text:
-            files[lang]["text"] = f"{split}.{lang}.txt"
-    return {
-        "files": files,
-        "tokens": {lang: int(x.sum()) for lang, x in zip(langs, lengths, strict=True)},
-        "lengths": {lang: _lengths_stats(x) for lang, x in zip(langs, lengths, strict=True)},
-    }
-
-
 def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     """Write manifest.json (no atomic rename: the temporary folder is renamed into place whole)."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2, ensure_ascii=False)
         f.write("\n")
-
-
-def _check_out_dir(out_dir: Path, force: bool) -> None:
-    """Refuse to overwrite results unless asked to."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise NmtError(f"{out_dir}: exists and is not a folder")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
-        raise NmtError(f"{out_dir}: exists and is not empty (use --force to replace it)")
 
 
 def _check_inputs_outside(out_dir: Path, inputs: dict[str, Pair]) -> None:
@@ -461,22 +401,6 @@ def _check_inputs_outside(out_dir: Path, inputs: dict[str, Pair]) -> None:
                     f"--force would delete {out_dir}, which holds the input {path}; "
                     "choose another --out"
                 )
-
-
-def _replace_dir(tmp: Path, out_dir: Path) -> None:
-    """Move the finished temporary folder into place, replacing an old one only at the very end."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private; the result should look like any folder
-    fsync_tree(tmp)  # a power loss after the rename must not leave empty files
-    old = None
-    if out_dir.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-        os.replace(out_dir, old / "d")
-    os.replace(tmp, out_dir)
-    fsync_dir(out_dir.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _stderr_progress() -> Progress:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import sentencepiece as spm
 
 from nmt.errors import NmtError
+from nmt.runtime import usable_cpus
 
 # Fixed for every model. Defined here, torch-free, so preprocessing workers never load torch.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -85,7 +86,7 @@ def _trainer_args(
         "unk_piece": SPECIAL_PIECES["unk"],
         "bos_piece": SPECIAL_PIECES["bos"],
         "eos_piece": SPECIAL_PIECES["eos"],
-        "num_threads": threads or os.cpu_count() or 1,
+        "num_threads": threads or usable_cpus(),
         "minloglevel": 2,
     }
 

@@ -36,8 +36,8 @@ def export_ctranslate2(
 ) -> Path:
     """Convert MODEL_DIR's checkpoint into OUT_DIR (built in a temporary folder, renamed at the
     end, so OUT_DIR is never half-written); returns OUT_DIR."""
-    from nmt.data.preprocess import _check_out_dir, _replace_dir
     from nmt.modeldir import checkpoint_path, read_meta, weights_step
+    from nmt.textio import check_out_dir, replace_dir
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if quantization not in QUANTIZATIONS:
@@ -48,7 +48,7 @@ def export_ctranslate2(
             f"{model_dir}: a {cfg.model.type} model cannot be exported to CTranslate2 "
             "(it has no RNN decoder); only Transformer models can"
         )
-    _check_out_dir(out_dir, force)
+    check_out_dir(out_dir, force)
     weights = checkpoint_path(model_dir, checkpoint)
     _check_not_inside(model_dir, out_dir, weights)
     ct2 = require_ctranslate2()
@@ -65,8 +65,8 @@ def export_ctranslate2(
         step = weights_step(weights)
         manifest = _manifest(model_dir, cfg, meta, weights.stem, step, quantization)
         (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        _check_out_dir(out_dir, force)
-        _replace_dir(tmp, out_dir)
+        check_out_dir(out_dir, force)
+        replace_dir(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if not quiet:
