@@ -32,7 +32,7 @@ def usable_cpus(env: Mapping[str, str] | None = None) -> int:
 # oneDNN builds one matmul kernel (a primitive) per shape, and both PyTorch's cache (ideep's) and
 # oneDNN's keep the latest ones. A kept one holds ~0.5 MB of heap (more in the fragmentation
 # around it), so how many to keep trades memory against build time, which the CPU decides:
-# - AMX: a build took ~3 ms (session 8: with no cache bf16 ran at 4,400 against 10,200 tok/s), so
+# - AMX: a build took ~3 ms (with no cache bf16 ran at 4,400 against 10,200 tok/s), so
 #   the caches hold an epoch of Multi30k's shapes (~90 x 49 primitives) and are never rebuilt.
 # - elsewhere (avx512_bf16 without AMX) a build takes ~0.6 ms: keeping only a step's own ~40
 #   (reused across its layers and its backward) cost nothing measurable (whole epochs 4,624 /

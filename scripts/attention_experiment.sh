@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The attention experiment (issue 13): an attention-free RNN encoder-decoder (Cho et al. 2014),
-# the attentional one (Bahdanau et al. 2015) and a Transformer, trained on Multi30k en->de for
-# the same wall-clock budget each, scored on test_2016_flickr and on a synthetic long-sentence
-# set, BLEU by source length (docs/attention_by_length.png) and training curves
-# (docs/attention_curves.png); the results table goes to $WORK/attention_table.md.
+# The attention experiment (docs/attention-experiment.md): an attention-free RNN encoder-decoder
+# (Cho et al. 2014), the attentional one (Bahdanau et al. 2015) and a Transformer, trained on
+# Multi30k en->de for the same wall-clock budget each, scored on test_2016_flickr and on a
+# synthetic long-sentence set, BLEU by source length (docs/attention_by_length.png) and training
+# curves (docs/attention_curves.png); the results table goes to $WORK/attention_table.md.
 #
 #   scripts/attention_experiment.sh                  # BUDGET=15m per model (~50 min on 2 cores)
 #   BUDGET=20s TINY=1 WORK=/tmp/att DOCS=/tmp/att scripts/attention_experiment.sh   # smoke run

@@ -6,7 +6,7 @@ Builds a corpus of --pairs pairs by sampling Multi30k train lines (with replacem
 time, pairs/s and peak RSS: of the largest single process (getrusage RUSAGE_CHILDREN ru_maxrss) and
 of the whole process tree (the preprocess command plus its encoding workers, sampled every 50 ms),
 plus CPU seconds per run and the load average, since a busy machine depresses wall-clock figures.
-Target (issue 2): 1,000,000 pairs at >= 20,000 pairs/s with peak RSS < 1.5 GB on 2 cores.
+Target: 1,000,000 pairs at >= 20,000 pairs/s with peak RSS < 1.5 GB on 2 cores.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # The main job end to end on Multi30k: preprocess -> train -> translate (beam 5) -> score.
 # Called by `make demo` after the corpus is fetched; DEMO_TIME bounds training (default 10m);
 # DEMO_LOWERCASE=1 preprocesses with --lowercase (the published setting) and scores lowercased.
-# The recipe is the transformer-multi30k preset (README "Recipe for small corpora" and its sweep).
+# The recipe is the transformer-multi30k preset (docs/recipes/multi30k.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}

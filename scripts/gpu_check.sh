@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check of issues 4 and 5, as one prepared script for a lent GPU machine:
-# train transformer-base on Multi30k with precision auto (bf16 where supported) for GPU_TIME, then report tokens/s, GPU memory and
-# BLEU, and the translation benchmark on the GPU. Results land in ${OUT:-work/gpu}.
+# The GPU check as one script: train transformer-base on Multi30k with precision auto (bf16 where
+# supported) for GPU_TIME, then report tokens/s, GPU memory and BLEU, and the translation benchmark
+# on the GPU. Results land in ${OUT:-work/gpu}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}

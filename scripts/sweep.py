@@ -13,7 +13,7 @@ Each run trains into OUT/runs/NAME/model; its result lands in OUT/runs/NAME/resu
 run with a result is skipped when the sweep is started again (resumable). Test splits are
 DATA_DIR/<split>.<lang>.txt, translated with the run's default checkpoint (averaged when it won on
 valid) and decoding config, scored cased and lowercased (sacreBLEU 13a). OUT/results.md (a table
-to paste into the README) and OUT/results.json hold every finished run.
+in Markdown) and OUT/results.json hold every finished run.
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ def ensemble_run(args: argparse.Namespace, results: list[dict], langs: tuple[str
 
 
 def markdown(results: list[dict[str, Any]], tests: list[str]) -> str:
-    """The README table: one row per run, best final validation BLEU first."""
+    """The Markdown table: one row per run, best final validation BLEU first."""
     head = ["run", "updates", "epochs", "valid best", "valid final (ckpt)"]
     head += [f"{t} (cased / lc)" for t in tests]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

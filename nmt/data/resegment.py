@@ -114,7 +114,7 @@ class Resegmenter:
     """Samples each epoch's segmentation of a training split.
 
     `background`: sample the next epoch while this one trains (the trainer does on a GPU). Beside
-    a CPU training on every core it cost more than it hid (2 cores, session 14: the 50-step
+    a CPU training on every core it cost more than it hid (2 cores of an Intel Xeon with AMX: the 50-step
     windows with an epoch boundary ran 6,400-6,900 target tokens/s, the others 8,300-9,400), and
     other processes may share the cores, so there each epoch waits for its own sample instead
     (~2.5 s for Multi30k's 29k pairs, ~5% of an epoch on 2 cores)."""

@@ -190,7 +190,7 @@ def time_major_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tens
     elementwise products and sums (accumulated in fp32): (B, H, 1, Dh). For bf16 on a
     CPU: PyTorch's bf16 matmul copies the strided (B, H, T, Dh) view of the cache at every step,
     and 640 rows x 4 heads x Dh 32 at 10 / 20 / 35 positions took 2.2 / 5.1 / 13.5 ms that way
-    against 1.2 / 1.7 / 4.4 ms here (1 thread, AMD EPYC with avx512_bf16; session 24). fp32
+    against 1.2 / 1.7 / 4.4 ms here (1 thread, AMD EPYC with avx512_bf16). fp32
     stays with matmuls, which read the view in place."""
     scale = 1.0 / math.sqrt(q.size(-1))
     # PyTorch's CPU sums of bf16 accumulate in fp32 (a dtype= argument would copy the products)
