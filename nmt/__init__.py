@@ -2,12 +2,16 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "Sampling", "Translator"]
+__all__ = ["__version__", "DecodeOptions", "Sampling", "Translator"]
 
 # Public names and the module that defines each: imported on first use, so `nmt --help` starts
 # without torch.
 # (Forced decoding is `nmt.decode.rescore.rescore`: a name here would clash with its module.)
-_LAZY = {"Translator": "nmt.decode.translator", "Sampling": "nmt.decode.search"}
+_LAZY = {
+    "Translator": "nmt.decode.translator",
+    "DecodeOptions": "nmt.decode.options",
+    "Sampling": "nmt.decode.options",
+}
 
 
 def __getattr__(name: str):

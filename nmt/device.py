@@ -7,10 +7,7 @@ means the same thing everywhere.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import platform
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -59,29 +56,6 @@ def _cuda_device(name: str, local_rank: int | None) -> torch.device:
     if int(index) >= torch.cuda.device_count():
         raise NmtError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s)")
     return torch.device("cuda", int(index))
-
-
-# glibc's malloc maps each block over its (adaptive, at most 32 MB) threshold afresh and gives it
-# back on free, so every large activation of every training step page-faults its memory in again:
-# on a (512, 8k) float32 softmax that was 10k faults and 4x the time. A high threshold keeps such
-# blocks in the heap for reuse.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_KEEP_BYTES = 1 << 30
-
-
-def keep_freed_memory() -> bool:
-    """Let glibc reuse freed blocks up to 1 GiB instead of unmapping them (CPU training speed).
-
-    Process-wide, like torch.set_num_threads; a no-op (False) where the C library is not glibc.
-    """
-    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    ok = libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES) == 1
-    return libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES) == 1 and ok
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:

@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,21 +157,63 @@ def load_weights(
 ) -> None:
     """Load safetensors weights into `model` (strict: every tensor must match); a damaged file or
     one of another model (`what` names the model in the error) is a one-line error naming the file."""
-    from safetensors import SafetensorError
     from safetensors.torch import load_model
 
-    try:
+    with _loading(path, what):
         missing, unexpected = load_model(unwrap(model), str(path), strict=False, device=str(device))
+    _check_complete(path, what, missing, unexpected)
+
+
+def read_weights(path: str | Path) -> dict[str, Any]:
+    """The tensors of a safetensors file, for a caller that adapts them before `put_weights`."""
+    from safetensors.torch import load_file
+
+    with _loading(path, "the model"):
+        return load_file(str(path))
+
+
+def put_weights(model: Any, state: dict[str, Any], path: str | Path, what: str) -> None:
+    """Load tensors read from `path` (and adapted) into `model`, as strictly as `load_weights`:
+    an entry tied to a loaded one counts as loaded (safetensors stores shared tensors once)."""
+    import torch
+
+    module = unwrap(model)
+    own = module.state_dict()
+    with _loading(path, what), torch.no_grad():
+        missing, unexpected = module.load_state_dict(state, strict=False)
+    _check_complete(path, what, set(missing) - _tied_names(own, set(state)), unexpected)
+
+
+@contextlib.contextmanager
+def _loading(path: str | Path, what: str) -> Iterator[None]:
+    """Reading or loading weights: a damaged file or a tensor of another shape is a one-line
+    error naming the file (and, as `what`, the model it was loaded for)."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
     except SafetensorError as e:
         raise NmtError(f"{path}: damaged or not a safetensors file ({e})") from None
     except RuntimeError as e:
         first = next((ln.strip() for ln in str(e).splitlines() if "mismatch" in ln), str(e))
         raise NmtError(f"{path}: weights do not match {what} ({first})") from None
+
+
+def _check_complete(
+    path: str | Path, what: str, missing: Collection[str], unexpected: Collection[str]
+) -> None:
+    """Refuse weights that leave part of the model unloaded or hold tensors it lacks."""
     if missing or unexpected:
         raise NmtError(
             f"{path}: weights do not match {what} (missing {sorted(missing)[:3]}, "
             f"unexpected {sorted(unexpected)[:3]})"
         )
+
+
+def _tied_names(own: dict[str, Any], loaded: set[str]) -> set[str]:
+    """Entries of the model that share storage with an entry that was loaded."""
+    ptrs = {own[k].data_ptr() for k in loaded if k in own}
+    return {k for k, v in own.items() if k not in loaded and v.data_ptr() in ptrs}
 
 
 def unwrap(model: Any) -> Any:

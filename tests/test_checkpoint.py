@@ -19,6 +19,7 @@ from torch import nn
 import nmt.train.checkpoint as ck
 from nmt.errors import NmtError
 from nmt.modeldir import load_state, load_weights, save_weights, weights_step
+from nmt.train.selection import average
 
 
 class Tied(nn.Module):
@@ -122,12 +123,12 @@ def test_average_last_and_best(tmp_path):
     c = ck.Checkpoints(tmp_path, keep_best=5, keep_last=5)
     for step, (value, bleu) in {1: (1.0, 9.0), 2: (2.0, 7.0), 3: (4.0, 5.0)}.items():
         c.save_step(_model(value), step, "bleu", bleu, False)
-    path, steps = ck.average(tmp_path, last=2)
+    path, steps = average(tmp_path, last=2)
     assert steps == [2, 3] and path.name == "averaged.safetensors"
     avg = load_file(str(path))
     assert torch.allclose(avg["emb.weight"], torch.full((6, 4), 3.0))
     assert "out.weight" not in avg  # the tied matrix is stored once, as save_weights does
-    _, steps = ck.average(tmp_path, best=2)
+    _, steps = average(tmp_path, best=2)
     assert steps == [1, 2]
     # The averaged file loads into the model like any other checkpoint.
     from nmt.modeldir import load_weights
@@ -141,9 +142,9 @@ def test_average_needs_enough_checkpoints(tmp_path):
     c = ck.Checkpoints(tmp_path)
     c.save_step(_model(1.0), 10, "bleu", 1.0, True)
     with pytest.raises(NmtError, match="asked to average 3 checkpoints but only 1 are kept"):
-        ck.average(tmp_path, last=3)
+        average(tmp_path, last=3)
     with pytest.raises(NmtError, match="choose one of --last N or --best N"):
-        ck.average(tmp_path, last=1, best=1)
+        average(tmp_path, last=1, best=1)
 
 
 def test_average_last_refuses_what_keep_last_did_not_keep(tmp_path):
@@ -162,14 +163,14 @@ def test_average_last_refuses_what_keep_last_did_not_keep(tmp_path):
         "the older ones kept are the best, not the next newest: use --last 2 or fewer, or --best N"
     )
     with pytest.raises(NmtError, match=f"^{re.escape(msg)}$"):
-        ck.average(tmp_path, last=3)
-    assert ck.average(tmp_path, last=2)[1] == [3, 4]
-    assert ck.average(tmp_path, best=3)[1] == [1, 2, 4]
+        average(tmp_path, last=3)
+    assert average(tmp_path, last=2)[1] == [3, 4]
+    assert average(tmp_path, best=3)[1] == [1, 2, 4]
     (c.dir / "index.json").write_text("[{", encoding="utf-8")
     with pytest.raises(
         NmtError, match=f"^{re.escape(str(c.dir / 'index.json'))}: not a checkpoint"
     ):
-        ck.average(tmp_path, best=1)
+        average(tmp_path, best=1)
 
 
 def test_resume_forgets_newer_steps_and_repoints_best(tmp_path):
@@ -201,7 +202,7 @@ def test_published_files_are_durable_with_normal_permissions(tmp_path, monkeypat
         c.save_last(_model(1.0), {"train_state": {"step": 1}})
         c.save_step(_model(1.0), 1, "bleu", 1.0, is_best=False)
         c.save_step(_model(2.0), 2, "bleu", 2.0, is_best=False)
-        ck.average(tmp_path, last=2)
+        average(tmp_path, last=2)
     finally:
         os.umask(old)
     assert synced[:4] == [".last.", "dir checkpoints", ".last.", "dir checkpoints"]
@@ -241,7 +242,7 @@ def test_average_of_a_damaged_or_other_shaped_checkpoint_names_the_file(tmp_path
     data = second.read_bytes()
     second.write_bytes(data[: len(data) // 2])
     with pytest.raises(NmtError) as e:
-        ck.average(tmp_path, last=2)
+        average(tmp_path, last=2)
     assert str(e.value).startswith(f"{second}: damaged or not a safetensors file (")
 
     class Wider(Tied):
@@ -251,7 +252,7 @@ def test_average_of_a_damaged_or_other_shaped_checkpoint_names_the_file(tmp_path
 
     save_weights(Wider(), second, 2)
     with pytest.raises(NmtError) as e:
-        ck.average(tmp_path, last=2)
+        average(tmp_path, last=2)
     assert str(e.value) == (
         f"{second}: tensors differ from the other checkpoints (step has shape (3,), not (2,))"
     )
@@ -267,5 +268,5 @@ def test_average_refuses_a_negative_count(tmp_path, last, best, flag):
         c.save_step(_model(float(step)), step, "loss", float(step), False)
     name, value = flag.split(" ")
     with pytest.raises(NmtError) as e:
-        ck.average(tmp_path, last=last, best=best)
+        average(tmp_path, last=last, best=best)
     assert str(e.value) == f"{name} must be at least 1, got {value}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_translate import build_tiny_model_dir, synthetic_lines
 
-from nmt.decode.search import Sampling
+from nmt.decode.options import Sampling
 from nmt.decode.translator import Translator
 from nmt.eval.invariance import check
 

@@ -16,11 +16,7 @@ MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 70
 MAX_TOP_MODULES = 12
 # Still over the limits while the split goes on; each entry must be over, so the list only shrinks.
-OVER_LIMIT = {
-    "nmt.cli.app", "nmt.decode.search", "nmt.decode.translator",
-    "nmt.train.loop", "nmt.decode.translator.translate", "nmt.serve.app.create_app",
-    "nmt.train.loop.__init__",
-}  # fmt: skip
+OVER_LIMIT = {"nmt.cli.app", "nmt.serve.app.create_app"}
 
 # Lowest first. A module may import its own layer (without a cycle) and the layers below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [

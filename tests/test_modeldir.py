@@ -29,6 +29,7 @@ from nmt.modeldir import (
     write_meta,
 )
 from nmt.models import build
+from nmt.train.selection import average
 
 
 def test_second_lock_on_the_same_dir_is_refused(tmp_path):
@@ -235,13 +236,13 @@ def _save_steps(root: Path, steps: list[int]) -> dict[int, dict[str, torch.Tenso
 
 def test_average_is_the_element_wise_mean_of_the_newest(tmp_path):
     saved = _save_steps(tmp_path, [10, 20, 30])
-    path, steps = ck.average(tmp_path, last=2)
+    path, steps = average(tmp_path, last=2)
     assert steps == [20, 30]
     avg = load_file(str(path))
     assert avg.keys() == saved[20].keys()
     for k, v in avg.items():
         assert torch.allclose(v, (saved[20][k] + saved[30][k]) / 2, atol=1e-7), k
-    _, steps = ck.average(tmp_path, last=3)
+    _, steps = average(tmp_path, last=3)
     assert steps == [10, 20, 30]
     avg = load_file(str(path))
     for k, v in avg.items():

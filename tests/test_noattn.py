@@ -12,7 +12,9 @@ from typer.testing import CliRunner
 
 from nmt.cli.app import app
 from nmt.config import Config, load_config, model_config
-from nmt.decode.search import beam_search, greedy_search
+from nmt.decode.options import ResolvedOptions
+from nmt.decode.search.beam import beam_search
+from nmt.decode.search.greedy import greedy_search
 from nmt.errors import NmtError
 from nmt.models import VocabInfo, build
 
@@ -51,8 +53,9 @@ def test_search_runs_and_greedy_equals_beam_1():
     model = make()
     src, lengths = batch([6, 4, 5])
     with torch.no_grad():
-        greedy = greedy_search(model, src, lengths, max_len_b=6, need_attn=True)
-        beams = beam_search(model, src, lengths, beam_size=3, nbest=2, max_len_b=6, need_attn=True)
+        opts = ResolvedOptions(beam_size=3, nbest=2, max_len_b=6, with_attention=True)
+        greedy = greedy_search(model, src, lengths, opts)
+        beams = beam_search(model, src, lengths, opts)
     assert len(greedy) == 3 and all(h.attention is None for h in greedy)
     assert [len(b) for b in beams] == [2, 2, 2]
     assert all(b[0].score >= b[1].score for b in beams)

@@ -19,8 +19,8 @@ from nmt.config import load_config
 from nmt.errors import NmtError
 from nmt.eval import tuning
 from nmt.modeldir import checkpoint_path, read_meta, state_path, write_default
-from nmt.train.checkpoint import average
 from nmt.train.loop import train
+from nmt.train.selection import average
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = "red green blue cyan black white pink gold grey teal".split()
@@ -119,8 +119,8 @@ def test_average_best_averages_the_best_on_validation_not_the_newest(data, tmp_p
         calls.append(50.0 - len(calls))
         return dataclasses.replace(result, bleu=calls[-1])
 
-    real = nmt.train.loop.evaluate
-    monkeypatch.setattr(nmt.train.loop, "evaluate", falling)
+    real = nmt.train.loop.validate
+    monkeypatch.setattr(nmt.train.loop, "validate", falling)
     cfg = _tiny("training.max_steps=30", "training.valid_every=5", "training.keep_best=3",
                 "training.keep_last=1", "training.average_best=3", "training.patience=0",
                 "training.early_stop_metric=bleu", "training.lr=0.005")  # fmt: skip

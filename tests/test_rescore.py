@@ -16,8 +16,10 @@ import torch
 from test_translate import build_tiny_model_dir, synthetic_lines
 
 from nmt.data.vocab import EOS_ID, PAD_ID
+from nmt.decode.options import ResolvedOptions
 from nmt.decode.rescore import rescore
-from nmt.decode.search import beam_search, greedy_search
+from nmt.decode.search.beam import beam_search
+from nmt.decode.search.greedy import greedy_search
 from nmt.decode.translator import Translator
 from nmt.errors import NmtError
 
@@ -45,9 +47,10 @@ def test_scores_are_what_search_reports_for_the_same_tokens(dirs):
     tr = Translator.from_dir(dirs[0], device="cpu")
     src = tr.encode_sources(synthetic_lines(12, seed=1), 1, print)
     s, lens = _padded(src)
+    opts = ResolvedOptions(beam_size=3, nbest=3, max_len_a=1.0, max_len_b=3)
     for hyps in (
-        [[h] for h in greedy_search(tr.model, s, lens, max_len_a=1.0, max_len_b=3)],
-        beam_search(tr.model, s, lens, beam_size=3, nbest=3, max_len_a=1.0, max_len_b=3),
+        [[h] for h in greedy_search(tr.model, s, lens, opts)],
+        beam_search(tr.model, s, lens, opts),
     ):
         flat = [(i, h) for i, group in enumerate(hyps) for h in group]
         lps = tr.score_ids([src[i] for i, _ in flat], [h.tokens for _, h in flat])

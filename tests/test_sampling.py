@@ -15,7 +15,9 @@ from test_search import random_batch, tiny_model
 from test_translate import build_tiny_model_dir, synthetic_lines
 
 from nmt.data.vocab import BOS_ID
-from nmt.decode.search import Sampling, greedy_search, sample_search, uniforms
+from nmt.decode.options import ResolvedOptions, Sampling
+from nmt.decode.search.greedy import greedy_search, sample_search
+from nmt.decode.search.sampling import draw, uniforms
 from nmt.decode.translator import Translator
 from nmt.errors import NmtError
 
@@ -31,7 +33,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 def _frequencies(lp: torch.Tensor, sampling: Sampling, n: int = 40_000) -> torch.Tensor:
     """Empirical distribution of n draws from one row of log-probs (V,)."""
     rows = lp.unsqueeze(0).expand(n, -1).contiguous()
-    tok = sampling.draw(rows, uniforms(sampling.seed, torch.arange(n), 0))
+    tok = draw(sampling, rows, uniforms(sampling.seed, torch.arange(n), 0))
     return torch.bincount(tok, minlength=lp.numel()).double() / n
 
 
@@ -67,7 +69,7 @@ def test_nucleus_without_a_full_sort_draws_what_a_full_sort_draws():
         cdf = probs.cumsum(1)
         pos = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1), right=True)
         expected = idx.gather(1, pos.clamp(max=499)).squeeze(1)
-        assert torch.equal(sampling.draw(lp, u), expected)
+        assert torch.equal(draw(sampling, lp, u), expected)
     sizes = ((probs > 0).sum(1)).tolist()  # the last case needs every rung of the ladder
     assert min(sizes) <= 8 and any(8 < n <= 64 for n in sizes) and max(sizes) > 64
 
@@ -92,10 +94,14 @@ def test_top_k_1_is_greedy_and_scores_are_the_models_log_probs(kind):
     model = tiny_model(kind)
     src, lens = random_batch(3, n=8)
     kw = dict(max_len_a=1.0, max_len_b=4)
-    greedy = greedy_search(model, src, lens, **kw)
-    one = sample_search(model, src, lens, torch.arange(8), Sampling(top_k=1), **kw)
+    greedy = greedy_search(model, src, lens, ResolvedOptions(**kw))
+    one = sample_search(
+        model, src, lens, torch.arange(8), ResolvedOptions(sampling=Sampling(top_k=1), **kw)
+    )
     assert [h.tokens for h in greedy] == [s[0].tokens for s in one]
-    samples = sample_search(model, src, lens, torch.arange(8), Sampling(seed=1), nsamples=3, **kw)
+    samples = sample_search(
+        model, src, lens, torch.arange(8), ResolvedOptions(sampling=Sampling(seed=1), nbest=3, **kw)
+    )
     assert any(s[0].tokens != g.tokens for s, g in zip(samples, greedy, strict=True))  # not greedy
     for i, group in enumerate(samples):
         assert [h.score for h in group] == sorted((h.score for h in group), reverse=True)
@@ -118,15 +124,18 @@ def test_samples_do_not_depend_on_batching_or_other_lines():
     kw = dict(max_len_a=1.5, max_len_b=5)
     sampling = Sampling(temperature=1.3, seed=11)
     keys = torch.arange(100, 110)
-    whole = sample_search(model, src, lens, keys, sampling, nsamples=2, **kw)
+    whole = sample_search(model, src, lens, keys, ResolvedOptions(sampling=sampling, nbest=2, **kw))
     for i in (0, 4, 9):  # alone, with its own key
         m = int(lens[i])
         alone = sample_search(model, src[i : i + 1, :m], lens[i : i + 1], keys[i : i + 1],
-                              sampling, nsamples=2, **kw)  # fmt: skip
+                              ResolvedOptions(sampling=sampling, nbest=2, **kw))  # fmt: skip
         assert [h.tokens for h in alone[0]] == [h.tokens for h in whole[i]]
-    single = sample_search(model, src, lens, keys, sampling, **kw)  # = sample 0 of each line
+    one_each = ResolvedOptions(sampling=sampling, **kw)
+    single = sample_search(model, src, lens, keys, one_each)  # = sample 0 of each line
     assert all(s[0].tokens in [h.tokens for h in w] for s, w in zip(single, whole, strict=True))
-    other = sample_search(model, src, lens, keys, Sampling(temperature=1.3, seed=12), **kw)
+    other = sample_search(
+        model, src, lens, keys, ResolvedOptions(sampling=Sampling(temperature=1.3, seed=12), **kw)
+    )
     assert any(a[0].tokens != b[0].tokens for a, b in zip(other, whole, strict=True))
 
 
@@ -148,9 +157,9 @@ def test_translator_samples_are_the_same_whatever_the_batches(tiny_model_dir):
     # A line's samples depend on its number: the same line at another number draws anew.
     shifted = tr.translate(lines[1:], sampling=s, nbest=3, first_line=2)
     assert [[h.text for h in t.hypotheses] for t in shifted] == texts[1:]
-    with pytest.raises(NmtError, match="--sampling draws its own tokens"):
+    with pytest.raises(NmtError, match="^sampling draws its own tokens"):
         tr.translate(lines, sampling=s, beam_size=4)
-    with pytest.raises(NmtError, match="--nbest must be between 1 and 200 with --sampling"):
+    with pytest.raises(NmtError, match="^nbest must be between 1 and 200 with sampling"):
         tr.translate(lines, sampling=s, nbest=201)
     for bad, message in (
         (dict(temperature=0.0), "temperature must be > 0, got 0.0"),

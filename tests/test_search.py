@@ -14,17 +14,11 @@ from hypothesis import strategies as st
 from nmt.config import model_config
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, VocabInfo
 from nmt.decode.engine import gnmt_length_penalty
-from nmt.decode.search import (
-    NO_LENGTH_CAP,
-    BeamRows,
-    EarlyStop,
-    ExactStop,
-    GreedyRows,
-    beam_search,
-    greedy_search,
-    max_lengths,
-    stop_rule,
-)
+from nmt.decode.options import ResolvedOptions
+from nmt.decode.search.beam import beam_search
+from nmt.decode.search.greedy import greedy_search
+from nmt.decode.search.rows import NO_LENGTH_CAP, BeamRows, GreedyRows, max_lengths
+from nmt.decode.search.stop import EarlyStop, ExactStop, stop_rule
 from nmt.errors import NmtError
 from nmt.models import build
 
@@ -122,7 +116,9 @@ def test_length_penalty_searches_on_after_the_best_hypothesis_ended():
     aaaa = math.log(0.35) + 4 * math.log(0.995)
     empty = math.log(0.45)
     for nbest in (1, 2):
-        (hyps,) = beam_search(model, src, lens, beam_size=2, length_penalty=1.0, nbest=nbest)
+        (hyps,) = beam_search(
+            model, src, lens, ResolvedOptions(beam_size=2, length_penalty=1.0, nbest=nbest)
+        )
         assert [h.tokens for h in hyps] == [[A, A, A, A], []][:nbest]
         assert hyps[0].log_prob == pytest.approx(aaaa, rel=1e-6)
         assert hyps[0].score == pytest.approx(aaaa / lp(5, 1.0), rel=1e-6)
@@ -132,7 +128,9 @@ def test_length_penalty_searches_on_after_the_best_hypothesis_ended():
     assert math.log(0.35) / lp(2, 1.0) < empty < aaaa / lp(5, 1.0)
     # Without a length penalty "" wins and the search stops right after the first step.
     model.steps.clear()
-    (hyps,) = beam_search(model, src, lens, beam_size=2, length_penalty=0.0, nbest=1)
+    (hyps,) = beam_search(
+        model, src, lens, ResolvedOptions(beam_size=2, length_penalty=0.0, nbest=1)
+    )
     assert [h.tokens for h in hyps] == [[]] and hyps[0].score == pytest.approx(empty, rel=1e-6)
     assert len(model.steps) == 1
     # Greedy stops at eos.
@@ -143,17 +141,21 @@ def test_early_stop_trades_exactness_for_steps():
     """stop="early" ends where the exact rule searches on, and equals it without a penalty."""
     model = ToyDecoder(late_table)
     src, lens = toy_src([0])
-    (hyps,) = beam_search(model, src, lens, beam_size=2, length_penalty=1.0, stop="early")
+    (hyps,) = beam_search(
+        model, src, lens, ResolvedOptions(beam_size=2, length_penalty=1.0, stop="early")
+    )
     assert [h.tokens for h in hyps] == [[]]  # "a a a a" would have won
     assert len(model.steps) == 1
     model.steps.clear()
-    beam_search(model, src, lens, beam_size=2, length_penalty=1.0, stop="exact")
+    beam_search(model, src, lens, ResolvedOptions(beam_size=2, length_penalty=1.0, stop="exact"))
     assert len(model.steps) == 5
     for stop in ("exact", "early"):
-        (hyps,) = beam_search(model, src, lens, beam_size=2, length_penalty=0.0, stop=stop)
+        (hyps,) = beam_search(
+            model, src, lens, ResolvedOptions(beam_size=2, length_penalty=0.0, stop=stop)
+        )
         assert [h.tokens for h in hyps] == [[]]
     with pytest.raises(ValueError, match="stop must be"):
-        beam_search(model, src, lens, beam_size=2, stop="soon")
+        beam_search(model, src, lens, ResolvedOptions(beam_size=2, stop="soon"))
 
 
 def nbest_table(sid, prefix):
@@ -169,7 +171,9 @@ def nbest_table(sid, prefix):
 def test_exact_nbest_and_scores_beam_2():
     model = ToyDecoder(nbest_table)
     src, lens = toy_src([0])
-    (hyps,) = beam_search(model, src, lens, beam_size=2, length_penalty=0.0, nbest=2)
+    (hyps,) = beam_search(
+        model, src, lens, ResolvedOptions(beam_size=2, length_penalty=0.0, nbest=2)
+    )
     # step 1: a .6, b .3, eos .1 -> no eos in the top 2; beam {a, b}
     # step 2: a-eos .30, a-b .24, b-eos .21, b-a .075, a-a .06 -> a-eos finished (top 2);
     #         b-eos is third, so not finished; beam {a-b, b-a}
@@ -177,7 +181,9 @@ def test_exact_nbest_and_scores_beam_2():
     assert [h.tokens for h in hyps] == [[A], [A, B]]
     assert [h.log_prob for h in hyps] == pytest.approx([math.log(0.3), math.log(0.192)])
     assert [h.score for h in hyps] == pytest.approx([math.log(0.3), math.log(0.192)])
-    (alpha_hyps,) = beam_search(model, src, lens, beam_size=2, length_penalty=2.0, nbest=2)
+    (alpha_hyps,) = beam_search(
+        model, src, lens, ResolvedOptions(beam_size=2, length_penalty=2.0, nbest=2)
+    )
     assert [h.score for h in alpha_hyps] == pytest.approx(
         sorted([math.log(0.3) / lp(2, 2.0), math.log(0.192) / lp(3, 2.0)], reverse=True)
     )
@@ -186,20 +192,22 @@ def test_exact_nbest_and_scores_beam_2():
 def test_min_len_forbids_eos_and_max_len_forces_it():
     model = ToyDecoder(lambda sid, p: dist(0.97, 0.02, 0.01))
     src, lens = toy_src([0])
-    for search in (greedy_search, lambda *a, **k: beam_search(*a, beam_size=3, **k)[0][0]):
-        out = search(model, src, lens, min_len=3)
+    for search in (greedy_search, lambda *a: beam_search(*a)[0][0]):
+        out = search(model, src, lens, ResolvedOptions(beam_size=3, min_len=3))
         h = out[0] if isinstance(out, list) else out
         assert h.tokens == [A, A, A]
         assert h.log_prob == pytest.approx(3 * math.log(0.02) + math.log(0.97), rel=1e-6)
     model = ToyDecoder(lambda sid, p: dist(0.01, 0.98, 0.01))
     src, lens = toy_src([0], [5])  # 4 source tokens: max = floor(0.5 * 4 + 1) = 3
-    h = greedy_search(model, src, lens, max_len_a=0.5, max_len_b=1)[0]
+    h = greedy_search(model, src, lens, ResolvedOptions(max_len_a=0.5, max_len_b=1))[0]
     assert h.tokens == [A, A, A]
     assert h.log_prob == pytest.approx(3 * math.log(0.98) + math.log(0.01), rel=1e-6)
-    (hyps,) = beam_search(model, src, lens, beam_size=2, max_len_a=0.5, max_len_b=1, nbest=2)
+    (hyps,) = beam_search(
+        model, src, lens, ResolvedOptions(beam_size=2, max_len_a=0.5, max_len_b=1, nbest=2)
+    )
     assert all(len(h.tokens) <= 3 for h in hyps) and hyps[0].tokens == [A, A, A]
     # min_len beyond the maximum length: forced eos still ends the hypothesis
-    h = greedy_search(model, src, lens, max_len_a=0.5, max_len_b=1, min_len=10)[0]
+    h = greedy_search(model, src, lens, ResolvedOptions(max_len_a=0.5, max_len_b=1, min_len=10))[0]
     assert h.tokens == [A, A, A] and h.log_prob > NEG_INF
 
 
@@ -207,7 +215,7 @@ def test_max_positions_caps_length():
     model = ToyDecoder(lambda sid, p: dist(0.01, 0.98, 0.01), max_positions=4)
     src, lens = toy_src([0], [9])
     assert len(greedy_search(model, src, lens)[0].tokens) == 3
-    assert len(beam_search(model, src, lens, beam_size=2)[0][0].tokens) == 3
+    assert len(beam_search(model, src, lens, ResolvedOptions(beam_size=2))[0][0].tokens) == 3
 
 
 @pytest.mark.parametrize(("a", "b"), [(math.inf, 10), (1e300, 10), (1.2, 1e30), (1e18, 1e18)])
@@ -216,8 +224,9 @@ def test_huge_length_limits_cap_at_the_model_instead_of_wrapping(a, b):
     model = ToyDecoder(lambda sid, p: dist(0.01, 0.98, 0.01), max_positions=6)
     src, lens = toy_src([0], [3])
     assert max_lengths(model, lens, a, b).tolist() == [5]
-    assert len(greedy_search(model, src, lens, max_len_a=a, max_len_b=b)[0].tokens) == 5
-    (hyps,) = beam_search(model, src, lens, beam_size=2, max_len_a=a, max_len_b=b)
+    opts = ResolvedOptions(beam_size=2, max_len_a=a, max_len_b=b)
+    assert len(greedy_search(model, src, lens, opts)[0].tokens) == 5
+    (hyps,) = beam_search(model, src, lens, opts)
     assert len(hyps[0].tokens) == 5
     model.max_positions = 0  # no position limit (Seq2Seq): a finite cap all the same
     assert max_lengths(model, lens, a, b).tolist() == [NO_LENGTH_CAP]
@@ -226,13 +235,13 @@ def test_huge_length_limits_cap_at_the_model_instead_of_wrapping(a, b):
 def test_attention_follows_each_hypothesis():
     model = ToyDecoder(nbest_table)
     src, lens = toy_src([0, 1], [9, 8])
-    hyps = beam_search(model, src, lens, beam_size=2, nbest=2, need_attn=True)
+    hyps = beam_search(model, src, lens, ResolvedOptions(beam_size=2, nbest=2, with_attention=True))
     for sent, n in zip(hyps, [9, 8], strict=True):
         for h in sent:
             assert h.attention.shape == (len(h.tokens) + 1, 1, 1, n)
             prefix = [0] + h.tokens  # attention row t is one-hot on (last token before t) % S
             assert [int(a[0, 0].argmax()) for a in h.attention] == [p % 9 for p in prefix]
-    g = greedy_search(model, src, lens, need_attn=True)[0]
+    g = greedy_search(model, src, lens, ResolvedOptions(with_attention=True))[0]
     assert g.attention.shape == (len(g.tokens) + 1, 1, 1, 9)
 
 
@@ -286,10 +295,10 @@ def test_beam_equals_never_stopping_reference(seed, k, alpha, min_len, lengths, 
     nbest = data.draw(st.integers(1, k))
     model = ToyDecoder(random_table(seed))
     src, lens = toy_src(list(range(len(lengths))), lengths)
-    got = beam_search(
-        model, src, lens, beam_size=k, length_penalty=alpha, max_len_a=1.0, max_len_b=2,
-        min_len=min_len, nbest=nbest,
-    )  # fmt: skip
+    opts = ResolvedOptions(
+        beam_size=k, length_penalty=alpha, max_len_a=1.0, max_len_b=2, min_len=min_len, nbest=nbest
+    )
+    got = beam_search(model, src, lens, opts)
     for i, n in enumerate(lengths):
         ref = reference_beam(model, i + 7, n, k, alpha, 1.0, 2, min_len, nbest)
         assert [h.tokens for h in got[i]] == [r[0] for r in ref]
@@ -297,10 +306,7 @@ def test_beam_equals_never_stopping_reference(seed, k, alpha, min_len, lengths, 
         assert [h.log_prob for h in got[i]] == pytest.approx([r[2] for r in ref], rel=1e-5)
     # one at a time gives the same
     for i in range(len(lengths)):
-        one = beam_search(
-            model, src[i : i + 1, : lengths[i]], lens[i : i + 1], beam_size=k,
-            length_penalty=alpha, max_len_a=1.0, max_len_b=2, min_len=min_len, nbest=nbest,
-        )  # fmt: skip
+        one = beam_search(model, src[i : i + 1, : lengths[i]], lens[i : i + 1], opts)
         assert [(h.tokens, h.score) for h in one[0]] == [(h.tokens, h.score) for h in got[i]]
 
 
@@ -308,13 +314,15 @@ def test_finished_sentences_leave_the_batch():
     # sentence 0 ends at once, sentence 1 runs to its maximum length
     model = ToyDecoder(lambda sid, p: dist(0.99, 0.01, 0.0) if sid == 7 else dist(0.0, 0.9, 0.1))
     src, lens = toy_src([0, 1])
-    greedy_search(model, src, lens, max_len_a=0, max_len_b=5)
+    greedy_search(model, src, lens, ResolvedOptions(max_len_a=0, max_len_b=5))
     assert model.steps == [2, 1, 1, 1, 1, 1]
     model.steps.clear()
-    beam_search(model, src, lens, beam_size=3, length_penalty=0.0, max_len_a=0, max_len_b=5)
+    beam_search(
+        model, src, lens, ResolvedOptions(beam_size=3, length_penalty=0.0, max_len_a=0, max_len_b=5)
+    )
     assert model.steps == [2, 3, 3, 3, 3, 3]  # step 0: one row per sentence, then k each
     # eos has probability 0 for sentence 1, yet forced eos still gives it a hypothesis
-    hyps = beam_search(model, src, lens, beam_size=3, max_len_a=0, max_len_b=5)
+    hyps = beam_search(model, src, lens, ResolvedOptions(beam_size=3, max_len_a=0, max_len_b=5))
     assert hyps[1][0].tokens == [A] * 5 and hyps[1][0].log_prob > NEG_INF
 
 
@@ -381,28 +389,32 @@ def test_real_model_beam1_batched_cached(kind):
     model = tiny_model(kind)
     src, lens = random_batch(1)
     kw = dict(max_len_a=1.0, max_len_b=4)
-    greedy = greedy_search(model, src, lens, length_penalty_alpha=0.0, **kw)
-    beam1 = beam_search(model, src, lens, beam_size=1, length_penalty=0.0, **kw)
+    greedy = greedy_search(model, src, lens, ResolvedOptions(length_penalty=0.0, **kw))
+    beam1 = beam_search(model, src, lens, ResolvedOptions(beam_size=1, length_penalty=0.0, **kw))
     assert [h.tokens for h in greedy] == [b[0].tokens for b in beam1]
     assert [h.log_prob for h in greedy] == [b[0].log_prob for b in beam1]
     assert any(len(h.tokens) > 2 for h in greedy)  # the test is not vacuous
 
-    beam = beam_search(model, src, lens, beam_size=4, nbest=3, need_attn=True, **kw)
+    beam = beam_search(
+        model, src, lens, ResolvedOptions(beam_size=4, nbest=3, with_attention=True, **kw)
+    )
     for i, m in enumerate(lens.tolist()):
-        one = beam_search(model, src[i : i + 1, :m], lens[i : i + 1], beam_size=4, nbest=3, **kw)
+        one = beam_search(
+            model, src[i : i + 1, :m], lens[i : i + 1], ResolvedOptions(beam_size=4, nbest=3, **kw)
+        )
         assert [h.tokens for h in one[0]] == [h.tokens for h in beam[i]]
         assert [h.score for h in one[0]] == pytest.approx([h.score for h in beam[i]], abs=1e-4)
-        g1 = greedy_search(model, src[i : i + 1, :m], lens[i : i + 1], **kw)[0]
+        g1 = greedy_search(model, src[i : i + 1, :m], lens[i : i + 1], ResolvedOptions(**kw))[0]
         assert g1.tokens == greedy[i].tokens
         for h in beam[i]:
             assert h.attention.shape[0] == len(h.tokens) + 1 and h.attention.shape[-1] == m
             assert torch.allclose(h.attention.sum(-1), torch.ones(()), atol=1e-4)
 
-    uncached = beam_search(Uncached(model), src, lens, beam_size=4, nbest=3, **kw)
+    uncached = beam_search(Uncached(model), src, lens, ResolvedOptions(beam_size=4, nbest=3, **kw))
     for a, b in zip(beam, uncached, strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
-    g_unc = greedy_search(Uncached(model), src, lens, length_penalty_alpha=0.0, **kw)
+    g_unc = greedy_search(Uncached(model), src, lens, ResolvedOptions(length_penalty=0.0, **kw))
     assert [h.tokens for h in g_unc] == [h.tokens for h in greedy]
 
 
@@ -413,8 +425,8 @@ def test_greedy_without_scores_picks_the_same_tokens(kind):
     model = tiny_model(kind)
     src, lens = random_batch(2, n=8)
     for kw in (dict(max_len_a=1.0, max_len_b=4), dict(max_len_a=0.5, max_len_b=1, min_len=2)):
-        scored = greedy_search(model, src, lens, **kw)
-        bare = greedy_search(model, src, lens, scores=False, **kw)
+        scored = greedy_search(model, src, lens, ResolvedOptions(**kw))
+        bare = greedy_search(model, src, lens, ResolvedOptions(scores=False, **kw))
         assert [h.tokens for h in bare] == [h.tokens for h in scored]
         assert all(math.isnan(h.score) and math.isnan(h.log_prob) for h in bare)
         assert all(math.isfinite(h.log_prob) for h in scored)
@@ -427,8 +439,8 @@ def test_greedy_without_scores_ignores_the_normalization():
     model = ToyDecoder(lambda sid, p: dist(0.01, 0.98, 0.01) if sid == 8 else dist(0.6, 0.3, 0.1))
     src, lens = toy_src([0, 1], [5, 5])
     for kw in (dict(), dict(min_len=2), dict(max_len_a=0.5, max_len_b=1)):
-        scored = greedy_search(model, src, lens, **kw)
-        bare = greedy_search(model, src, lens, scores=False, **kw)
+        scored = greedy_search(model, src, lens, ResolvedOptions(**kw))
+        bare = greedy_search(model, src, lens, ResolvedOptions(scores=False, **kw))
         assert [h.tokens for h in bare] == [h.tokens for h in scored]
     assert [h.tokens for h in scored] == [[], [A, A, A]]
 
@@ -443,7 +455,9 @@ def test_pad_and_bos_are_never_produced():
     model = ToyDecoder(lambda sid, p: [0.4, 0.0, 0.4, 0.15, 0.05, 0.0, 0.0])
     src, lens = toy_src([0])
     assert greedy_search(model, src, lens).pop().tokens == []
-    (hyps,) = beam_search(model, src, lens, beam_size=2, nbest=2, length_penalty=0.0)
+    (hyps,) = beam_search(
+        model, src, lens, ResolvedOptions(beam_size=2, nbest=2, length_penalty=0.0)
+    )
     assert [h.tokens for h in hyps] == [[], [A]]
 
 
@@ -488,8 +502,8 @@ def test_stop_rule_factory():
     # a rule object is accepted as well as its name
     model = ToyDecoder(late_table)
     src, lens = toy_src([0])
-    by_name = beam_search(model, src, lens, beam_size=2, stop="early")
-    by_rule = beam_search(model, src, lens, beam_size=2, stop=EarlyStop())
+    by_name = beam_search(model, src, lens, ResolvedOptions(beam_size=2, stop="early"))
+    by_rule = beam_search(model, src, lens, ResolvedOptions(beam_size=2), stop=EarlyStop())
     assert [h.tokens for h in by_name[0]] == [h.tokens for h in by_rule[0]] == [[]]
 
 

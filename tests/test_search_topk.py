@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nmt.decode.search import BLOCK, max_rows, topk_rows
+from nmt.decode.search.topk import BLOCK, max_rows, topk_rows
 
 
 def rows(n: int, width: int, seed: int = 0) -> torch.Tensor:

@@ -30,8 +30,8 @@ from typer.testing import CliRunner  # noqa: E402
 
 from nmt.cli.app import app as cli  # noqa: E402
 from nmt.decode.lines import format_translation  # noqa: E402
+from nmt.decode.options import Sampling  # noqa: E402
 from nmt.decode.rescore import rescore  # noqa: E402
-from nmt.decode.search import Sampling  # noqa: E402
 from nmt.decode.translator import Translator  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
 from nmt.serve import Settings, create_app  # noqa: E402

@@ -514,17 +514,6 @@ def test_resume_position_changes_table():
         check_position(changes, 4, False)
 
 
-def test_keep_freed_memory_on_glibc():
-    """On Linux with glibc the allocator setting takes (it is what makes big blocks reusable)."""
-    import platform
-    import sys
-
-    from nmt.device import keep_freed_memory
-
-    expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
-    assert keep_freed_memory() is expected
-
-
 @pytest.mark.parametrize(
     ("precision", "valid"), [("auto", "fp32"), ("bf16", "bf16"), ("fp32", "fp32")]
 )
@@ -536,14 +525,14 @@ def test_validation_decodes_in_the_precision_translate_would_use(
     import nmt.train.loop
 
     monkeypatch.setenv("NMT_CPU_BF16", "1")  # a native-bf16 CPU, whatever this one is
-    real, seen = nmt.train.loop.evaluate, []
+    real, seen = nmt.train.loop.validate, []
 
     def spy(model, data, device, autocast, *args, **kw):
         with autocast():
             seen.append(torch.is_autocast_enabled("cpu"))
         return real(model, data, device, autocast, *args, **kw)
 
-    monkeypatch.setattr(nmt.train.loop, "evaluate", spy)
+    monkeypatch.setattr(nmt.train.loop, "validate", spy)
     cfg = _tiny(
         "training.max_steps=4", "training.valid_every=2", "training.log_every=2",
         f"training.precision={precision}",

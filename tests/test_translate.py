@@ -22,9 +22,10 @@ from typer.testing import CliRunner
 from nmt.cli.app import app
 from nmt.config import Config, model_config
 from nmt.data.vocab import EOS_ID, VocabInfo
+from nmt.decode.files import translate_files
 from nmt.decode.lines import format_translation, one_line
-from nmt.decode.search import Sampling
-from nmt.decode.translator import Translator, translate_files
+from nmt.decode.options import Sampling
+from nmt.decode.translator import Translator
 from nmt.decode.workers import decode_workers
 from nmt.errors import NmtError
 
@@ -172,17 +173,11 @@ def test_translate_files_checks_nbest_before_reading_input(echo, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("", encoding="utf-8")
     out = tmp_path / "out.txt"
-    with pytest.raises(
-        NmtError, match=r"^--nbest must be between 1 and the beam size \(3\), got 4$"
-    ):
+    with pytest.raises(NmtError, match=r"^nbest must be between 1 and the beam size \(3\), got 4$"):
         translate_files(echo, [str(empty)], str(out), nbest=4)
-    with pytest.raises(
-        NmtError, match=r"^--nbest must be between 1 and the beam size \(1\), got 2$"
-    ):
+    with pytest.raises(NmtError, match=r"^nbest must be between 1 and the beam size \(1\), got 2$"):
         translate_files(echo, [str(empty)], str(out), nbest=2, greedy=True)
-    with pytest.raises(
-        NmtError, match=r"^--nbest must be between 1 and 200 with --sampling, got 201$"
-    ):
+    with pytest.raises(NmtError, match=r"^nbest must be between 1 and 200 with sampling, got 201$"):
         translate_files(echo, [str(empty)], str(out), nbest=201, sampling=Sampling())
     assert not out.exists()
 
@@ -197,7 +192,7 @@ def test_stream_matches_batch_and_bounds_chunks(echo):
             yield x
 
     got = []
-    for tr in echo.translate_stream(counting(), 4, beam_size=2, on_warning=print):
+    for tr in echo.translate_stream(counting(), buffer_size=4, beam_size=2, on_warning=print):
         got.append(tr.text)
         assert len(seen) - len(got) < 4  # never more than one chunk read ahead
     assert got == [t.text for t in echo.translate(lines, beam_size=2, on_warning=print)]
@@ -268,7 +263,7 @@ def test_worker_processes_same_output_attention_and_sampling(tiny_model_dir):
     """Batches decoded on two forked processes (the Linux default): the same translations,
     scores, attention and samples as one process, progress for every line, and the processes
     are other processes that stop on close."""
-    from nmt.decode.search import Sampling
+    from nmt.decode.options import Sampling
 
     one = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
     two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2)
@@ -379,8 +374,8 @@ def test_decode_workers_rule(tiny_model_dir):
 
 def test_options_default_to_model_config_and_are_checked(tiny_model_dir):
     tr = Translator.from_dir(tiny_model_dir, device="cpu")
-    assert tr.options()["beam_size"] == 3 and tr.options(beam_size=7)["beam_size"] == 7
-    with pytest.raises(Exception, match=r"--nbest must be between 1 and the beam size \(3\)"):
+    assert tr.resolve_options().beam_size == 3 and tr.resolve_options(beam_size=7).beam_size == 7
+    with pytest.raises(Exception, match=r"^nbest must be between 1 and the beam size \(3\)"):
         tr.translate(["a man"], nbest=4)
 
 

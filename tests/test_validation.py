@@ -97,7 +97,7 @@ def test_validation_on_workers_equals_one_thread(long_valid_data):
     import torch
 
     from nmt.models import build
-    from nmt.train.validation import evaluate, load_data
+    from nmt.train.validation import load_data, validate
 
     data = load_data(long_valid_data)
     assert data.valid is not None
@@ -107,9 +107,9 @@ def test_validation_on_workers_equals_one_thread(long_valid_data):
     batches = list(batching.source_batches(np.asarray(data.valid.split.src.lengths), 8))
     assert len(batches) >= 3
     args = (model, data.valid, torch.device("cpu"), contextlib.nullcontext, 8, 1.2, 5.0)
-    one = evaluate(*args, workers=1)
-    assert one is not None and evaluate(*args, workers=2) == one and model.training
-    assert evaluate(*args, should_stop=lambda: True, workers=2) is None and model.training
+    one = validate(*args, workers=1)
+    assert one is not None and validate(*args, workers=2) == one and model.training
+    assert validate(*args, should_stop=lambda: True, workers=2) is None and model.training
 
 
 def test_a_damaged_valid_split_is_an_error_and_a_missing_one_means_no_validation(
@@ -146,7 +146,7 @@ def test_validation_batches_stay_within_max_tokens_on_the_target_side(tmp_path, 
 
     from nmt.data.preprocess import PreprocessConfig, preprocess
     from nmt.models import build
-    from nmt.train.validation import evaluate, load_data
+    from nmt.train.validation import load_data, validate
 
     rng = np.random.default_rng(5)
     train = [" ".join(rng.choice(VOCAB, size=3)) for _ in range(300)]
@@ -174,7 +174,7 @@ def test_validation_batches_stay_within_max_tokens_on_the_target_side(tmp_path, 
 
     monkeypatch.setattr(batching, "collate", spy)
     max_tokens = 64
-    evaluate(model, data.valid, torch.device("cpu"), contextlib.nullcontext, max_tokens, 1.2, 5.0)
+    validate(model, data.valid, torch.device("cpu"), contextlib.nullcontext, max_tokens, 1.2, 5.0)
     assert sum(rows for rows, _ in shapes) == 40
     assert max(rows * cols for rows, cols in shapes) <= max_tokens
 
@@ -188,7 +188,7 @@ def test_validation_batches_do_not_depend_on_the_workers(long_valid_data, monkey
 
     import nmt.train.validation
     from nmt.models import build
-    from nmt.train.validation import evaluate, load_data
+    from nmt.train.validation import load_data, validate
 
     data = load_data(long_valid_data)
     cfg = load_config(preset="transformer-tiny", overrides=["model.max_positions=24"])
@@ -203,7 +203,7 @@ def test_validation_batches_do_not_depend_on_the_workers(long_valid_data, monkey
 
     monkeypatch.setattr(nmt.train.validation.batching, "collate", spy)
     args = (model, data.valid, torch.device("cpu"), contextlib.nullcontext, 16, 1.2, 5.0)
-    evaluate(*args, workers=1)
+    validate(*args, workers=1)
     one, seen[:] = sorted(seen), []
-    evaluate(*args, workers=2)
+    validate(*args, workers=2)
     assert len(one) >= 3 and sorted(seen) == one

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from nmt.cli.errors import user_errors
-from nmt.train.log import batch_progress, count_progress, step_progress
+from nmt.cli.progress import batch_progress, count_progress, step_progress
 
 if TYPE_CHECKING:
-    from nmt.decode.search import Sampling
+    from nmt.decode.options import Sampling
 
 app = typer.Typer(
     name="nmt",
@@ -255,7 +255,7 @@ def average_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Average checkpoints into MODEL_DIR/checkpoints/averaged.safetensors."""
-    from nmt.train.checkpoint import average
+    from nmt.train.selection import average
 
     path, steps = average(model_dir, last=last, best=best)
     if not quiet:
@@ -366,7 +366,7 @@ def translate_cmd(
 ) -> None:
     """Translate text, one sentence per line: exactly one output line per input line, in order
     (N lines with --nbest N in text format). Empty lines give empty lines."""
-    from nmt.decode.lines import check_inputs, check_model_dirs, check_output, check_search
+    from nmt.decode.lines import check_inputs, check_model_dirs, check_output
 
     check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)  # before the model loads
     check_output(output)
@@ -375,37 +375,33 @@ def translate_cmd(
         checked_export,
         open_translator,
     )
+    from nmt.decode.options import DecodeOptions, check_search
 
     checked_export(model_dir, checkpoint, precision)  # options an export refuses, named first
-    searching = greedy or beam_size not in (None, 1)
-    draw = sampling_options(sampling, temperature, topk, topp, seed, searching)
-    check_search(
-        model_dir, nbest, greedy, draw is not None, beam_size=beam_size,
-        length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-        min_len=min_len, batch_tokens=batch_tokens, stop=stop,
+    options = DecodeOptions(
+        beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, nbest=nbest,
+        max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens,
+        stop=stop, with_attention=with_attention,
+        sampling=sampling_options(sampling, temperature, topk, topp, seed, beam_size, greedy),
     )  # fmt: skip
-    from nmt.decode.translator import Translator, translate_files
+    check_search(model_dir[0], options)  # an ensemble decodes with its first one's defaults
+    from nmt.decode.files import translate_files
+    from nmt.decode.translator import Translator
 
     translator = open_translator(model_dir, device, checkpoint, precision, workers)
     if with_attention:
         require_attention(translator, ", ".join(model_dir))
-    extra: dict[str, object] = {}
-    if draw is not None:
-        if not isinstance(translator, Translator):
-            from nmt.errors import NmtError
+    if options.sampling is not None and not isinstance(translator, Translator):
+        from nmt.errors import NmtError
 
-            raise NmtError(
-                f"{model_dir[0]}: --sampling needs a model directory (an `nmt export` directory "
-                "decodes with CTranslate2's search)"
-            )
-        extra["sampling"] = draw
+        raise NmtError(
+            f"{model_dir[0]}: --sampling needs a model directory (an `nmt export` directory "
+            "decodes with CTranslate2's search)"
+        )
     with translator:  # its worker processes end with the command
         translate_files(
-            translator, inputs, output, fmt=fmt, nbest=nbest, with_attention=with_attention,
-            errors=errors, buffer_size=buffer_size, progress=None if quiet else count_progress,
-            beam_size=beam_size, greedy=greedy, length_penalty=length_penalty,
-            max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len,
-            batch_tokens=batch_tokens, stop=stop, **extra,
+            translator, inputs, output, options, fmt=fmt, errors=errors,
+            buffer_size=buffer_size, progress=None if quiet else count_progress,
         )  # fmt: skip
 
 
@@ -461,21 +457,22 @@ def sampling_options(
     topk: int | None,
     topp: float | None,
     seed: int | None,
-    searching: bool = False,
+    beam_size: int | None = None,
+    greedy: bool = False,
 ) -> Sampling | None:
-    """The `--sampling` settings, checked before the model loads (`searching`: a beam size or
-    --greedy was also given), or None."""
+    """The `--sampling` settings, checked before the model loads (a search, `beam_size` or
+    `greedy`, refused first), or None."""
+    from nmt.decode.options import check_sampling
     from nmt.errors import NmtError
 
-    if on and searching:
-        raise NmtError("--sampling draws its own tokens: drop --beam-size / --greedy")
+    check_sampling(beam_size, greedy, on)
     if not on:
         if (temperature, topk, topp, seed) != (None, None, None, None):
             raise NmtError(
                 "--temperature, --sampling-topk, --sampling-topp and --seed need --sampling"
             )
         return None
-    from nmt.decode.search import Sampling
+    from nmt.decode.options import Sampling
 
     default = Sampling()
     return Sampling(
@@ -525,13 +522,14 @@ def attention_cmd(
     from nmt.decode.lines import check_model_dirs
 
     check_model_dirs(model_dir)
+    from nmt.decode.options import DecodeOptions
     from nmt.decode.translator import Translator
     from nmt.plots.attention import plot_attention
 
     translator = Translator.from_dir(model_dir, device, checkpoint, precision)
     require_attention(translator, model_dir)
     weights, src_pieces, tgt_pieces, translation = translator.attention(
-        source, target=target, beam_size=beam_size
+        source, target=target, options=DecodeOptions(beam_size=beam_size)
     )
     path = plot_attention(
         weights, src_pieces, tgt_pieces, output, layer=layer, head=head,

@@ -49,6 +49,18 @@ def os_error_message(e: OSError) -> str | None:
     return f"{e.filename}: {reason}" if e.filename is not None else reason
 
 
+def flag(field: str) -> str:
+    """The command-line flag that sets a decoding option (`beam_size`: `--beam-size`)."""
+    return "--" + field.replace("_", "-")
+
+
+def cli_message(e: NmtError) -> str:
+    """The error's line, the decoding options it names spelled as the flags that set them."""
+    from nmt.decode.options import OptionError  # imported by whatever raised one
+
+    return e.render(flag) if isinstance(e, OptionError) else str(e)
+
+
 def _warning_line(message: Warning | str, *_: Any, **__: Any) -> None:
     """Library warnings as one `warning: ...` line on stderr (no file:line, no source echo)."""
     sys.stderr.write(f"warning: {message}\n")
@@ -65,7 +77,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 warnings.showwarning = _warning_line
                 return fn(*args, **kwargs)
         except NmtError as e:
-            fail(str(e), e.exit_code)
+            fail(cli_message(e), e.exit_code)
         except BrokenPipeError:
             sys.stderr.close()
             raise SystemExit(141) from None

@@ -27,16 +27,28 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nmt.data.vocab import EOS_PIECE, Tokenizer
-from nmt.decode.engine import FORCED_FLOOR, TextHypothesis, Translation, gnmt_length_penalty
+from nmt.decode.engine import (
+    FORCED_FLOOR,
+    TextHypothesis,
+    Translation,
+    gnmt_length_penalty,
+    translate_chunks,
+)
 from nmt.decode.exported import PAD_PIECE, read_export_manifest, require_ctranslate2
-from nmt.decode.lines import decoding_options, manifest_decoding
+from nmt.decode.options import (
+    DecodeOptions,
+    OptionError,
+    ResolvedOptions,
+    given_options,
+    manifest_decoding,
+)
 from nmt.decode.workers import resolve_workers
 from nmt.errors import NmtError
 
@@ -122,38 +134,33 @@ class CT2Translator:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def options(self, **given: Any) -> dict[str, Any]:
-        """Search options: the given ones, else the exported model's decoding defaults; each
-        checked against its config key's range (other keys are ignored)."""
-        return decoding_options(self.decoding, given)
+    def resolve_options(
+        self, options: DecodeOptions | None = None, **fields: Any
+    ) -> ResolvedOptions:
+        """The options (`fields` on top), unset ones from the exported model's decoding
+        defaults, checked."""
+        return given_options(options, fields).resolve(self.decoding)
 
     def translate(
         self,
         lines: Iterable[str],
-        beam_size: int | None = None,
-        greedy: bool = False,
-        length_penalty: float | None = None,
-        nbest: int = 1,
-        max_len_a: float | None = None,
-        max_len_b: float | None = None,
-        min_len: int | None = None,
-        batch_tokens: int | None = None,
-        with_attention: bool = False,
-        stop: str | None = None,
+        options: DecodeOptions | None = None,
+        *,
         first_line: int = 1,
         on_warning: Callable[[str], None] | None = None,
         progress: Callable[[int], None] | None = None,
-        scores: bool = True,
-    ) -> list[Any]:
+        keys: Sequence[int] | None = None,
+        **fields: Any,
+    ) -> list[Translation]:
         """Translate raw lines; one Translation per line, in input order (as Translator;
-        `scores=False`: greedy search returns no scores, NaN in their place)."""
-        opts = self.options(
-            beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
-            max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, stop=stop,
-        )  # fmt: skip
-        k = 1 if greedy else opts["beam_size"]
-        if not 1 <= nbest <= k:
-            raise NmtError(f"--nbest must be between 1 and the beam size ({k}), got {nbest}")
+        `scores=False`: greedy search returns no scores, NaN in their place). Sampling is
+        refused (CTranslate2 does not draw nmt's keyed samples), so `keys` go unused."""
+        opts = self.resolve_options(options, **fields)
+        if opts.sampling is not None:
+            raise OptionError(
+                "{sampling} needs a model directory (an `nmt export` directory decodes with "
+                "CTranslate2's search)"
+            )
         lines = list(lines)
         encoded = self.encode_sources(lines, first_line, on_warning or _warn)
         results: list[Any] = [None] * len(lines)
@@ -165,50 +172,33 @@ class CT2Translator:
                 results[i] = Translation(lines[i], [TextHypothesis("", [], 0.0, 0.0)], [EOS_PIECE])
         if progress and len(lines) > sum(map(len, groups.values())):
             progress(len(lines) - sum(map(len, groups.values())))
-        if k == 1 and groups and opts["min_len"] <= min(groups):
+        k = opts.rows
+        if k == 1 and groups and opts.min_len <= min(groups):
             # greedy choices do not depend on the limit: one call, each result cut to its own
             groups = {max(groups): [i for todo in groups.values() for i in todo]}
-        scored = scores or k > 1  # beam reranks its hypotheses by score
+        scored = opts.scores or k > 1  # beam reranks its hypotheses by score
         # Every group is queued before any is awaited, so `inter_threads` workers share them.
         pending = [
-            (
-                todo,
-                self._search([encoded[i] for i in todo], k, max_len, opts, with_attention, scored),
-            )
+            (todo, self._search([encoded[i] for i in todo], max_len, opts, scored))
             for max_len, todo in sorted(groups.items())
         ]
         for todo, queued in pending:
-            batch = [encoded[i] for i in todo]
-            outs = [q.result() for q in queued]
-            own = [self._max_len(len(ids), opts) for ids in batch]
-            forced = self._forced_eos(batch, outs, own, scored)
-            rows = self._forced_attention(batch, outs, forced) if with_attention else None
-            for j, (i, out) in enumerate(zip(todo, outs, strict=True)):
-                extra = rows[j] if rows else {}
-                hyps = self._hypotheses(out, forced[j], k, nbest, opts["length_penalty"], extra)
-                source_tokens = [self.src_pieces[t] for t in encoded[i]] + [EOS_PIECE]
-                results[i] = Translation(
-                    lines[i], [TextHypothesis(*h) for h in hyps], source_tokens
-                )
+            self._collect(lines, encoded, todo, [q.result() for q in queued], opts, scored, results)
             if progress:
                 progress(len(todo))
         return results
 
     def translate_stream(
-        self, lines: Iterable[str], buffer_size: int = 1000, first_line: int = 1, **kwargs: Any
-    ) -> Iterator[Any]:
+        self,
+        lines: Iterable[str],
+        options: DecodeOptions | None = None,
+        *,
+        buffer_size: int = 1000,
+        first_line: int = 1,
+        **kwargs: Any,
+    ) -> Iterator[Translation]:
         """Translate an iterable chunk by chunk (`buffer_size` lines), yielding in input order."""
-        if buffer_size < 1:
-            raise NmtError(f"--buffer-size must be at least 1, got {buffer_size}")
-        chunk: list[str] = []
-        for line in lines:
-            chunk.append(line)
-            if len(chunk) >= buffer_size:
-                yield from self.translate(chunk, first_line=first_line, **kwargs)
-                first_line += len(chunk)
-                chunk = []
-        if chunk:
-            yield from self.translate(chunk, first_line=first_line, **kwargs)
+        return translate_chunks(self.translate, lines, options, buffer_size, first_line, kwargs)
 
     def describe(self) -> dict[str, Any]:
         """What runs, for `nmt serve`'s /info: engine, architecture, device and compute type."""
@@ -253,35 +243,51 @@ class CT2Translator:
 
     # ---- internals ------------------------------------------------------------------------
 
-    def _max_len(self, n: int, opts: dict) -> int:
-        """Most output tokens for a source of n subwords, as nmt.decode.search.max_lengths."""
-        m = max(1, math.floor(opts["max_len_a"] * n + opts["max_len_b"]))
+    def _collect(
+        self,
+        lines: list[str],
+        encoded: list[list[int]],
+        todo: list[int],
+        outs: list[Any],
+        opts: ResolvedOptions,
+        scored: bool,
+        results: list[Any],
+    ) -> None:
+        """Put the Translations of the lines `todo` (CTranslate2's results `outs`) into
+        `results`: forced eos added, attention completed, hypotheses rescored and cut."""
+        batch = [encoded[i] for i in todo]
+        own = [self._max_len(len(ids), opts) for ids in batch]
+        forced = self._forced_eos(batch, outs, own, scored)
+        rows = self._forced_attention(batch, outs, forced) if opts.with_attention else None
+        for j, (i, out) in enumerate(zip(todo, outs, strict=True)):
+            extra = rows[j] if rows else {}
+            hyps = self._hypotheses(out, forced[j], opts, extra)
+            source_tokens = [self.src_pieces[t] for t in encoded[i]] + [EOS_PIECE]
+            results[i] = Translation(lines[i], [TextHypothesis(*h) for h in hyps], source_tokens)
+
+    def _max_len(self, n: int, opts: ResolvedOptions) -> int:
+        """Most output tokens for a source of n subwords, as nmt.decode.search.rows.max_lengths."""
+        m = max(1, math.floor(opts.max_len_a * n + opts.max_len_b))
         return min(m, self.max_positions - 1)
 
     def _search(
-        self,
-        batch: list[list[int]],
-        k: int,
-        max_len: int,
-        opts: dict,
-        with_attention: bool,
-        scores: bool = True,
+        self, batch: list[list[int]], max_len: int, opts: ResolvedOptions, scores: bool = True
     ) -> list[Any]:
         """One translate_batch call over sentences that share a maximum length, queued: each
         result's `.result()` waits for it."""
         return self.ct2.translate_batch(
             [[self.src_pieces[t] for t in ids] + [EOS_PIECE] for ids in batch],
-            beam_size=k,
-            num_hypotheses=k,
-            length_penalty=0.0 if k == 1 else opts["length_penalty"],
+            beam_size=opts.rows,
+            num_hypotheses=opts.rows,
+            length_penalty=0.0 if opts.rows == 1 else opts.length_penalty,
             max_decoding_length=max_len,
-            min_decoding_length=min(opts["min_len"], max_len),
+            min_decoding_length=min(opts.min_len, max_len),
             max_input_length=0,
-            max_batch_size=opts["batch_tokens"],
+            max_batch_size=opts.batch_tokens,
             batch_type="tokens",
             return_scores=scores,
             return_end_token=True,
-            return_attention=with_attention,
+            return_attention=opts.with_attention,
             asynchronous=True,
         )
 
@@ -348,13 +354,12 @@ class CT2Translator:
         self,
         out: Any,
         forced: dict[int, tuple[list[str], float]],
-        k: int,
-        nbest: int,
-        alpha: float,
+        opts: ResolvedOptions,
         attention: dict[int, np.ndarray] | None = None,
     ) -> list[tuple]:
         """(text, tokens, score, log_prob, attention) best first under the GNMT penalty
         (`attention`: rows that replace CTranslate2's, by hypothesis)."""
+        k, alpha = opts.rows, opts.length_penalty
         found = []
         for r, pieces in enumerate(out.hypotheses):
             if r in forced:
@@ -374,7 +379,7 @@ class CT2Translator:
             score = log_prob / gnmt_length_penalty(len(body) + 1, alpha)
             found.append((self.tgt_tok.decode(ids), body, score, log_prob, att))
         found.sort(key=lambda h: -h[2])
-        return found[:nbest]
+        return found[: opts.nbest]
 
 
 def _warn(message: str) -> None:

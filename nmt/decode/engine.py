@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+
+from nmt.config import DecodingConfig
+from nmt.decode.options import DecodeOptions, ResolvedOptions
+from nmt.errors import NmtError
 
 FORCED_FLOOR = -1000.0  # floor for a forced eos the model calls (near) impossible
 
@@ -60,16 +64,63 @@ class Translation:
         return record
 
 
-class Engine(Protocol):
-    """The calls `nmt translate`, `nmt rescore`, `nmt serve` and the library make of an engine."""
+def translate_chunks(
+    translate: Callable[..., list[Translation]],
+    lines: Iterable[str],
+    options: DecodeOptions | None,
+    buffer_size: int,
+    first_line: int,
+    kwargs: dict[str, Any],
+) -> Iterator[Translation]:
+    """An engine's `translate_stream`: `translate` on chunks of `buffer_size` lines, numbered
+    on from `first_line`, yielding in input order (memory bounded by the chunk)."""
+    if buffer_size < 1:
+        raise NmtError(f"--buffer-size must be at least 1, got {buffer_size}")
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) >= buffer_size:
+            yield from translate(chunk, options, first_line=first_line, **kwargs)
+            first_line += len(chunk)
+            chunk = []
+    if chunk:
+        yield from translate(chunk, options, first_line=first_line, **kwargs)
 
-    def translate(self, lines: Sequence[str], **options: Any) -> list[Translation]: ...
+
+class Engine(Protocol):
+    """The calls `nmt translate`, `nmt rescore`, `nmt serve` and the library make of an engine.
+
+    `options` say how to decode, `fields` (DecodeOptions fields) on top of them; unset ones
+    come from the model's `decoding` defaults."""
+
+    @property
+    def decoding(self) -> DecodingConfig: ...
+
+    def translate(
+        self,
+        lines: Iterable[str],
+        options: DecodeOptions | None = None,
+        *,
+        first_line: int = 1,
+        on_warning: Callable[[str], None] | None = None,
+        progress: Callable[[int], None] | None = None,
+        keys: Sequence[int] | None = None,
+        **fields: Any,
+    ) -> list[Translation]: ...
 
     def translate_stream(
-        self, batches: Iterable[Sequence[str]], **options: Any
-    ) -> Iterator[list[Translation]]: ...
+        self,
+        lines: Iterable[str],
+        options: DecodeOptions | None = None,
+        *,
+        buffer_size: int = 1000,
+        first_line: int = 1,
+        **kwargs: Any,
+    ) -> Iterator[Translation]: ...
 
-    def options(self, **given: Any) -> dict[str, Any]: ...
+    def resolve_options(
+        self, options: DecodeOptions | None = None, **fields: Any
+    ) -> ResolvedOptions: ...
 
     def describe(self) -> dict[str, Any]: ...
 

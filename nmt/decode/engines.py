@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from nmt.decode.engine import Engine
 from nmt.decode.exported import is_export, read_export_manifest
 from nmt.decode.lines import model_dirs
 from nmt.errors import NmtError
@@ -20,19 +21,22 @@ def open_translator(
     workers: int = 0,
 ) -> Any:
     """A Translator for a model directory (several: an ensemble), a CT2Translator for an
-    `nmt export` directory; both offer `translate`, `translate_stream` and `options`."""
+    `nmt export` directory; both are an `Engine` (and more: `score_ids` for `nmt rescore`)."""
     dirs = model_dirs(model_dir)
     export = checked_export(dirs, checkpoint, precision)
+    engine: Engine  # both satisfy the Protocol (mypy checks it here)
     if export is not None:
         from nmt.decode.ct2 import CT2Translator
 
-        return CT2Translator.from_dir(export, device=device, workers=workers)
+        engine = CT2Translator.from_dir(export, device=device, workers=workers)
+        return engine
     from nmt.decode.translator import Translator
 
-    return Translator.from_dir(
+    engine = Translator.from_dir(
         dirs if len(dirs) > 1 else dirs[0], device=device, checkpoint=checkpoint,
         precision=precision, workers=workers,
     )  # fmt: skip
+    return engine
 
 
 def checked_export(dirs: Sequence[str | Path], checkpoint: str, precision: str) -> str | None:

@@ -1,11 +1,10 @@
 """Line-oriented I/O for `nmt translate`: input lines in batches (full ones from files, what has
 arrived from a pipe or terminal), line counts for progress totals, and the text / JSONL output of
-one translation (never more lines than asked); and the checks of its options that run before a
-model loads (without torch)."""
+one translation (never more lines than asked); and the checks of its inputs and outputs that run
+before a model loads (without torch)."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import os
@@ -18,7 +17,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nmt.config import DecodingConfig, read_saved_config
 from nmt.errors import NmtError
 from nmt.textio import decode_line, open_binary
 
@@ -27,7 +25,6 @@ if TYPE_CHECKING:
 
 FORMATS = ("text", "jsonl")
 ERROR_MODES = ("strict", "replace")
-MAX_SAMPLES = 200  # --sampling --nbest: samples per line (as the beam's limit)
 BATCH_LINES = 10_000  # lines read (and sorted by length) per batch when input is abundant
 PAUSE_S = 0.005  # a pipe silent this long has paused: translate what has arrived
 MAX_GATHER_S = 0.25  # a steady trickle of lines still gets answers this often
@@ -229,80 +226,6 @@ def check_output(output: str | None) -> None:
     rather than fail on the first write after all the work."""
     if output is None and sys.stdout is None:
         raise NmtError("<stdout>: standard output is closed; give -o FILE or redirect it")
-
-
-# ---- search options, checked against the model's decoding defaults ----------------------------
-
-_DECODING_FIELDS = {f.name: f.metadata for f in dataclasses.fields(DecodingConfig)}
-
-
-def _check_option(key: str, value: Any) -> None:
-    """A search option against the range / choices its `decoding` config key declares."""
-    meta, flag = _DECODING_FIELDS[key], "--" + key.replace("_", "-")
-    bounds, choices = meta.get("range"), meta.get("choices")
-    if bounds is not None and value not in bounds:
-        raise NmtError(f"{flag} must be {bounds.requirement(value)}, got {value}")
-    if choices is not None and value not in choices:
-        raise NmtError(f"{flag} must be {' or '.join(choices)}, got {value!r}")
-
-
-def decoding_options(defaults: DecodingConfig, given: dict[str, Any]) -> dict[str, Any]:
-    """Search options: the given ones, else `defaults`; each checked against the range its
-    config key declares (one-line errors naming the option). Shared with nmt.decode.ct2."""
-    out = {
-        k: given[k] if given.get(k) is not None else getattr(defaults, k) for k in _DECODING_FIELDS
-    }
-    for key, value in out.items():
-        _check_option(key, value)
-    return out
-
-
-def search_rows(beam_size: int, greedy: bool, nbest: int, sampling: bool) -> int:
-    """Rows searched per line: the resolved beam size (1 with `greedy`), or `nbest` samples;
-    an --nbest the search cannot give is refused."""
-    if sampling:
-        if not 1 <= nbest <= MAX_SAMPLES:
-            raise NmtError(
-                f"--nbest must be between 1 and {MAX_SAMPLES} with --sampling, got {nbest}"
-            )
-        return nbest
-    k = 1 if greedy else beam_size
-    if not 1 <= nbest <= k:
-        raise NmtError(f"--nbest must be between 1 and the beam size ({k}), got {nbest}")
-    return k
-
-
-def manifest_decoding(manifest: dict[str, Any]) -> DecodingConfig:
-    """An `nmt export` manifest's decoding defaults (keys this version does not know ignored)."""
-    saved = manifest.get("decoding", {})
-    return DecodingConfig(**{k: v for k, v in saved.items() if k in _DECODING_FIELDS})
-
-
-def decoding_defaults(model_dir: str | Path | Sequence[str | Path]) -> DecodingConfig:
-    """The decoding section of the first model directory's config.yaml (an `nmt export`'s
-    manifest), read without torch, so option mistakes fail before any model loads."""
-    from nmt.decode.exported import is_export, read_export_manifest
-
-    first = Path(model_dirs(model_dir)[0])
-    if is_export(first):
-        return manifest_decoding(read_export_manifest(first))
-    path = first / "config.yaml"
-    if not path.is_file():
-        raise NmtError(f"{path}: file not found (is {first} a model directory?)")
-    return read_saved_config(path).decoding
-
-
-def check_search(
-    model_dir: str | Path | Sequence[str | Path],
-    nbest: int,
-    greedy: bool,
-    sampling: bool,
-    **given: Any,
-) -> None:
-    """The search options and --nbest against the model's decoding defaults, before the model
-    loads: an impossible combination fails at once, not once the first input has arrived."""
-    opts = decoding_options(decoding_defaults(model_dir), given)
-    search_rows(opts["beam_size"], greedy, nbest, sampling)
 
 
 def warn_to_stderr(name: str) -> Callable[[str], None]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -23,23 +22,15 @@ import torch
 from nmt.config import Config, DecodingConfig
 from nmt.data.batching import decoding_runs
 from nmt.data.vocab import EOS_ID, EOS_PIECE, PAD_ID, Tokenizer
-from nmt.decode.engine import TextHypothesis, Translation
+from nmt.decode.engine import TextHypothesis, Translation, translate_chunks
 from nmt.decode.forced import score_ids
-from nmt.decode.lines import (
-    BATCH_LINES,
-    check_inputs,
-    check_output,
-    count_lines,
-    decoding_options,
-    format_translation,
-    is_regular,
-    model_dirs,
-    read_batches,
-    search_rows,
-    warn_to_stderr,
-)
+from nmt.decode.lines import model_dirs
+from nmt.decode.options import DecodeOptions, ResolvedOptions, given_options
 from nmt.decode.packed import pack_for_decoding
-from nmt.decode.search import Hypothesis, Sampling, beam_search, greedy_search, sample_search
+from nmt.decode.search.beam import beam_search
+from nmt.decode.search.greedy import greedy_search, sample_search
+from nmt.decode.search.rows import Hypothesis
+from nmt.decode.tokenizers import check_same_vocabulary, model_tokenizers
 from nmt.decode.workers import (
     DecodePool,
     decode_workers,
@@ -57,7 +48,6 @@ from nmt.device import (
 from nmt.errors import NmtError
 from nmt.models.base import Decoder
 from nmt.models.ensemble import Ensemble
-from nmt.textio import atomic_write
 
 MAX_BATCH_ROWS = 640  # sentences x beam per batch: beyond this CPU steps stop getting cheaper
 
@@ -133,9 +123,9 @@ class Translator:
             raise NmtError("no model directory given")
         dev = resolve_device(device)
         inference_precision(precision, dev)  # refuses fp16 on a CPU before any weights load
-        src_tok, tgt_tok = _tokenizers(Path(dirs[0]), read_meta(dirs[0])[2])
+        src_tok, tgt_tok = model_tokenizers(Path(dirs[0]), read_meta(dirs[0])[2])
         for d in dirs[1:]:  # a member with other pieces fails before any weights load
-            _check_same_vocabulary(Path(dirs[0]), (src_tok, tgt_tok), Path(d), read_meta(d)[2])
+            check_same_vocabulary(Path(dirs[0]), (src_tok, tgt_tok), Path(d), read_meta(d)[2])
         loaded = [load_model(d, checkpoint=checkpoint, device=str(dev)) for d in dirs]
         widths = [getattr(cfg.model, "d_model", None) for _, cfg, _, _ in loaded]
         known = [w for w in widths if w is not None]
@@ -152,77 +142,50 @@ class Translator:
         model = models[0] if len(models) == 1 else Ensemble(models)
         return cls(model, loaded[0][1], src_tok, tgt_tok, dev, prec, workers, processes)
 
-    def options(self, **given: Any) -> dict[str, Any]:
-        """Search options: the given ones, else the model config's decoding section."""
-        return decoding_options(self.cfg.decoding, given)
+    def resolve_options(
+        self, options: DecodeOptions | None = None, **fields: Any
+    ) -> ResolvedOptions:
+        """The options (`fields` on top), unset ones from the model config's decoding section,
+        checked."""
+        return given_options(options, fields).resolve(self.cfg.decoding)
 
     def translate(
         self,
         lines: Iterable[str],
-        beam_size: int | None = None,
-        greedy: bool = False,
-        length_penalty: float | None = None,
-        nbest: int = 1,
-        max_len_a: float | None = None,
-        max_len_b: float | None = None,
-        min_len: int | None = None,
-        batch_tokens: int | None = None,
-        with_attention: bool = False,
-        stop: str | None = None,
+        options: DecodeOptions | None = None,
+        *,
         first_line: int = 1,
         on_warning: Callable[[str], None] | None = None,
         progress: Callable[[int], None] | None = None,
-        scores: bool = True,
-        sampling: Sampling | None = None,
         keys: Sequence[int] | None = None,
+        **fields: Any,
     ) -> list[Translation]:
         """Translate raw lines; one Translation per line, in input order.
 
-        Unset options come from the model's `decoding` config. Beam size 1 (or `greedy`) runs
-        greedy search; `sampling` draws `nbest` samples per line instead (keyed by line number,
-        counted from `first_line`, so a line's samples do not depend on how lines are batched;
-        `keys` gives each line its own key instead: `nmt serve` keys a line by its place in its
-        request, so a request draws the same samples whatever it is batched with).
-        `first_line` numbers the lines in warnings; `progress(n)` is called after each batch
-        with the number of lines it finished. `scores=False` lets greedy search skip the
-        log-probabilities (same text, NaN scores); beam search and sampling always have them.
+        `options` say how (`fields`: DecodeOptions fields on top of them, `beam_size=5`); unset
+        ones come from the model's `decoding` config. `sampling` draws `nbest` samples per line,
+        keyed by line number (counted from `first_line`), so a line's samples do not depend on
+        how lines are batched; `keys` gives each line its own key instead: `nmt serve` keys a
+        line by its place in its request, so a request draws the same samples whatever it is
+        batched with. `first_line` numbers the lines in warnings; `progress(n)` is called after
+        each batch with the number of lines it finished.
         """
-        opts = self.options(
-            beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
-            max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, stop=stop,
-        )  # fmt: skip
-        if sampling is not None and (beam_size not in (None, 1) or greedy):
-            raise NmtError("--sampling draws its own tokens: drop --beam-size / --greedy")
-        k = search_rows(opts["beam_size"], greedy, nbest, sampling is not None)  # rows per line
+        opts = self.resolve_options(options, **fields)
         lines = list(lines)
         if keys is not None and len(keys) != len(lines):
             raise NmtError(f"{len(keys)} sampling keys for {len(lines)} lines")
         line_keys = (
             list(keys) if keys is not None else range(first_line - 1, first_line - 1 + len(lines))
         )
-        warn = on_warning or _warn
-        results: list[Translation | None] = [None] * len(lines)
-        encoded = self.encode_sources(lines, first_line, warn)
-        todo = []
-        for i, (line, ids) in enumerate(zip(lines, encoded, strict=True)):
-            if ids:
-                todo.append(i)
-            else:
-                results[i] = Translation(line, [TextHypothesis("", [], 0.0, 0.0)], [EOS_PIECE])
+        encoded = self.encode_sources(lines, first_line, on_warning or _warn)
+        results, todo = _blank_translations(lines, encoded)
         if progress and len(todo) < len(lines):
             progress(len(lines) - len(todo))
-        todo.sort(key=lambda i: -len(encoded[i]))  # longest first: memory peaks show up at once
-        max_rows = max(1, MAX_BATCH_ROWS // k)
-        lengths = [len(encoded[i]) + 1 for i in todo]
-        parts = decode_workers(self.workers, self.device, len(todo))  # even runs for them
-        runs = decoding_runs(lengths, opts["batch_tokens"], max_rows, parts)
-        batches = [todo[start:end] for start, end in runs]
-
+        batches = self._batches(encoded, todo, opts)
         jobs = [
             _Job(
-                [lines[i] for i in batch], [encoded[i] for i in batch], k, nbest, opts,
-                with_attention, scores, sampling,
-                [line_keys[i] for i in batch] if sampling is not None else None,
+                [lines[i] for i in batch], [encoded[i] for i in batch], opts,
+                [line_keys[i] for i in batch] if opts.sampling is not None else None,
             )
             for batch in batches
         ]  # fmt: skip
@@ -256,30 +219,29 @@ class Translator:
         self.close()
 
     def translate_stream(
-        self, lines: Iterable[str], buffer_size: int = 1000, first_line: int = 1, **kwargs: Any
+        self,
+        lines: Iterable[str],
+        options: DecodeOptions | None = None,
+        *,
+        buffer_size: int = 1000,
+        first_line: int = 1,
+        **kwargs: Any,
     ) -> Iterator[Translation]:
-        """Translate an iterable chunk by chunk (`buffer_size` lines), yielding in input order.
-
-        Memory stays bounded by the chunk; with buffer_size 1 each line is translated as soon
-        as it is read (interactive use).
-        """
-        if buffer_size < 1:
-            raise NmtError(f"--buffer-size must be at least 1, got {buffer_size}")
-        chunk: list[str] = []
-        for line in lines:
-            chunk.append(line)
-            if len(chunk) >= buffer_size:
-                yield from self.translate(chunk, first_line=first_line, **kwargs)
-                first_line += len(chunk)
-                chunk = []
-        if chunk:
-            yield from self.translate(chunk, first_line=first_line, **kwargs)
+        """Translate an iterable chunk by chunk (`buffer_size` lines), yielding in input order
+        (`kwargs`: `translate`'s). Memory stays bounded by the chunk; with buffer_size 1 each
+        line is translated as soon as it is read (interactive use)."""
+        return translate_chunks(self.translate, lines, options, buffer_size, first_line, kwargs)
 
     def attention(
-        self, source: str, target: str | None = None, **search: Any
+        self,
+        source: str,
+        target: str | None = None,
+        options: DecodeOptions | None = None,
+        **fields: Any,
     ) -> tuple[np.ndarray, list[str], list[str], str]:
         """Source-target attention of one sentence: (layers, heads, T, S), source pieces, target
-        pieces (eos on both) and the translation. Searches, or force-decodes `target` if given."""
+        pieces (eos on both) and the translation. Searches (with `options`, `fields` on top), or
+        force-decodes `target` if given."""
         for text, what in ((source, "source sentence"), (target, "target")):
             _check_utf8(text, what)
         silent = target is None  # the search encodes it again, and warns there
@@ -287,7 +249,8 @@ class Translator:
         if not ids:  # blank, or nothing left after normalisation (control characters)
             raise NmtError("the source sentence is empty")
         if target is None:
-            (tr,) = self.translate([source], nbest=1, with_attention=True, **search)
+            search = given_options(options, fields)
+            (tr,) = self.translate([source], search, nbest=1, with_attention=True)
             hyp = tr.hypotheses[0]
             assert hyp.attention is not None  # asked for with_attention
             weights = np.transpose(hyp.attention, (1, 2, 0, 3))  # (L, H, T, S)
@@ -370,15 +333,23 @@ class Translator:
             self._pool = DecodePool(self._run, size, max(1, torch.get_num_threads() // size))
         return self._pool
 
+    def _batches(
+        self, encoded: list[list[int]], todo: list[int], opts: ResolvedOptions
+    ) -> list[list[int]]:
+        """The lines `todo` (indices into `encoded`) cut into batches, longest first (memory
+        peaks show up at once), within the token budget and MAX_BATCH_ROWS rows of search."""
+        todo = sorted(todo, key=lambda i: -len(encoded[i]))
+        max_rows = max(1, MAX_BATCH_ROWS // opts.rows)
+        lengths = [len(encoded[i]) + 1 for i in todo]
+        parts = decode_workers(self.workers, self.device, len(todo))  # even runs for them
+        runs = decoding_runs(lengths, opts.batch_tokens, max_rows, parts)
+        return [todo[start:end] for start, end in runs]
+
     def _run(self, job: _Job) -> list[Translation]:
         """Search one batch and detokenize it: what a worker does (in this process or not)."""
-        if job.sampling is not None:
-            assert job.keys is not None  # line numbers from 0 by default
-            hyps = self._sample(
-                job.ids, job.keys, job.sampling, job.nbest, job.opts, job.with_attention
-            )
-        else:
-            hyps = self._search(job.ids, job.k, job.nbest, job.opts, job.with_attention, job.scores)
+        src, src_lengths = self._padded(job.ids)
+        with self.autocast():
+            hyps = self._search(src, src_lengths, job.options, job.keys)
         return [
             self._to_translation(line, ids, h)
             for line, ids, h in zip(job.lines, job.ids, hyps, strict=True)
@@ -392,50 +363,20 @@ class Translator:
         src = torch.tensor(rows, dtype=torch.long)  # (B, S): one tensor, not two copies a row
         return src.to(self.device), torch.tensor(lengths, device=self.device)
 
-    def _sample(
-        self,
-        batch: list[list[int]],
-        keys: list[int],
-        sampling: Sampling,
-        nsamples: int,
-        opts: dict,
-        with_attention: bool,
-    ) -> list[list[Hypothesis]]:
-        """Pad one batch and draw `nsamples` translations per sentence."""
-        src, src_lengths = self._padded(batch)
-        with self.autocast():
-            return sample_search(
-                self.model, src, src_lengths, torch.tensor(keys), sampling, nsamples,
-                max_len_a=opts["max_len_a"], max_len_b=opts["max_len_b"], min_len=opts["min_len"],
-                need_attn=with_attention, length_penalty_alpha=opts["length_penalty"],
-            )  # fmt: skip
-
     def _search(
         self,
-        batch: list[list[int]],
-        k: int,
-        nbest: int,
-        opts: dict,
-        with_attention: bool,
-        scores: bool = True,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        opts: ResolvedOptions,
+        keys: list[int] | None,
     ) -> list[list[Hypothesis]]:
-        """Pad one batch and run greedy or beam search on it."""
-        src, src_lengths = self._padded(batch)
-        common = dict(
-            max_len_a=opts["max_len_a"], max_len_b=opts["max_len_b"], min_len=opts["min_len"],
-            need_attn=with_attention,
-        )  # fmt: skip
-        with self.autocast():
-            if k == 1:
-                hyps = greedy_search(
-                    self.model, src, src_lengths, length_penalty_alpha=opts["length_penalty"],
-                    scores=scores, **common,
-                )  # fmt: skip
-                return [[h] for h in hyps]
-            return beam_search(
-                self.model, src, src_lengths, beam_size=k, length_penalty=opts["length_penalty"],
-                nbest=nbest, stop=opts["stop"], **common,
-            )  # fmt: skip
+        """Sampling (keyed by `keys`), greedy or beam search on one padded batch."""
+        if opts.sampling is not None:
+            assert keys is not None  # line numbers from 0 by default
+            return sample_search(self.model, src, src_lengths, torch.tensor(keys), opts)
+        if opts.rows == 1:
+            return [[h] for h in greedy_search(self.model, src, src_lengths, opts)]
+        return beam_search(self.model, src, src_lengths, opts)
 
     def _pieces(self, ids: list[int]) -> list[str]:
         return [self.src_tok.id_to_piece(i) for i in ids] + [EOS_PIECE]
@@ -463,83 +404,20 @@ class _Job:
 
     lines: list[str]
     ids: list[list[int]]  # subword ids per line, no eos
-    k: int  # beam size, or samples per line
-    nbest: int
-    opts: dict[str, Any]
-    with_attention: bool
-    scores: bool
-    sampling: Sampling | None = None
+    options: ResolvedOptions
     keys: list[int] | None = None  # sampling keys per line
 
 
-def _tokenizers(model_dir: Path, meta: dict[str, Any]) -> tuple[Tokenizer, Tokenizer]:
-    """MODEL_DIR's source and target SentencePiece models (one object when they are one file)."""
-    lc = meta.get("lowercase", False) is True  # `nmt preprocess --lowercase`: cased input meets it
-    src_tok = Tokenizer.load(model_dir / meta["src_spm"], lc)
-    if meta["tgt_spm"] == meta["src_spm"]:
-        return src_tok, src_tok
-    return src_tok, Tokenizer.load(model_dir / meta["tgt_spm"], lc)
-
-
-def _check_same_vocabulary(
-    first: Path, toks: tuple[Tokenizer, Tokenizer], other: Path, meta: dict[str, Any]
-) -> None:
-    """An ensemble member must map ids to the same pieces as the first model, on both sides."""
-    for side, tok, theirs in zip(("source", "target"), toks, _tokenizers(other, meta), strict=True):
-        if not tok.same_pieces(theirs):
-            raise NmtError(
-                f"{other}: its {side} vocabulary differs from {first}'s (the models of an "
-                "ensemble must share their SentencePiece models)"
-            )
-        if tok.lowercase != theirs.lowercase:
-            raise NmtError(
-                f"{other}: trained on {'lowercased' if theirs.lowercase else 'cased'} text, "
-                f"{first} on {'lowercased' if tok.lowercase else 'cased'} (an ensemble's models "
-                "must see the same input)"
-            )
-
-
-# ---- files and stdin (`nmt translate`) -------------------------------------------------------
-
-
-def translate_files(
-    translator: Translator,
-    inputs: list[str] | None,
-    output: str | None = None,
-    *,
-    fmt: str = "text",
-    nbest: int = 1,
-    with_attention: bool = False,
-    errors: str = "strict",
-    buffer_size: int | None = None,
-    progress: Callable[[contextlib.ExitStack, int], Callable[[int], None]] | None = None,
-    **search: Any,
-) -> None:
-    """Translate files (or stdin, '-') into `output` (atomically) or stdout, one result per input
-    line, in order, batch by batch so memory stays bounded: full batches of `buffer_size` lines
-    from files, what has arrived from a pipe or terminal, each flushed as soon as it is done.
-
-    `search` options go to `Translator.translate`; `progress(stack, total_lines)` returns the
-    per-batch `advance(n)` when every input is a regular file.
-    """
-    paths = check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)
-    check_output(output)
-    search.update(nbest=nbest, with_attention=with_attention, scores=fmt == "jsonl")
-    opts = translator.options(**search)  # bad options fail before any input is read
-    sampling = search.get("sampling") is not None
-    search_rows(opts["beam_size"], search.get("greedy", False), nbest, sampling)  # before input
-    with contextlib.ExitStack() as stack:
-        out = stack.enter_context(atomic_write(output)) if output else sys.stdout
-        advance = None
-        if progress is not None and all(is_regular(p) for p in paths):
-            advance = progress(stack, sum(count_lines(p) for p in paths))
-        for path in paths:
-            warn = warn_to_stderr("<stdin>" if path == "-" else path)
-            first = 1
-            for batch in read_batches(path, errors, buffer_size or BATCH_LINES):
-                results = translator.translate(
-                    batch, first_line=first, on_warning=warn, progress=advance, **search
-                )
-                first += len(batch)
-                out.writelines(format_translation(tr, fmt, nbest, with_attention) for tr in results)
-                out.flush()
+def _blank_translations(
+    lines: list[str], encoded: list[list[int]]
+) -> tuple[list[Translation | None], list[int]]:
+    """Results with the empty translation of each blank line (no model run) in place, None for
+    the others, and the indices of those others."""
+    results: list[Translation | None] = [None] * len(lines)
+    todo = []
+    for i, (line, ids) in enumerate(zip(lines, encoded, strict=True)):
+        if ids:
+            todo.append(i)
+        else:
+            results[i] = Translation(line, [TextHypothesis("", [], 0.0, 0.0)], [EOS_PIECE])
+    return results, todo

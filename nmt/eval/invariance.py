@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from nmt.decode.options import DecodeOptions
 from nmt.decode.translator import Translator
 
 
@@ -47,13 +48,19 @@ class InvarianceReport:
         return out
 
 
-def check(translator: Translator, lines: Sequence[str], **options: Any) -> InvarianceReport:
-    """Translate `lines` one at a time and in the translator's normal batches; compare. Each
-    line keeps its number alone too: sampling keys and warnings follow it."""
-    batched = translator.translate(list(lines), **options)
+def check(
+    translator: Translator,
+    lines: Sequence[str],
+    options: DecodeOptions | None = None,
+    **kwargs: Any,
+) -> InvarianceReport:
+    """Translate `lines` one at a time and in the translator's normal batches with the same
+    `options` (`kwargs`: `translate`'s, DecodeOptions fields among them); compare. Each line
+    keeps its number alone too: sampling keys and warnings follow it."""
+    batched = translator.translate(list(lines), options=options, **kwargs)
     report = InvarianceReport(len(lines), 0)
     for i, (line, b) in enumerate(zip(lines, batched, strict=True), start=1):
-        (alone,) = translator.translate([line], first_line=i, **options)  # its own line number
+        (alone,) = translator.translate([line], options=options, first_line=i, **kwargs)
         if alone.text == b.text:
             report.identical += 1
             continue

@@ -86,6 +86,7 @@ def tune(
 ) -> list[TuneRow]:
     """Translate `src` with each grid point and score it against `refs`."""
     from nmt.decode.lines import one_line
+    from nmt.decode.options import DecodeOptions
     from nmt.eval import scoring
 
     if len(src) != len(refs):
@@ -95,7 +96,7 @@ def tune(
         translator.start_workers()  # forked before the first point's clock, not within it
     for k, lp in pairs:
         t0 = time.perf_counter()
-        out = translator.translate(src, beam_size=k, length_penalty=lp)
+        out = translator.translate(src, DecodeOptions(beam_size=k, length_penalty=lp))
         seconds = time.perf_counter() - t0
         hyps = [one_line(t.text) for t in out]  # as `nmt translate` writes them
         bleu = scoring.score(hyps, [refs], ["bleu"])[0]

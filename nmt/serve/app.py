@@ -9,7 +9,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +19,14 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from nmt.decode.lines import MAX_SAMPLES
+from nmt.decode.options import MAX_SAMPLES, DecodeOptions
 from nmt.errors import NmtError
 from nmt.serve.batcher import BatchResult, Decode, MicroBatcher
 from nmt.serve.request import Limits, bad, parse_request, parse_score_request
 from nmt.serve.schema import OPENAPI_BODY, RESPONSES, SCORE_BODY, SCORE_RESPONSES
 
 STATIC = Path(__file__).parent / "static"
+SCORE = "score"  # the batcher options of a /score job: forced decoding, batched apart
 log = logging.getLogger("nmt.serve")
 
 
@@ -129,20 +130,18 @@ def _decoder(translator: Any, budget: int) -> Decode:
     """The worker thread's job: translate lines (or score pairs) into JSONL-shaped records, the
     records of `nmt translate --format jsonl` and `nmt rescore --format jsonl`."""
 
-    def decode(items: list[Any], options: dict[str, Any], keys: list[int]) -> list[dict[str, Any]]:
-        if options.get("task") == "score":
+    def decode(items: list[Any], options: Hashable, keys: list[int]) -> list[dict[str, Any]]:
+        if not isinstance(options, DecodeOptions):  # SCORE
             from nmt.decode.rescore import rescore
 
             sources, targets = [s for s, _ in items], [t for _, t in items]
             scores = rescore(translator, sources, targets, budget, on_warning=log.warning)
             return [score.to_json() for score in scores]
-        kwargs = dict(options)
-        if "sampling" in kwargs:
-            from nmt.decode.search import Sampling
-
-            kwargs["sampling"], kwargs["keys"] = Sampling(*kwargs["sampling"]), keys
-        out = translator.translate(items, batch_tokens=budget, on_warning=log.warning, **kwargs)
-        return [tr.to_json(options["with_attention"]) for tr in out]
+        sampled = keys if options.sampling is not None else None
+        out = translator.translate(
+            items, options=options, batch_tokens=budget, on_warning=log.warning, keys=sampled
+        )
+        return [tr.to_json(options.with_attention) for tr in out]
 
     return decode
 
@@ -250,9 +249,7 @@ def create_app(translator_factory: Callable[[], Any], settings: Settings | None 
         body = await _read_body(request, 2 * settings.limits.max_body_bytes)
         req = parse_score_request(body, settings.limits)
         lengths = _pair_lengths(state.translator, req.pairs)
-        result = await _wait(
-            request, batcher.submit(req.pairs, {"task": "score"}, lengths), settings
-        )
+        result = await _wait(request, batcher.submit(req.pairs, SCORE, lengths), settings)
         if result is None:
             return Response(status_code=499)
         return _answer("scores", result, state.name, start)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # (items, options, keys) -> one result per item; an item's key is its place in its request
-Decode = Callable[[list[Any], dict[str, Any], list[int]], list[Any]]
+Decode = Callable[[list[Any], Hashable, list[int]], list[Any]]
 
 
 @dataclass
@@ -25,15 +25,15 @@ class Job:
     awaits."""
 
     lines: list[Any]
-    options: dict[str, Any]
+    options: Hashable  # a request's DecodeOptions, or what stands for /score's task
     lengths: list[int]  # source tokens per line (eos included): the padded-size estimate
     future: asyncio.Future[Any]
     arrived: float = field(default_factory=time.monotonic)
 
     @property
     def key(self) -> Hashable:
-        """Jobs with equal keys can share a decoder call."""
-        return tuple(sorted(self.options.items()))
+        """Jobs with equal keys (equal options) can share a decoder call."""
+        return self.options
 
     @property
     def live(self) -> bool:
@@ -82,7 +82,7 @@ class MicroBatcher:
         """Jobs queued and not yet taken into a batch."""
         return self._queue.qsize() + (self._held is not None)
 
-    async def submit(self, lines: list[Any], options: dict[str, Any], lengths: list[int]) -> Any:
+    async def submit(self, lines: list[Any], options: Hashable, lengths: list[int]) -> Any:
         """Queue one request and wait for its `BatchResult` (cancel the await to drop it)."""
         job = Job(lines, options, lengths, asyncio.get_running_loop().create_future())
         self._queue.put_nowait(job)

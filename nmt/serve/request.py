@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import HTTPException
 
 from nmt.config import DecodingConfig
-from nmt.decode.lines import MAX_SAMPLES
+from nmt.decode.options import MAX_SAMPLES, DecodeOptions, Sampling
 
 FIELDS = ("text", "beam_size", "nbest", "length_penalty", "with_attention", "sampling")
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
@@ -35,10 +35,11 @@ class Limits:
 
 @dataclass(frozen=True)
 class TranslateRequest:
-    """A checked request: its lines and fully resolved decoding options."""
+    """A checked request: its lines and decoding options (beam_size or sampling, nbest,
+    length_penalty, with_attention; the others the model's)."""
 
     lines: list[str]
-    options: dict[str, Any]  # beam_size or sampling, nbest, length_penalty, with_attention
+    options: DecodeOptions
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def parse_request(
             raise bad(
                 422, f"'nbest' must be between 1 and {MAX_SAMPLES} with 'sampling', got {nbest}"
             )
-        search: dict[str, Any] = {"sampling": sampling}
+        search: dict[str, Any] = {"sampling": Sampling(*sampling)}
     else:
         beam = _integer(data, "beam_size", defaults.beam_size)
         if not 1 <= nbest <= beam:
@@ -97,8 +98,8 @@ def parse_request(
     attention = data.get("with_attention", False)
     if not isinstance(attention, bool):
         raise bad(422, f"'with_attention' must be true or false, got {json_type(attention)}")
-    options = {**search, "nbest": nbest, "length_penalty": penalty}
-    return TranslateRequest(lines, {**options, "with_attention": attention})
+    options = DecodeOptions(nbest=nbest, length_penalty=penalty, with_attention=attention, **search)
+    return TranslateRequest(lines, options)
 
 
 def parse_score_request(body: bytes, limits: Limits) -> ScoreRequest:

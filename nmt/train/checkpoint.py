@@ -6,11 +6,8 @@ MODEL_DIR/checkpoints/
     best.safetensors                  best validation score so far
     step-N.safetensors                kept when among the `keep_best` best or `keep_last` newest
     index.json                        step, metric and score of every kept step-N file
-    averaged.safetensors              written by `nmt average`, or at the end of training
-                                      (training.average_last N: the N newest step-N files;
-                                      training.average_best N: the N best on validation)
-    default.json                      which of best / averaged `--checkpoint default` loads:
-                                      training validates averaged and picks the better one
+    averaged.safetensors, default.json   averaged weights, and which of best / averaged
+                                      `--checkpoint default` loads (nmt.train.selection)
 
 Every file is written to a temporary name and renamed, so a crash mid-write leaves the previous
 file intact. State is loaded with `torch.load(weights_only=True)`: tensors and plain types only,
@@ -33,11 +30,9 @@ from nmt.errors import NmtError
 from nmt.modeldir import (
     CHECKPOINTS,
     STATE,
-    clear_default,
     has_checkpoints,
     load_state,
     save_weights,
-    saved_config,
     weights_step,
 )
 from nmt.textio import atomic_write, publishing
@@ -194,85 +189,19 @@ class Checkpoints:
                 best.unlink()
 
 
+def is_better(metric: str, score: float, best: float | None) -> bool:
+    """Whether `score` beats the best so far on `metric` (higher BLEU, lower loss); the first
+    score always does."""
+    return best is None or _merit(metric, score) > _merit(metric, best)
+
+
 def ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Best first: higher BLEU, or lower loss; ties go to the later step."""
-
-    def key(e: dict[str, Any]) -> tuple[float, int]:
-        sign = -1.0 if e["metric"] == "loss" else 1.0
-        return (sign * float(e["score"]), e["step"])
-
-    return sorted(entries, key=key, reverse=True)
+    return sorted(
+        entries, key=lambda e: (_merit(e["metric"], float(e["score"])), e["step"]), reverse=True
+    )
 
 
-def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, list[int]]:
-    """Average the newest `last` or the `best` best step checkpoints into averaged.safetensors."""
-    from safetensors.torch import save_file
-
-    for flag, value in (("--last", last), ("--best", best)):
-        if value < 0:
-            raise NmtError(f"{flag} must be at least 1, got {value}")
-    if (last > 0) == (best > 0):
-        raise NmtError("choose one of --last N or --best N (N >= 1)")
-    ckpt = Checkpoints(model_dir)
-    if not ckpt.dir.is_dir():
-        raise NmtError(f"{ckpt.dir}: no checkpoints (is {model_dir} a trained model directory?)")
-    entries = [
-        e for e in ckpt.read_index() if (ckpt.dir / f"step-{e['step']}.safetensors").exists()
-    ]
-    n = last or best
-    if len(entries) < n:
-        raise NmtError(
-            f"{ckpt.dir}: asked to average {n} checkpoints but only {len(entries)} are kept "
-            f"(steps: {', '.join(str(e['step']) for e in entries) or 'none'}); "
-            "raise training.keep_last / training.keep_best when training"
-        )
-    cfg = saved_config(model_dir)
-    if last and cfg is not None and n > cfg.training.keep_last:
-        raise NmtError(
-            f"{ckpt.dir}: --last {n}: training kept only the {cfg.training.keep_last} newest step "
-            "checkpoints (training.keep_last); the older ones kept are the best, not the next "
-            f"newest: use --last {cfg.training.keep_last} or fewer, or --best N"
-        )
-    chosen = entries[-n:] if last else ranked(entries)[:n]
-    steps = sorted(e["step"] for e in chosen)
-    total: dict[str, torch.Tensor] = {}
-    dtypes: dict[str, torch.dtype] = {}
-    metadata: dict[str, str] | None = None
-    for step in steps:
-        metadata = _accumulate(ckpt.dir / f"step-{step}.safetensors", total, dtypes)
-    averaged = {
-        k: (v / len(steps)).to(dtypes[k]).contiguous() if v.is_floating_point() else v
-        for k, v in total.items()
-    }
-    out = ckpt.dir / "averaged.safetensors"
-    with publishing(out) as tmp:
-        save_file(averaged, tmp, metadata=metadata)
-    clear_default(model_dir, only="averaged")  # the new average has not been validated
-    return out, steps
-
-
-def _accumulate(
-    path: Path, total: dict[str, torch.Tensor], dtypes: dict[str, torch.dtype]
-) -> dict[str, str] | None:
-    """Add one checkpoint's tensors to `total` (float64 sums); returns its metadata. A damaged
-    file, or one of another model, is a one-line error naming it."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            names = set(f.keys())
-            if total and names != set(total):
-                raise NmtError(f"{path}: tensors differ from the other checkpoints")
-            for name in names:
-                t = f.get_tensor(name)
-                if name in total and total[name].shape != t.shape:
-                    raise NmtError(
-                        f"{path}: tensors differ from the other checkpoints ({name} has shape "
-                        f"{tuple(t.shape)}, not {tuple(total[name].shape)})"
-                    )
-                dtypes.setdefault(name, t.dtype)
-                acc = t.to(torch.float64) if t.is_floating_point() else t
-                total[name] = total[name] + acc if name in total and t.is_floating_point() else acc
-            return f.metadata()
-    except SafetensorError as e:
-        raise NmtError(f"{path}: damaged or not a safetensors file ({e})") from None
+def _merit(metric: str, score: float) -> float:
+    """A score on a scale where higher is better: BLEU as it is, loss negated."""
+    return -score if metric == "loss" else score

@@ -24,6 +24,7 @@ from nmt.errors import NmtError
 
 # The parameters with one row per vocabulary id, and the side whose vocabulary they follow.
 VOCAB_ROWS = {"src_embed.weight": 0, "tgt_embed.weight": 1, "output.weight": 1}
+THIS_RUN = "the model section of this run"  # what the initial weights must match, in errors
 
 
 def check_same_vocabulary(
@@ -73,7 +74,7 @@ def init_weights(
     path = checkpoint_path(init_dir, checkpoint)
     added = extend_rows(model, path, sizes)
     if added is None:
-        load_weights(model, path, what="the model section of this run")
+        load_weights(model, path, what=THIS_RUN)
     check_same_architecture(init_dir, arch)  # what loaded may still compute something else
     loaded = {"init_from": str(init_dir), "checkpoint": str(path), "step": weights_step(path)}
     return {**loaded, "new_rows": added} if added else loaded
@@ -127,7 +128,7 @@ def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int
     """Load `path` into a model whose vocabularies extend the checkpoint's `sizes` (source,
     target): trained rows copied, new rows set to the mean trained row; None (nothing loaded)
     when the vocabularies are the checkpoint's own."""
-    from nmt.modeldir import unwrap
+    from nmt.modeldir import put_weights, read_weights, unwrap
 
     module = unwrap(model)
     own = module.state_dict()
@@ -136,7 +137,7 @@ def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int
     }
     if not grown:
         return None
-    state = _read_weights(path)
+    state = read_weights(path)
     for key, side in grown.items():
         if key not in state:
             continue  # tied to another entry of the file (safetensors stores shared tensors once)
@@ -147,43 +148,5 @@ def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int
         rows[: sizes[side]] = trained
         rows[sizes[side] :] = trained.mean(0)
         state[key] = rows
-    missing, unexpected = _load_state(module, state, path)
-    shared = _tied_names(own, set(state))
-    if set(missing) - shared or unexpected:
-        raise NmtError(
-            f"{path}: weights do not match the model section of this run (missing "
-            f"{sorted(set(missing) - shared)[:3]}, unexpected {sorted(unexpected)[:3]})"
-        )
+    put_weights(module, state, path, THIS_RUN)
     return {k: own[k].shape[0] - sizes[side] for k, side in grown.items()}
-
-
-def _read_weights(path: Path) -> dict[str, Any]:
-    """The tensors of a safetensors file; a damaged one is a one-line error naming it."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(str(path))
-    except SafetensorError as e:
-        raise NmtError(f"{path}: damaged or not a safetensors file ({e})") from None
-
-
-def _load_state(module: Any, state: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
-    """Non-strict load_state_dict; a tensor of another shape is a one-line error naming `path`."""
-    import torch
-
-    try:
-        with torch.no_grad():
-            missing, unexpected = module.load_state_dict(state, strict=False)
-    except RuntimeError as e:
-        first = next((ln.strip() for ln in str(e).splitlines() if "mismatch" in ln), str(e))
-        raise NmtError(
-            f"{path}: weights do not match the model section of this run ({first})"
-        ) from None
-    return list(missing), list(unexpected)
-
-
-def _tied_names(own: dict[str, Any], loaded: set[str]) -> set[str]:
-    """Entries of the model that share storage with an entry that was loaded."""
-    ptrs = {own[k].data_ptr() for k in loaded if k in own}
-    return {k for k, v in own.items() if k not in loaded and v.data_ptr() in ptrs}

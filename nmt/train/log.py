@@ -1,5 +1,5 @@
-"""What runs print and record: training log lines, the live bar and ETA, metrics.jsonl, the
-end-of-run summary, and the CLI's progress bars (all on stderr, so stdout stays data).
+"""What a training run prints (on stderr, so stdout stays data) and records: log lines, the live
+bar and ETA, metrics.jsonl and the end-of-run summary.
 
 The trainer decides what happened; this module decides how it reads.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,8 +19,8 @@ from nmt.runtime import rss_mb
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from nmt.train.state import TrainState
     from nmt.train.schedule import Budget
+    from nmt.train.state import TrainState
     from nmt.train.validation import ValidResult
 
 
@@ -30,70 +30,6 @@ def hms(seconds: float) -> str:
     return (
         f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
     )
-
-
-# ---- the CLI's progress bars -------------------------------------------------------------------
-
-
-class Bars:
-    """Rich bars on stderr, entered into `stack` on first use so an early error prints only itself."""
-
-    def __init__(self, stack: contextlib.ExitStack, label: str, transient: bool = False) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self.stack = stack
-        self.progress: Progress = Progress(
-            TextColumn(label),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=transient,
-        )
-        self.tasks: dict[str, TaskID] = {}
-
-    def task(self, name: str, total: int | None) -> TaskID:
-        """The bar called `name`, shown (with the display) the first time it is asked for."""
-        if not self.tasks:
-            self.stack.enter_context(self.progress)
-        if name not in self.tasks:
-            self.tasks[name] = self.progress.add_task(name, total=total)
-        return self.tasks[name]
-
-
-def step_progress(stack: contextlib.ExitStack) -> Callable[[str, int, int | None], None]:
-    """One bar per named step (preprocess); returns `report(step, done, total)`."""
-    bars = Bars(stack, "{task.description:<24}")
-
-    def report(step: str, done: int, total: int | None) -> None:
-        bars.progress.update(bars.task(step, total), completed=done, total=total)
-
-    return report
-
-
-def count_progress(
-    stack: contextlib.ExitStack, total: int, what: str = "translating"
-) -> Callable[[int], None]:
-    """A `translating` (or `what`) bar over a known line count, shown at once; returns `advance(n)`."""
-    bars = Bars(stack, "{task.description}")
-    task = bars.task(what, total)
-    return lambda n: bars.progress.advance(task, n)
-
-
-def batch_progress(stack: contextlib.ExitStack) -> Callable[[int, int], None]:
-    """A transient `translating` bar started on the first batch; returns `advance(n, total)`."""
-    bars = Bars(stack, "{task.description}", transient=True)
-    return lambda n, total: bars.progress.advance(bars.task("translating", total), n)
-
-
-# ---- the trainer's log --------------------------------------------------------------------------
 
 
 @dataclass

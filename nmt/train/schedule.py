@@ -1,5 +1,5 @@
-"""Learning-rate schedules and the run's budget: how far along it is, how long is left, and
-which limit stopped it (the stop codes).
+"""Learning-rate schedules and the run's budget: how far along it is, how long is left, which
+limit stopped it (the stop codes), and when patience runs out.
 
 The linear and cosine schedules decay over the share of the budget used, in steps or time,
 so the budget and the schedule live together.
@@ -151,6 +151,24 @@ class Budget:
             frac = epoch - 1 + position / max(1, self.steps_per_epoch * self.accumulate)
             frac /= self.max_epochs
         return min(frac or 0.0, 1.0)
+
+
+def out_of_patience(
+    budget: Budget, step: int, patience: int, cooldown: float
+) -> tuple[Stop, float | None, str]:
+    """A run out of patience stops now, or first anneals over its `cooldown` share of the budget
+    (a plateaued run still gains from the anneal; cut before it, it would not have one). Returns
+    the stop code, where a cooldown ends, and the line that says which."""
+    progress = budget.progress(step)
+    if cooldown > 0 and progress is not None:
+        end = min(1.0, progress + cooldown)
+        return (
+            Stop.NONE,
+            end,
+            f"{patience} validations without improvement: cooling down until {end:.0%} of the "
+            "budget, then stopping",
+        )
+    return Stop.EARLY, None, f"early stopping: {patience} validations without improvement"
 
 
 @dataclass

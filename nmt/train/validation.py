@@ -43,6 +43,10 @@ class ValidResult:
     bleu: float
     signature: str
 
+    def score(self, metric: str) -> float:
+        """The figure early stopping and the best checkpoint go by: BLEU, or else the loss."""
+        return self.bleu if metric == "bleu" else self.loss
+
 
 @dataclass
 class Data:
@@ -110,14 +114,14 @@ def over_limit(valid: ValidSet, max_positions: int) -> int:
     return int(((src > max_positions) | (tgt > max_positions)).sum())
 
 
-def evaluate(
+def validate(
     model: nn.Module,
     valid: ValidSet,
     device: torch.device,
     autocast: Callable[[], Any],
     max_tokens: int,
     max_len_a: float,
-    max_len_b: float,
+    max_len_b: int,
     should_stop: Callable[[], bool] = lambda: False,
     workers: int = 0,
 ) -> ValidResult | None:
@@ -127,11 +131,14 @@ def evaluate(
     `over_limit`); BLEU still compares against the raw references. Batches run on `workers`
     threads (`nmt.decode.workers`; 0: auto); the loss is summed in batch order, so it never depends
     on which finished first."""
-    from nmt.decode.search import greedy_search
+    from nmt.decode.options import ResolvedOptions
+    from nmt.decode.search.greedy import greedy_search
     from nmt.eval import scoring
 
     n = len(valid.refs)
     src, tgt = valid.split.src, valid.split.tgt
+    # tokens only: BLEU needs no scores
+    options = ResolvedOptions(max_len_a=max_len_a, max_len_b=max_len_b, scores=False)
     decoder = cast(Decoder, model)  # every registered model satisfies the decoding contract
     limit = int(decoder.max_positions or 0)  # 0: the architecture has no position limit
     # Sized by the longer side: the loss pads targets to the batch's longest (a long target
@@ -149,9 +156,7 @@ def evaluate(
         with torch.no_grad():  # grad mode and autocast are thread-local: set on this thread
             with autocast():
                 logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
-                out = greedy_search(  # tokens only: BLEU needs no scores
-                    decoder, batch.src, batch.src_lengths, max_len_a, max_len_b, scores=False
-                )
+                out = greedy_search(decoder, batch.src, batch.src_lengths, options)
             _, nll, count = label_smoothed_nll(logits, batch.tgt_out, 0.0)
         return float(nll), count, [valid.tgt_tok.decode(h.tokens) for h in out]
 

@@ -1,0 +1,70 @@
+"""Translating files and stdin (`nmt translate`): one result per input line, in order, batch by
+batch so memory stays bounded, into a file written atomically or stdout."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from nmt.decode.engine import Engine
+from nmt.decode.lines import (
+    BATCH_LINES,
+    check_inputs,
+    check_output,
+    count_lines,
+    format_translation,
+    is_regular,
+    read_batches,
+    warn_to_stderr,
+)
+from nmt.decode.options import DecodeOptions, given_options
+from nmt.textio import atomic_write
+
+# (exit stack, total lines) -> the per-batch advance(n) of a progress bar
+Progress = Callable[[contextlib.ExitStack, int], Callable[[int], None]]
+
+
+def translate_files(
+    translator: Engine,
+    inputs: list[str] | None,
+    output: str | None = None,
+    options: DecodeOptions | None = None,
+    *,
+    fmt: str = "text",
+    errors: str = "strict",
+    buffer_size: int | None = None,
+    progress: Progress | None = None,
+    **fields: Any,
+) -> None:
+    """Translate files (or stdin, '-') into `output` (atomically) or stdout, one result per input
+    line, in order, batch by batch so memory stays bounded: full batches of `buffer_size` lines
+    from files, what has arrived from a pipe or terminal, each flushed as soon as it is done.
+
+    `options` (`fields` on top) go to the translator's `translate`, scores only for jsonl;
+    `progress(stack, total_lines)` returns the per-batch `advance(n)` when every input is a
+    regular file.
+    """
+    opts = given_options(options, fields)
+    nbest, with_attention = opts.nbest, opts.with_attention
+    paths = check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)
+    check_output(output)
+    opts = dataclasses.replace(opts, scores=fmt == "jsonl")
+    translator.resolve_options(opts)  # bad options fail before any input is read
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(atomic_write(output)) if output else sys.stdout
+        advance = None
+        if progress is not None and all(is_regular(p) for p in paths):
+            advance = progress(stack, sum(count_lines(p) for p in paths))
+        for path in paths:
+            warn = warn_to_stderr("<stdin>" if path == "-" else path)
+            first = 1
+            for batch in read_batches(path, errors, buffer_size or BATCH_LINES):
+                results = translator.translate(
+                    batch, opts, first_line=first, on_warning=warn, progress=advance
+                )
+                first += len(batch)
+                out.writelines(format_translation(tr, fmt, nbest, with_attention) for tr in results)
+                out.flush()

@@ -1,0 +1,197 @@
+"""Beam search: per sentence the `nbest` best finished hypotheses by normalized score, stopped by
+a rule of `stop` or at the maximum length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from nmt.decode.engine import gnmt_length_penalty
+from nmt.decode.options import ResolvedOptions, check_rows
+from nmt.decode.search.rows import (
+    NEG_INF,
+    RETIRE_EVERY,
+    BeamRows,
+    Hypothesis,
+    append_attention,
+    make_hypothesis,
+    mask_step,
+    start_search,
+)
+from nmt.decode.search.stop import StopRule, stop_rule
+from nmt.decode.search.topk import topk_rows
+from nmt.models.base import Decoder
+
+
+@dataclass
+class _Candidates:
+    """The 2k best continuations of each sentence's k live hypotheses, best first."""
+
+    scores: torch.Tensor  # (n, 2k) raw log-probs
+    beam: torch.Tensor  # (n, 2k) which live hypothesis each extends
+    tok: torch.Tensor  # (n, 2k) the token it adds
+    is_eos: torch.Tensor  # (n, 2k) ends in eos (and is possible)
+
+
+@dataclass
+class _Hyps:
+    """Per-hypothesis history, rows (n*k) in sentence-major order."""
+
+    tokens: torch.Tensor  # (n*k, t)
+    attn: torch.Tensor | None = None  # (n*k, t, L, H, S)
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Decoder,
+    src: torch.Tensor,
+    src_lengths: torch.Tensor,
+    options: ResolvedOptions | None = None,
+    stop: StopRule | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search; per sentence the `options.nbest` best finished hypotheses by normalized
+    score, with a beam of `options.beam_size`.
+
+    Each step the 2k best continuations of the k live hypotheses are ranked; those among the
+    top k that end in eos are finished, and the k best others form the next beam (so eos never
+    starves the beam). A sentence stops when its stopping rule (`stop`, else the one
+    `options.stop` names) says no live hypothesis can still beat the worst of its n best
+    finished ones (ExactStop: the result is the same as searching on to the maximum length;
+    EarlyStop: faster, not exact), or at its maximum length.
+    """
+    opts = options or ResolvedOptions()
+    rule = stop or stop_rule(opts.stop)
+    need_attn, nbest = opts.with_attention, opts.nbest
+    alpha, k = float(opts.length_penalty), opts.beam_size
+    check_rows(k, False, nbest, False)  # sizes no beam can honour
+    start = start_search(model, src, src_lengths, opts.max_len_a, opts.max_len_b)
+    rows = _beam_rows(start.max_len, k, nbest, alpha)
+    bsz, device = src.size(0), src.device
+    hyps = _Hyps(torch.empty(bsz * k, 0, dtype=torch.long, device=device))
+    finished: list[list[Hypothesis]] = [[] for _ in range(bsz)]
+    enc, state, prev, t = start.enc, start.state, start.prev, 0
+    while True:
+        n = rows.origin.numel()
+        lp, state, attn = model.decode_step(prev, enc, state, need_attn=need_attn)  # (n*k, V)
+        if t == 0:  # all k beams start identical: one row per sentence so far, now k each
+            expand = torch.arange(bsz, device=device).repeat_interleave(k)  # (B*k,)
+            enc = model.repeat_encoder_out(enc, k)
+            state = model.reorder_state(state, expand)
+            lp = lp.index_select(0, expand)
+            attn = None if attn is None else attn.index_select(0, expand)
+        mask_step(lp, t, opts.min_len, start, rows.at_max(t, k))
+        cands = _rank(lp, rows.scores, k, start.eos)
+        hyps.attn = append_attention(hyps.attn, attn if need_attn else None)
+        t += 1
+        _collect_beam(finished, rows, cands, hyps, t, alpha, start.src_len)
+        _next_beam(rows, cands, k)
+        done = rows.retired | rule.done(rows, t, alpha) | (rows.max_len < t)  # (n,)
+        n_done = int(done.sum())
+        if n_done == n:
+            break
+        rows.retired = done
+        base = torch.arange(n, device=device).unsqueeze(1) * k  # (n, 1) old row offset
+        if n_done * RETIRE_EVERY >= n:
+            keep = (~done).nonzero().squeeze(1)  # (n',)
+            rows, base = rows.select(keep), base[keep]
+            enc = model.reorder_encoder_out(enc, (base + torch.arange(k, device=device)).view(-1))
+        order = (base + rows.next_beam).view(-1)  # (n'*k,) old row of each new hypothesis
+        state = model.reorder_state(state, order)
+        hyps = _reorder_hyps(hyps, order, rows.next_tok)
+        prev = rows.next_tok.reshape(-1)
+    return [sorted(sent, key=lambda h: -h.score)[:nbest] for sent in finished]
+
+
+def _beam_rows(max_len: torch.Tensor, k: int, nbest: int, alpha: float) -> BeamRows:
+    """Every sentence active: one live hypothesis (score 0) and k - 1 dead ones (-inf)."""
+    bsz, device = max_len.numel(), max_len.device
+    scores = torch.full((bsz, k), NEG_INF, device=device)
+    scores[:, 0] = 0.0  # only one live hypothesis at the start: no duplicates
+    return BeamRows(
+        origin=torch.arange(bsz, device=device),
+        max_len=max_len,
+        scores=scores,
+        lp_max=gnmt_length_penalty(max_len + 1, alpha),
+        top_fin=torch.full((bsz, nbest), NEG_INF, device=device),
+        retired=torch.zeros(bsz, dtype=torch.bool, device=device),
+        next_beam=torch.zeros(bsz, k, dtype=torch.long, device=device),
+        next_tok=torch.zeros(bsz, k, dtype=torch.long, device=device),
+    )
+
+
+def _rank(lp: torch.Tensor, scores: torch.Tensor, k: int, eos: int) -> _Candidates:
+    """The 2k best (hypothesis, token) pairs per sentence; lp (n*k, V) is spent."""
+    vsize = lp.size(1)
+    n = scores.size(0)
+    cand = lp.add_(scores.view(-1, 1)).view(n, k * vsize)  # (n, k*V)
+    top_s, top_i = topk_rows(cand, 2 * k)  # (n, 2k)
+    top_beam = torch.div(top_i, vsize, rounding_mode="floor")  # (n, 2k)
+    top_tok = top_i - top_beam * vsize  # (n, 2k)
+    return _Candidates(top_s, top_beam, top_tok, (top_tok == eos) & (top_s > NEG_INF))
+
+
+def _next_beam(rows: BeamRows, cands: _Candidates, k: int) -> None:
+    """The k best non-eos candidates form the next beam, each in its parent's slot where it can
+    (see _stable_slots); a retired sentence's slots stay where they are."""
+    pos = torch.arange(2 * k, device=cands.scores.device)  # (2k,)
+    key = cands.is_eos.long() * (2 * k) + pos  # eos candidates sort last
+    sel = key.topk(k, dim=1, largest=False).indices  # (n, k) in rank order
+    beam = cands.beam.gather(1, sel)  # (n, k)
+    slots = _stable_slots(beam)  # (n, k) rank held by each slot
+    sel = sel.gather(1, slots)
+    rows.scores = cands.scores.gather(1, sel)  # (n, k)
+    rows.next_beam = torch.where(rows.retired.unsqueeze(1), pos[:k], beam.gather(1, slots))
+    rows.next_tok = cands.tok.gather(1, sel)  # (n, k)
+
+
+def _stable_slots(parent: torch.Tensor) -> torch.Tensor:
+    """A permutation (n, k): slot s holds rank slots[s]. Each parent's best child takes the
+    parent's own slot, the other children the free slots in rank order, so most rows of the
+    decoder state stay in place and reordering copies only the others (the search itself
+    never depends on slot order: it ranks by score)."""
+    n, k = parent.shape
+    ranks = torch.arange(k, device=parent.device).expand(n, k)
+    earlier = torch.ones(k, k, dtype=torch.bool, device=parent.device).tril(-1)  # [i, j]: j < i
+    first = ~((parent.unsqueeze(2) == parent.unsqueeze(1)) & earlier).any(2)  # (n, k)
+    taken = torch.zeros(n, k, dtype=torch.long, device=parent.device)
+    taken.scatter_add_(1, parent, first.long())  # (n, k) > 0: a best child sits there
+    free = (taken.clamp(max=1) * k + ranks).argsort(1)  # free slots first, ascending
+    nth_other = ((~first).long().cumsum(1) - 1).clamp(min=0)  # (n, k) index among the others
+    slot_of_rank = torch.where(first, parent, free.gather(1, nth_other))
+    return torch.empty_like(parent).scatter_(1, slot_of_rank, ranks)
+
+
+def _reorder_hyps(hyps: _Hyps, order: torch.Tensor, tok: torch.Tensor) -> _Hyps:
+    """Follow the surviving hypotheses (order: old row of each new one) and append their token."""
+    tokens = torch.cat([hyps.tokens.index_select(0, order), tok.view(-1, 1)], 1)
+    attn = None if hyps.attn is None else hyps.attn.index_select(0, order)
+    return _Hyps(tokens, attn)
+
+
+def _collect_beam(
+    finished: list[list[Hypothesis]],
+    rows: BeamRows,
+    cands: _Candidates,
+    hyps: _Hyps,
+    t: int,
+    alpha: float,
+    src_len: list[int],
+) -> None:
+    """Move the hypotheses that just produced eos among the top k into their sentence's
+    finished list, and update its n best normalized scores."""
+    k = cands.beam.size(1) // 2
+    fin_mask = cands.is_eos[:, :k] & ~rows.retired.unsqueeze(1)  # (n, k)
+    if not bool(fin_mask.any()):
+        return
+    lp_now = gnmt_length_penalty(t, alpha)
+    norm = torch.where(fin_mask, cands.scores[:, :k] / lp_now, NEG_INF)  # (n, k)
+    nbest = rows.top_fin.size(1)
+    rows.top_fin = torch.cat([rows.top_fin, norm], 1).topk(nbest, dim=1).values  # (n, nbest)
+    raw, beams, origin = cands.scores.tolist(), cands.beam.tolist(), rows.origin.tolist()
+    for j, c in fin_mask.nonzero().tolist():  # (sentence row, candidate rank)
+        row, i = j * k + beams[j][c], origin[j]
+        tokens = hyps.tokens[row].tolist()
+        finished[i].append(
+            make_hypothesis(tokens, raw[j][c], lp_now, hyps.attn, row, t, src_len[i])
+        )

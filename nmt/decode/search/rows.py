@@ -1,0 +1,158 @@
+"""What every search shares: its results (`Hypothesis`), the per-sentence state of the sentences
+still in the batch (`ActiveRows` and greedy's and beam search's own), the prologue (encode, limits)
+and the masking of each step (pad, bos, min_len, forced eos)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import torch
+
+from nmt.decode.engine import FORCED_FLOOR
+from nmt.models.base import Decoder
+
+NEG_INF = float("-inf")
+# Dropping finished sentences copies the whole encoder output and cache, so it waits until 1/N
+# of the active sentences are finished (they ride along meanwhile; results are unchanged).
+RETIRE_EVERY = 5
+NO_LENGTH_CAP = 100_000  # most output tokens of a model with no position limit (fairseq's RNNs)
+
+
+@dataclass
+class Hypothesis:
+    """One search result: token ids without eos, normalized score, raw log-probability."""
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+    attention: torch.Tensor | None = None  # (len(tokens) + 1, layers, heads, S)
+
+
+def max_lengths(model: Decoder, src_lengths: torch.Tensor, a: float, b: float) -> torch.Tensor:
+    """Per-sentence maximum number of output tokens (B,), so the eos position still fits.
+
+    Capped while still a float: a huge a or b (1e300, inf) converted to int64 first wrapped to
+    INT64_MIN, and the floor of 1 then cut every translation to one token."""
+    cap = int(model.max_positions) - 1 if model.max_positions else NO_LENGTH_CAP
+    n = torch.floor(a * (src_lengths - 1).to(torch.float64) + b)
+    return n.clamp(1, cap).long()
+
+
+@dataclass
+class ActiveRows:
+    """Per-sentence tensors of the sentences still in the batch; `select` keeps some of them."""
+
+    origin: torch.Tensor  # (n,) input index of each active sentence
+    max_len: torch.Tensor  # (n,) maximum output tokens
+    scores: torch.Tensor  # greedy: (n,) log-probs so far; beam: (n, k) live beam log-probs
+    first_max: int = field(init=False)  # first step at which some row must end
+
+    def __post_init__(self) -> None:
+        self.first_max = int(self.max_len.min())
+
+    def select(self, keep: torch.Tensor) -> Self:
+        """The rows `keep` (n',) of every tensor field, in that order."""
+        picked: dict[str, Any] = {
+            f.name: value[keep]
+            for f in dataclasses.fields(self)
+            if f.init and isinstance(value := getattr(self, f.name), torch.Tensor)
+        }
+        return dataclasses.replace(self, **picked)
+
+    def at_max(self, t: int, k: int) -> torch.Tensor | None:
+        """(n*k,) bool: decoder rows that must end now (None while no sentence can)."""
+        if t < self.first_max:
+            return None
+        at = self.max_len == t  # (n,)
+        return at.repeat_interleave(k) if k > 1 else at
+
+
+@dataclass
+class GreedyRows(ActiveRows):
+    """Greedy's rows: one per sentence, with the prefix and attention history."""
+
+    history: torch.Tensor  # (n, t)
+    alive: torch.Tensor  # (n,) still searching
+    attn: torch.Tensor | None = None  # (n, t, L, H, S)
+
+
+@dataclass
+class BeamRows(ActiveRows):
+    """Beam search's sentences: n-best scores so far and the choice of the step just taken."""
+
+    lp_max: torch.Tensor  # (n,) lp(max_len + 1)
+    top_fin: torch.Tensor  # (n, nbest) sorted
+    retired: torch.Tensor  # (n,) done, not dropped
+    next_beam: torch.Tensor  # (n, k) source beam
+    next_tok: torch.Tensor  # (n, k) its token
+
+    def best_live(self) -> torch.Tensor:
+        """(n,) log-prob of each sentence's best live hypothesis (dead ones are -inf)."""
+        return self.scores.amax(1)
+
+
+@dataclass
+class Start:
+    """The prologue of every search: encoder output, decoder state, limits."""
+
+    enc: Any
+    state: Any
+    max_len: torch.Tensor  # (B,)
+    banned: torch.Tensor  # (2,) pad and bos
+    src_len: list[int]
+    eos: int
+    prev: torch.Tensor  # (B,) bos
+
+
+def start_search(
+    model: Decoder, src: torch.Tensor, src_lengths: torch.Tensor, a: float, b: float
+) -> Start:
+    """Encode the batch and set up what every step needs (a, b: the maximum length's terms)."""
+    vocab, device = model.vocab, src.device
+    enc = model.encode(src, src_lengths)
+    return Start(
+        enc=enc,
+        state=model.init_state(enc),
+        max_len=max_lengths(model, src_lengths, a, b).to(device),
+        banned=torch.tensor([vocab.pad_id, vocab.bos_id], device=device),
+        src_len=src_lengths.tolist(),
+        eos=vocab.eos_id,
+        prev=torch.full((src.size(0),), vocab.bos_id, dtype=torch.long, device=device),
+    )
+
+
+def mask_step(
+    lp: torch.Tensor, t: int, min_len: int, start: Start, at_max: torch.Tensor | None
+) -> None:
+    """In place on lp (rows, V): pad and bos never; eos not before min_len; eos forced (with
+    the model's own log-prob, floored) on the rows `at_max`."""
+    eos = start.eos
+    lp.index_fill_(1, start.banned, NEG_INF)
+    eos_lp = lp[:, eos].clamp(min=FORCED_FLOOR) if at_max is not None else None  # (rows,)
+    if t < min_len:
+        lp[:, eos] = NEG_INF
+    if at_max is None or eos_lp is None:
+        return
+    forced = at_max.nonzero().squeeze(1)  # rows at their maximum length
+    if forced.numel():
+        lp.index_fill_(0, forced, NEG_INF)
+        lp[forced, eos] = eos_lp[forced]
+
+
+def append_attention(hist: torch.Tensor | None, attn: torch.Tensor | None) -> torch.Tensor | None:
+    """Add one step's attention (rows, L, H, S) to the history (rows, t, L, H, S)."""
+    if attn is None:
+        return hist
+    step = attn.unsqueeze(1).float()  # (rows, 1, L, H, S)
+    return step if hist is None else torch.cat([hist, step], 1)
+
+
+def make_hypothesis(
+    tokens: list[int], raw: float, lp: float, attn: torch.Tensor | None, row: int, t: int, s: int
+) -> Hypothesis:
+    """A finished result; its attention is row `row`'s history cut to its t predictions and s
+    source columns."""
+    own = None if attn is None else attn[row, :t, :, :, :s].clone()  # (t, L, H, s)
+    return Hypothesis(tokens, raw / lp, raw, own)

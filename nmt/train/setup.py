@@ -1,0 +1,297 @@
+"""How a training run is assembled before its first step: the process's threads and group, the
+directory checks, precisions, the model (fine-tuning's initial weights included), the pairs it
+trains on, the resumed state, the weight average, the compile / DDP wrappers, its RNGs and
+MODEL_DIR, and the line that announces it.
+
+Each piece is a small function of the config and what came before, so `Trainer.__init__` reads
+as the order in which a run is put together (the order the seeded RNGs are drawn in).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from nmt import modeldir
+from nmt.config import Config, TrainingConfig, parse_duration
+from nmt.data import batching
+from nmt.data.resegment import Resegmenter
+from nmt.device import (
+    VALID_BF16_MIN_WIDTH,
+    autocast_for,
+    cpu_threads,
+    emulated_bf16_warning,
+    inference_precision,
+    resolve_precision,
+)
+from nmt.errors import NmtError
+from nmt.train import checkpoint, distributed
+from nmt.train.ema import WeightAverage
+from nmt.train.finetune import check_init_outside, init_weights
+from nmt.train.log import Log, Metrics
+from nmt.train.schedule import Budget
+from nmt.train.state import (
+    TrainState,
+    check_metric,
+    check_position,
+    position_changes,
+    retune_optimizer,
+)
+from nmt.train.validation import Data, over_limit
+
+if TYPE_CHECKING:
+    from nmt.models import Model
+
+
+@dataclass
+class Precisions:
+    """What training computes in and what validation decodes in, each with its autocast."""
+
+    train: str
+    autocast: Callable[[], Any]
+    valid: str
+    valid_autocast: Callable[[], Any]
+
+
+def precisions(cfg: Config, device: torch.device) -> Precisions:
+    """`auto` resolved for training; validation decodes as `nmt translate` does by default,
+    except that on a CPU it keeps fp32 below d_model 256 (`nmt translate` from 128): its
+    decoding shapes, new at every validation, would otherwise fill oneDNN's kernel cache by GBs
+    over a run (DESIGN.md)."""
+    configured = cfg.training.precision
+    train = resolve_precision(configured, device)
+    autocast = autocast_for(train, device)  # fp16 on a CPU: training's error comes first
+    width = getattr(cfg.model, "d_model", None)
+    valid = inference_precision(configured, device, width, min_width=VALID_BF16_MIN_WIDTH)
+    return Precisions(train, autocast, valid, autocast_for(valid, device))
+
+
+def budget(tc: TrainingConfig) -> Budget:
+    """The run's limits in steps, epochs and time."""
+    return Budget(tc.max_steps, tc.max_epochs, parse_duration(tc.max_time), tc.accumulate)
+
+
+def seed_all(seed: int) -> None:
+    """Seed every RNG a run draws from (initialisation, dropout)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def model(
+    cfg: Config, data: Data, data_dir: Path, device: torch.device, resume: bool
+) -> tuple[Model, dict[str, Any] | None]:
+    """The model on `device` (unwrapped: validation and checkpoints use it) and, when fine-tuning,
+    what its initial weights were (a resumed run continues from its own weights instead)."""
+    from nmt.models import build
+
+    built = build(cfg.model, data.vocab).to(device)
+    tc = cfg.training
+    if not tc.init_from or resume:
+        return built, None
+    spm = (data.src_spm, data.tgt_spm)
+    return built, init_weights(built, cfg.model, tc.init_from, tc.init_checkpoint, data_dir, spm)
+
+
+def grad_scaler(precision: str) -> torch.amp.GradScaler | None:
+    """fp16 trains with a loss scaler; the other precisions need none."""
+    return torch.amp.GradScaler("cuda") if precision == "fp16" else None
+
+
+def keep_mask(
+    src_len: np.ndarray, tgt_len: np.ndarray, data: Data, tc: TrainingConfig, max_positions: int,
+    precision: str, device: torch.device, log: Log, data_dir: Path,
+) -> np.ndarray:  # fmt: skip
+    """Which training pairs fit max_tokens and the model's positions; warn about the rest (and
+    about valid pairs that validation will cut, and about emulated bf16)."""
+    keep = batching.keep_mask(src_len, tgt_len, tc.max_tokens, max_positions)
+    dropped = int((~keep).sum())
+    if dropped:
+        log.warn(
+            f"{dropped} training pairs are longer than training.max_tokens or "
+            "model.max_positions allow and are skipped"
+        )
+    over = over_limit(data.valid, max_positions) if data.valid is not None else 0
+    if over:
+        log.warn(
+            f"valid: {over} sentences over model.max_positions {max_positions} "
+            "truncated for validation"
+        )
+    bf16_warning = emulated_bf16_warning(precision, device)
+    if bf16_warning:
+        log.warn(bf16_warning)
+    if keep.sum() == 0:
+        raise NmtError(f"{data_dir}: no training pair fits training.max_tokens")
+    return keep
+
+
+def resegmenter(
+    data_dir: Path, data: Data, tc: TrainingConfig, device: torch.device
+) -> Resegmenter | None:
+    """Subword sampling's segmenter (a new segmentation every epoch); None without sampling."""
+    if not tc.subword_alpha:
+        return None
+    return Resegmenter(data_dir, data.train, tc.subword_alpha, background=device.type != "cpu")
+
+
+@dataclass
+class Resumed:
+    """What a run continues from: its counters, RNG states, the last validation's duration
+    (max_time keeps room for it) and the weight average. Fresh runs start from the defaults."""
+
+    state: TrainState = field(default_factory=TrainState)
+    rng: dict[str, Any] | None = None
+    ranks_rng: list[torch.Tensor] | None = None  # DDP: every rank's dropout stream
+    valid_seconds: float = 0.0
+    average: dict[str, Any] | None = None
+
+
+def restore(
+    model_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None, tc: TrainingConfig, settings: dict[str, Any],
+    world_size: int, log: Log,
+) -> Resumed:  # fmt: skip
+    """Load the saved state into the model, optimizer and scaler; refuse a data position that now
+    means other batches (or, opted in, start the epoch over)."""
+    saved = checkpoint.restore(modeldir.state_path(model_dir), model, optimizer, scaler)
+    state = TrainState(**saved["train_state"])
+    check_metric(saved, settings)
+    changes = position_changes(saved, settings, world_size)
+    if check_position(changes, state.position, tc.reset_data_position):
+        log.info(f"{'; '.join(changes)}: epoch {state.epoch} starts over")
+        state.position = 0
+    retuned = retune_optimizer(optimizer, saved, tc)
+    if retuned:
+        log.info(f"optimizer settings changed: {', '.join(retuned)}")
+    average = saved.get("weight_average")
+    if tc.ema_decay and average is None:
+        log.info("the saved state has no weight average: it starts from these weights")
+    return Resumed(
+        state, saved["rng"], saved.get("ranks_rng"), float(saved.get("valid_seconds", 0.0)), average
+    )
+
+
+def weight_average(
+    model: nn.Module, tc: TrainingConfig, saved: dict[str, Any] | None
+) -> WeightAverage | None:
+    """The moving average of the weights (training.ema_decay), continued from a resumed state."""
+    if not tc.ema_decay:
+        return None
+    average = WeightAverage(model, tc.ema_decay)
+    if saved is not None:
+        average.load_state_dict(saved)
+    return average
+
+
+def wrap(
+    model: nn.Module, tc: TrainingConfig, dist: distributed.DistInfo, device: torch.device
+) -> nn.Module:
+    """torch.compile and DDP wrappers around the model, as the config and launch ask."""
+    wrapped = model
+    if tc.compile:
+        wrapped = cast(nn.Module, torch.compile(wrapped, dynamic=True))
+    if dist.enabled:
+        ids = [device.index] if device.type == "cuda" else None
+        wrapped = DistributedDataParallel(wrapped, device_ids=ids)
+    return wrapped
+
+
+def prepare_model_dir(
+    model_dir: Path, cfg: Config, data: Data, ckpt: checkpoint.Checkpoints, metrics: Metrics,
+    st: TrainState, resume: bool, is_main: bool,
+) -> None:  # fmt: skip
+    """Forget what a run that died after the resumed state wrote, clear the `default` choice
+    (made again at the end), open metrics.jsonl and write the model's metadata."""
+    if is_main and resume:
+        ckpt.truncate_after(st.step, st.best_step)
+    if is_main:
+        modeldir.clear_default(model_dir)
+    metrics.open(st.step if resume else None)
+    if is_main:
+        d = data
+        modeldir.write_meta(model_dir, cfg, d.src_lang, d.tgt_lang, d.src_spm, d.tgt_spm, d.vocab)
+
+
+def set_rngs(
+    resumed: Resumed, seed: int, step: int, dist: distributed.DistInfo, device: torch.device
+) -> None:
+    """Continue the saved RNG streams (each rank its own); other ranks of a fresh run draw
+    dropout from streams of their own."""
+    if resumed.rng is not None:
+        checkpoint.set_rng_state(resumed.rng)
+        ranks = resumed.ranks_rng
+        if ranks is not None and len(ranks) == dist.world_size:
+            distributed.set_rng(ranks[dist.rank], device)  # this rank's own stream
+        elif dist.rank > 0:  # a state saved by a single process or another world size
+            torch.manual_seed(seed * 1000 + dist.rank + step)
+    elif dist.rank > 0:
+        torch.manual_seed(seed * 1000 + dist.rank)
+
+
+def announce(
+    cfg: Config, prec: Precisions, st: TrainState, resume: bool, init: dict[str, Any] | None,
+    n_params: int, where: str, pairs: int, model_dir: Path,
+) -> str:  # fmt: skip
+    """The first line: what trains, where (`where`: device and world size), in what precision,
+    on how many pairs, until when, and into which directory."""
+    tc = cfg.training
+    what = f"resuming at step {st.step} (epoch {st.epoch})" if resume else "training"
+    limits = [
+        f"{k} {v}" for k, v in (("max_steps", tc.max_steps), ("max_epochs", tc.max_epochs)) if v
+    ] + ([f"max_time {tc.max_time}"] if parse_duration(tc.max_time) else [])
+    precision = prec.train + (" (auto)" if tc.precision == "auto" else "")
+    if prec.valid != prec.train:
+        precision += f" (validation {prec.valid})"
+    if tc.subword_alpha:
+        precision += f", subword sampling alpha {tc.subword_alpha:g}"
+    if tc.ema_decay:
+        precision += f", weight average decay {tc.ema_decay:g}"
+    if init is not None:
+        step = init["step"]
+        what += f" from {init['checkpoint']}" + (f" (step {step})" if step else "")
+        if rows := init.get("new_rows"):
+            what += f" + {max(rows.values()):,} new vocabulary rows (mean-initialised)"
+    return (
+        f"{what} {cfg.model.type} ({n_params:,} parameters) on {where}, {precision}, "
+        f"{pairs:,} training pairs"
+        + (f", {', '.join(limits)}" if limits else "")
+        + f" -> {model_dir}"
+    )
+
+
+@contextlib.contextmanager
+def process(
+    device: torch.device, dist: distributed.DistInfo, threads: int | None
+) -> Iterator[None]:
+    """The process's CPU threads (by default the cores shared among the local processes) and
+    its process group for the run; both undone afterwards."""
+    old_threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(threads or max(1, cpu_threads() // dist.local_world_size))
+    distributed.init(dist, device)
+    try:
+        yield
+    finally:
+        distributed.cleanup(dist)
+        torch.set_num_threads(old_threads)
+        sys.stderr.flush()
+
+
+def check_dirs(
+    cfg: Config, model_dir: Path, resume: bool, force: bool, warn: Callable[[str], None]
+) -> bool:
+    """Refuse an output directory that would lose a trained run, or the initial weights; True
+    when there is a state to resume."""
+    if not (resume and modeldir.state_path(model_dir).exists()):  # the init weights load
+        check_init_outside(cfg.training, model_dir)
+    return modeldir.check_model_dir(model_dir, resume, force, cfg.model, warn)
