@@ -115,10 +115,8 @@ def emulated_bf16_warning(
     return None
 
 
-# Narrower models decode in fp32 on a CPU under `auto`. At d_model 128 bf16 decoding was once
-# slower than fp32 (a native-bf16 Xeon, 2026-12-01: greedy 0.85x / 0.87x, beam 5 0.98x / 1.09x; its
-# attention products copied the cache every step); with the step attention elementwise and the
-# weights packed (session 24, AMD EPYC with avx512_bf16, bench_translate.py --rounds 5) bf16 ran
+# Narrower models decode in fp32 on a CPU under `auto`. At d_model 128, with the step attention
+# elementwise and the weights packed (AMD EPYC with avx512_bf16, bench_translate.py --rounds 5) bf16 ran
 # greedy 1.10x and beam 5 1.32x fp32 at d128, BLEU 39.85 against 39.88, whole beam-5 command 5.47
 # against 6.27 s. Narrower than 128 is unmeasured and stays fp32.
 CPU_BF16_MIN_WIDTH = 128
@@ -142,14 +140,3 @@ def inference_precision(
     if resolved == "fp16" and device.type == "cpu":
         raise NmtError("--precision fp16 needs a GPU; use bf16 or fp32 on CPU")
     return resolved
-
-
-def cpu_threads() -> int:
-    """Threads this process may use: OMP_NUM_THREADS if set, else the CPUs it is pinned to (taskset)."""
-    env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows: no affinity API
-        return os.cpu_count() or 1

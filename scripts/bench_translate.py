@@ -27,7 +27,7 @@ is one batch at a time on all threads. Per configuration it prints:
 - BLEU: sacreBLEU against the reference (lowercased for a model preprocessed with --lowercase),
   only when all 1,000 sentences are translated.
 Then (not with --quick) the whole `nmt translate` command on the same lines (start-up, model load
-and file I/O included) for greedy and beam 5 and its overhead over its own median decoding time (issue 11's target: within 1.5 s), one
+and file I/O included) for greedy and beam 5 and its overhead over its own median decoding time, one
 sentence end to end (`echo ... | nmt translate`), and the whole beam-5 command on the export.
 
 Without -m, a randomly initialised transformer-small (joint SentencePiece 8k learned on Multi30k

@@ -277,9 +277,9 @@ def run_threads(jobs: int) -> int | None:
     this process's threads (OMP_NUM_THREADS, else the CPUs it may run on) split evenly."""
     if jobs == 1:
         return None
-    from nmt.device import cpu_threads  # imports torch: only when the threads are split
+    from nmt.runtime import usable_cpus
 
-    return max(1, cpu_threads() // jobs)
+    return max(1, usable_cpus() // jobs)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

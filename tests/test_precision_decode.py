@@ -131,17 +131,6 @@ def test_resolve_precision_rules(monkeypatch):
     assert [resolve_precision("auto", d) for d in gpus] == ["fp16", "bf16"]
 
 
-def test_cpu_threads_follow_omp_num_threads_then_affinity(monkeypatch):
-    import os
-
-    from nmt.device import cpu_threads
-
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert cpu_threads() == 3
-    monkeypatch.delenv("OMP_NUM_THREADS")
-    assert cpu_threads() == len(os.sched_getaffinity(0))  # taskset -c 0 -> 1, not os.cpu_count()
-
-
 def test_translation_and_validation_draw_the_bf16_line_at_different_widths(monkeypatch):
     from nmt.device import VALID_BF16_MIN_WIDTH, inference_precision
 

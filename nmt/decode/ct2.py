@@ -25,7 +25,6 @@ How the options map (CTranslate2 has no per-sentence maximum and its own length 
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -51,13 +50,7 @@ from nmt.decode.options import (
 )
 from nmt.decode.workers import resolve_workers
 from nmt.errors import NmtError
-
-
-def _usable_cores() -> int:
-    """The cores this process may run on (a container's share, not the host's count)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+from nmt.runtime import usable_cpus
 
 
 def _ct2_device(device: str, ct2: Any) -> tuple[str, int]:
@@ -110,7 +103,7 @@ class CT2Translator:
         if manifest["tgt_spm"] != manifest["src_spm"]:
             tgt_tok = Tokenizer.load(export_dir / manifest["tgt_spm"], lc)
         dev, index = _ct2_device(device, ct2)
-        cores = threads or _usable_cores()
+        cores = threads or usable_cpus()
         workers = resolve_workers(workers, cores, on_cpu=dev == "cpu")
         intra = threads if workers == 1 else max(1, cores // workers)
         try:

@@ -8,7 +8,7 @@ test_2016_flickr run (d_model 128, 8k vocabulary, 1 thread, AMD EPYC with AVX-51
 against MKL's 0.54 s in greedy search and 1.75 against 2.43 s at beam 5, with the same outputs;
 the decoder layers' small products stayed faster in MKL. bf16 products already run in
 oneDNN, which reorders the plain weight at every call: packed, the same replay's products
-took 1.93 against 2.05 s (session 24, docs/experiments.md).
+took 1.93 against 2.05 s.
 
 Only `nmt.decode.translator.Translator` packs (its model is for inference only); training, validation
 and export see plain `nn.Linear` modules.

@@ -4,7 +4,7 @@ A decoder step at the sizes this toolkit trains (a few hundred rows, d 128-512) 
 operators. One search over all intra-op threads pays a thread-team barrier per operator; workers
 of one thread each run side by side instead. Threads (`map_batches`) share one interpreter, and
 every operator call hands the GIL over twice: on 2 cores two threads each decoding half of
-test_2016_flickr took 1.2-1.5x as long as one of them alone (session 20). Forked processes
+test_2016_flickr took 1.2-1.5x as long as one of them alone. Forked processes
 (`DecodePool`, Linux CPUs) have no such lock between them: two ran as fast as one alone.
 """
 

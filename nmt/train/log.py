@@ -304,7 +304,7 @@ class Reporter:
         }
         rss = rss_mb()
         if rss is not None:
-            row["rss_mb"] = rss  # growth here is kernel caches and heap (README, benchmarks)
+            row["rss_mb"] = rss  # growth here is kernel caches and heap (docs/benchmarks.md)
         self.metrics.write(row)
         eta = budget.eta(st.step, st.epoch, st.position)
         self.log.info(

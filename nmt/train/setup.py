@@ -29,12 +29,12 @@ from nmt.data.resegment import Resegmenter
 from nmt.device import (
     VALID_BF16_MIN_WIDTH,
     autocast_for,
-    cpu_threads,
     emulated_bf16_warning,
     inference_precision,
     resolve_precision,
 )
 from nmt.errors import NmtError
+from nmt.runtime import usable_cpus
 from nmt.train import checkpoint, distributed
 from nmt.train.ema import WeightAverage
 from nmt.train.finetune import check_init_outside, init_weights
@@ -277,7 +277,7 @@ def process(
     its process group for the run; both undone afterwards."""
     old_threads = torch.get_num_threads()
     if device.type == "cpu":
-        torch.set_num_threads(threads or max(1, cpu_threads() // dist.local_world_size))
+        torch.set_num_threads(threads or max(1, usable_cpus() // dist.local_world_size))
     distributed.init(dist, device)
     try:
         yield
