@@ -17,6 +17,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from typer.testing import CliRunner
 
 from nmt.cli.app import app
+from nmt.decode.options import DecodeOptions
 
 SACREBLEU = Path(sys.executable).parent / "sacrebleu"
 
@@ -320,8 +321,8 @@ def fake_translator(monkeypatch):
             calls["from_dir"] = (str(model_dir), device, checkpoint, precision)
             return cls()
 
-        def translate(self, lines, progress=None, on_warning=None, **kwargs):
-            calls["translate"], calls["on_warning"] = kwargs, on_warning
+        def translate(self, lines, options=None, *, progress=None, on_warning=None):
+            calls["translate"], calls["on_warning"] = options, on_warning
             if progress is not None:
                 progress(len(lines))
             return [_Hyp(x) for x in lines]
@@ -353,20 +354,20 @@ def test_evaluate_translates_writes_and_scores(files, tmp_path, fake_translator)
     assert out.read_text(encoding="utf-8") == files["hyp"].read_text(encoding="utf-8")
     assert fake_translator["from_dir"] == (str(model), "cpu", "last", "bf16")
     assert fake_translator["closed"]  # its worker processes do not outlive the evaluation
-    assert fake_translator["translate"] == {
-        "beam_size": 3,
-        "greedy": False,
-        "length_penalty": 0.6,
-        "batch_tokens": 100,
-        "scores": False,  # only the text is scored
-    }
+    assert fake_translator["translate"] == DecodeOptions(
+        beam_size=3,
+        greedy=False,
+        length_penalty=0.6,
+        batch_tokens=100,
+        scores=False,  # only the text is scored
+    )
     expected = nmt("score", files["hyp"], "-r", files["ref"], "-m", "bleu", "-m", "chrf")
     assert res.stdout == expected.stdout
     args = ["-m", model, "--src", files["hyp"], "-r", files["ref"], "--json", "--quiet"]
     as_json = nmt("evaluate", *args)
     assert json.loads(as_json.stdout)[0]["name"] == "BLEU"
     # Unset search options are left to the model's own decoding config.
-    assert fake_translator["translate"] == {"greedy": False, "scores": False}
+    assert fake_translator["translate"] == DecodeOptions(greedy=False, scores=False)
 
 
 def test_evaluate_warnings_name_the_source_file(files, tmp_path, fake_translator, capsys):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from nmt.decode.lines import check_model_dirs, model_dirs, one_line, warn_to_stderr
+from nmt.decode.options import DecodeOptions
 from nmt.errors import NmtError
 from nmt.eval.scoring import (
     TOKENIZERS,
@@ -52,13 +52,14 @@ def evaluate(
     checkpoint: str = "default",
     precision: str = "auto",
     progress: Callable[[int, int], None] | None = None,
-    **translate_kwargs: Any,
+    decoding: DecodeOptions | None = None,
 ) -> list[Result]:
     """Translate `src` with the model (several directories: their ensemble) and score it; every
     input is checked before the model loads.
 
-    `translate_kwargs` go to `Translator.translate` (None means the model config's value);
-    `progress(n_done_now, n_total)` is called as batches finish.
+    `decoding` says how to translate (None, or an unset option: the model config's value;
+    scores are never computed, only the text is scored); `progress(n_done_now, n_total)` is
+    called as batches finish.
     """
     metric_names = parse_metrics(metrics)
     opts = options or Options()
@@ -73,13 +74,13 @@ def evaluate(
     translator = Translator.from_dir(
         dirs[0] if len(dirs) == 1 else dirs, device, checkpoint, precision
     )
-    kwargs = {k: v for k, v in translate_kwargs.items() if v is not None}
-    kwargs.setdefault("scores", False)  # only the text is scored
-    kwargs.setdefault("on_warning", warn_to_stderr(str(src)))  # truncations name the file
-    if progress is not None:
-        kwargs["progress"] = lambda n: progress(n, len(src_lines))
+    how = dataclasses.replace(decoding or DecodeOptions(), scores=False)  # only text is scored
+    advance = None if progress is None else lambda n: progress(n, len(src_lines))
     with translator:  # its worker processes end with the translation
-        hyps = [one_line(h.text) for h in translator.translate(src_lines, **kwargs)]  # as translate
+        translations = translator.translate(
+            src_lines, how, on_warning=warn_to_stderr(str(src)), progress=advance
+        )  # truncation warnings name the file
+        hyps = [one_line(h.text) for h in translations]  # as translate writes them
     if translator.tgt_tok.lowercase:  # it writes lowercased text: cased BLEU would only punish that
         opts = dataclasses.replace(opts, lowercase=True)  # the signature says case:lc
     if len(hyps) != len(src_lines):  # the translator's contract; never score a shifted file

@@ -1,0 +1,192 @@
+"""The options several commands share, each declared once as an `Annotated` alias (one spelling,
+one help text everywhere), and `decode_options`, which turns the decoding flags into the
+library's `DecodeOptions`. Imports typer alone: `nmt --help` loads no model code."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from nmt.decode.options import DecodeOptions, Sampling
+
+# ---- models and where they run --------------------------------------------------------------
+
+ModelDirOpt = Annotated[str, typer.Option("--model", "-m", help="MODEL_DIR written by nmt train.")]
+ModelDirsOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--model",
+        "-m",
+        help="MODEL_DIR written by nmt train; repeat for an ensemble (the models' probabilities "
+        "averaged; they must share the SentencePiece models).",
+    ),
+]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or mps.")]
+CheckpointOpt = Annotated[
+    str,
+    typer.Option(
+        "--checkpoint",
+        help="default (averaged when it beat best on valid at the end of training, else best), "
+        "best, last, averaged, or a .safetensors path.",
+    ),
+]
+PrecisionOpt = Annotated[
+    str,
+    typer.Option(
+        "--precision",
+        help="auto (bf16 on GPUs, and on native-bf16 CPUs for d_model >= 128; else fp32), fp32, "
+        "bf16 or fp16 (GPU).",
+    ),
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
+NoProgressOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+
+# ---- decoding (nmt.decode.options.DecodeOptions; None: the model's `decoding` config) -------
+
+BeamSizeOpt = Annotated[
+    int | None,
+    typer.Option("--beam-size", "-b", help="Beam width \\[default: model config]. 1 = greedy."),
+]
+GreedyOpt = Annotated[bool, typer.Option("--greedy", help="Greedy search (same as --beam-size 1).")]
+LengthPenaltyOpt = Annotated[
+    float | None,
+    typer.Option("--length-penalty", help="GNMT length penalty \\[default: model config]."),
+]
+StopOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--stop",
+        help="Beam stopping rule: exact (no live hypothesis can still win under the length "
+        "penalty) or early (faster; assumes live hypotheses end next step). Default: model "
+        "config, exact.",
+    ),
+]
+NbestOpt = Annotated[
+    int,
+    typer.Option(
+        "--nbest",
+        help="Hypotheses per input. Text format: N lines per input line, best first "
+        "(empty lines when fewer were found); jsonl: N entries in 'hypotheses'.",
+    ),
+]
+MaxLenAOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-len-a", help="Max output length a*|source|+b: a (default: model config, 1.2)."
+    ),
+]
+MaxLenBOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-len-b", help="Max output length a*|source|+b: b (default: model config, 10)."
+    ),
+]
+MinLenOpt = Annotated[
+    int | None,
+    typer.Option("--min-len", help="Minimum output length in subwords (default: model config, 0)."),
+]
+BatchTokensOpt = Annotated[
+    int | None,
+    typer.Option("--batch-tokens", help="Padded tokens per batch \\[default: model config]."),
+]
+SamplingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sampling",
+        help="Draw each token from the model's distribution instead of searching (sampled "
+        "back-translation); --nbest N: N samples per line, best score first.",
+    ),
+]
+TemperatureOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--temperature", help="--sampling: divide log-probs by T (<1 sharper). Default 1."
+    ),
+]
+TopKOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--sampling-topk", help="--sampling: only from the K most likely tokens (0: all)."
+    ),
+]
+TopPOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--sampling-topp",
+        help="--sampling: only from the fewest tokens holding P of the probability (1: all).",
+    ),
+]
+SamplingSeedOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--seed",
+        help="--sampling: seed (default 0). A line's samples depend on the seed, its line "
+        "number in its file and the model, not on batching or --workers.",
+    ),
+]
+
+# ---- scores -----------------------------------------------------------------------------------
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="A JSON list of score objects.")]
+
+
+def decode_options(
+    *,
+    beam_size: int | None = None,
+    greedy: bool = False,
+    length_penalty: float | None = None,
+    nbest: int = 1,
+    max_len_a: float | None = None,
+    max_len_b: float | None = None,
+    min_len: int | None = None,
+    batch_tokens: int | None = None,
+    stop: str | None = None,
+    with_attention: bool = False,
+    sampling: bool = False,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+) -> DecodeOptions:
+    """The decoding flags of a command as the library's options, the sampling ones checked
+    before any model loads (the model's own defaults are checked by `check_search`)."""
+    from nmt.decode.options import DecodeOptions
+
+    return DecodeOptions(
+        beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, nbest=nbest,
+        max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens,
+        stop=stop, with_attention=with_attention,
+        sampling=sampling_options(sampling, temperature, top_k, top_p, seed, beam_size, greedy),
+    )  # fmt: skip
+
+
+def sampling_options(
+    on: bool,
+    temperature: float | None,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int | None,
+    beam_size: int | None = None,
+    greedy: bool = False,
+) -> Sampling | None:
+    """The `--sampling` settings, or None; a search (`beam_size`, `greedy`) beside them is
+    refused first, and their flags without `--sampling` are refused too."""
+    from nmt.decode.options import Sampling, check_sampling
+    from nmt.errors import NmtError
+
+    check_sampling(beam_size, greedy, on)
+    if not on:
+        if (temperature, top_k, top_p, seed) != (None, None, None, None):
+            raise NmtError(
+                "--temperature, --sampling-topk, --sampling-topp and --seed need --sampling"
+            )
+        return None
+    default = Sampling()
+    return Sampling(
+        temperature=default.temperature if temperature is None else temperature,
+        top_k=default.top_k if top_k is None else top_k,
+        top_p=default.top_p if top_p is None else top_p,
+        seed=default.seed if seed is None else seed,
+    )
