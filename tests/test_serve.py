@@ -4,6 +4,7 @@ on 127.0.0.1 (same records as `nmt translate --format jsonl`, disconnects, SIGTE
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -307,6 +308,30 @@ def test_bad_settings_name_the_option():
     msg = r"^--max-wait-ms must be below --timeout \(60 s = 60000 ms\), got inf$"
     with pytest.raises(NmtError, match=msg):  # a lone request would always time out
         create_app(lambda: None, Settings(max_wait_ms=float("inf")))
+
+
+def test_requests_are_tokenised_off_the_event_loop(translator):
+    on_loop: list[bool] = []
+
+    class Tokenizer:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(translator.src_tok, name)
+
+        def encode_batch(self, lines: list[str], **kw: Any) -> Any:
+            try:
+                asyncio.get_running_loop()
+                on_loop.append(True)
+            except RuntimeError:
+                on_loop.append(False)
+            return translator.src_tok.encode_batch(lines, **kw)
+
+    class Watched(Counting):
+        src_tok = Tokenizer()
+
+    with client_for(lambda: Watched(translator)) as c:
+        wait_ready(c)
+        assert c.post("/translate", json={"text": ["a man", "dogs"]}).status_code == 200
+    assert on_loop == [False]
 
 
 # ---- loading, failures, timeouts --------------------------------------------------------------

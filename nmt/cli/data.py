@@ -32,7 +32,11 @@ def preprocess_cmd(
         3.0, "--max-ratio", help="Drop train pairs whose longer/shorter side ratio is higher."
     ),
     dedupe: bool = typer.Option(False, "--dedupe", help="Drop duplicate train pairs."),
-    threads: int = typer.Option(None, "--threads", help="Worker processes (default: all cores)."),
+    threads: int = typer.Option(
+        None,
+        "--threads",
+        help="Worker processes (default: OMP_NUM_THREADS, else every CPU this process may use).",
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing non-empty DATA_DIR."),
     skip_invalid: bool = typer.Option(
         False, "--skip-invalid", help="Drop train pairs with invalid UTF-8 instead of failing."

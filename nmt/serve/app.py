@@ -1,7 +1,8 @@
 """The HTTP API and page of `nmt serve`: `create_app(translator_factory, settings)` returns a
 FastAPI app that loads the model in a thread at start-up (GET /health says loading, then ready),
 micro-batches POST /translate (search or sampling) and POST /score (forced decoding) requests
-(`nmt.serve.batcher`), and serves the page at /."""
+(`nmt.serve.batcher`), each checked (`nmt.serve.request`) and tokenised on a thread, off the event
+loop, and serves the page at /."""
 
 from __future__ import annotations
 
@@ -22,12 +23,21 @@ from fastapi.staticfiles import StaticFiles
 from nmt.decode.options import MAX_SAMPLES, DecodeOptions
 from nmt.errors import NmtError
 from nmt.serve.batcher import BatchResult, Decode, MicroBatcher
-from nmt.serve.request import Limits, bad, parse_request, parse_score_request
+from nmt.serve.request import Context, Limits, ScoreBody, TranslateBody, bad, parse
 from nmt.serve.schema import OPENAPI_BODY, RESPONSES, SCORE_BODY, SCORE_RESPONSES
 
 STATIC = Path(__file__).parent / "static"
 SCORE = "score"  # the batcher options of a /score job: forced decoding, batched apart
 log = logging.getLogger("nmt.serve")
+
+
+@dataclass(frozen=True)
+class Work:
+    """A checked request as the batcher takes it: its items, their options and their lengths."""
+
+    items: list[Any]  # lines, or /score's (source, target) pairs
+    options: Hashable  # a DecodeOptions, or SCORE
+    lengths: list[int]  # padded tokens per item (eos included)
 
 
 @dataclass(frozen=True)
@@ -82,7 +92,7 @@ class ServerState:
         self.name = model_name(settings.model_dir)
 
     async def load(self, factory: Callable[[], Any]) -> None:
-        """Build the translator on a thread (the loop keeps answering /health), then start batching."""
+        """Build the translator on a thread (the loop keeps answering /health), then batch."""
         translator = None
         try:
             translator = await asyncio.to_thread(_loaded, factory)
@@ -107,6 +117,22 @@ class ServerState:
                 503, self.error or "the model is still loading; retry when GET /health is ready"
             )
         return self.batcher
+
+    def context(self) -> Context:
+        """What a body is checked against: the limits and the loaded model."""
+        return Context(self.settings.limits, self.translator.decoding, self.sampling_ok)
+
+    def translation(self, body: bytes) -> Work:
+        """A /translate body checked and tokenised (CPU work: run it off the event loop)."""
+        req = parse(TranslateBody, body, self.context())
+        lines = req.lines()
+        options = req.options(self.translator.decoding)
+        return Work(lines, options, _lengths(self.translator, lines))
+
+    def scoring(self, body: bytes) -> Work:
+        """A /score body checked and tokenised (CPU work: run it off the event loop)."""
+        pairs = parse(ScoreBody, body, self.context()).pairs()
+        return Work(pairs, SCORE, _pair_lengths(self.translator, pairs))
 
 
 def _loaded(factory: Callable[[], Any]) -> Any:
@@ -230,29 +256,15 @@ def create_app(translator_factory: Callable[[], Any], settings: Settings | None 
     async def translate(request: Request) -> Response:
         """Translate one line (`text`: a string) or several (a list), in order, one entry per line:
         the records of `nmt translate --format jsonl`."""
-        start = time.perf_counter()
-        batcher = state.ready()
-        body = await _read_body(request, settings.limits.max_body_bytes)
-        req = parse_request(body, settings.limits, state.translator.decoding, state.sampling_ok)
-        lengths = _lengths(state.translator, req.lines)
-        result = await _wait(request, batcher.submit(req.lines, req.options, lengths), settings)
-        if result is None:
-            return Response(status_code=499)  # the client is gone: nobody reads this
-        return _answer("translations", result, state.name, start)
+        limit = settings.limits.max_body_bytes
+        return await _decode(request, state, state.translation, limit, "translations")
 
     @app.post("/score", openapi_extra=SCORE_BODY, responses=SCORE_RESPONSES)
     async def score(request: Request) -> Response:
         """Score given translations (forced decoding): per pair, the log-probability of `target`
         given `source`, in order; the records of `nmt rescore --format jsonl`."""
-        start = time.perf_counter()
-        batcher = state.ready()
-        body = await _read_body(request, 2 * settings.limits.max_body_bytes)
-        req = parse_score_request(body, settings.limits)
-        lengths = _pair_lengths(state.translator, req.pairs)
-        result = await _wait(request, batcher.submit(req.pairs, SCORE, lengths), settings)
-        if result is None:
-            return Response(status_code=499)
-        return _answer("scores", result, state.name, start)
+        limit = 2 * settings.limits.max_body_bytes  # two texts
+        return await _decode(request, state, state.scoring, limit, "scores")
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
@@ -260,6 +272,23 @@ def create_app(translator_factory: Callable[[], Any], settings: Settings | None 
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+async def _decode(
+    request: Request, state: ServerState, check: Callable[[bytes], Work], limit: int, field: str
+) -> Response:
+    """A decoding request's answer: its body read (at most `limit` bytes), then checked and
+    tokenised by `check` on a thread while the loop serves others, then micro-batched; its
+    records under `field`."""
+    start = time.perf_counter()
+    batcher = state.ready()
+    body = await _read_body(request, limit)
+    work = await asyncio.to_thread(check, body)
+    job = batcher.submit(work.items, work.options, work.lengths)
+    result = await _wait(request, job, state.settings)
+    if result is None:
+        return Response(status_code=499)  # the client is gone: nobody reads this
+    return _answer(field, result, state.name, start)
 
 
 def _answer(field: str, result: BatchResult, name: str, start: float) -> JSONResponse:

@@ -136,7 +136,7 @@ class MicroBatcher:
                 return job
 
     async def _decode_group(self, jobs: list[Job]) -> None:
-        """One decoder call for jobs with equal options, on the worker thread; results split back."""
+        """One decoder call for jobs with equal options, on the worker thread; results split."""
         jobs = [j for j in jobs if j.live]
         if not jobs:
             return

@@ -1,23 +1,33 @@
-"""The body of `POST /translate`, checked by hand so every mistake gets one line that names the
-field (a framework's validation lists every alternative of a union; clients need one sentence)."""
+"""The bodies of `POST /translate` and `POST /score` as pydantic models: they check a request and
+describe it in the OpenAPI docs. Every mistake gets one line that names the field (pydantic's own
+errors list each alternative of a union; clients need one sentence): a field's validator raises
+`Refused`, `DecodeOptions.resolve` an `OptionError` (the decoding ranges are the model config's),
+and `parse` answers the first as {"detail": line} with its status (400 / 413 / 422)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from fastapi import HTTPException
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic_core import PydanticUseDefault
 
-from nmt.config import DecodingConfig
-from nmt.decode.options import MAX_SAMPLES, DecodeOptions, Sampling
+from nmt.config import DecodingConfig, Range
+from nmt.decode.options import CONFIG_FIELDS, DecodeOptions, OptionError, Sampling
 
-FIELDS = ("text", "beam_size", "nbest", "length_penalty", "with_attention", "sampling")
-SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
-SCORE_FIELDS = ("source", "target")
-_RANGES = {f.name: f.metadata.get("range") for f in dataclasses.fields(DecodingConfig)}
+Loc = tuple[str | int, ...]  # where pydantic found a value: field names and list indices
+SAMPLING_EXAMPLE = '{"temperature": 0.8, "top_p": 0.9, "seed": 1}'
 
 
 @dataclass(frozen=True)
@@ -34,19 +44,32 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class TranslateRequest:
-    """A checked request: its lines and decoding options (beam_size or sampling, nbest,
-    length_penalty, with_attention; the others the model's)."""
+class Context:
+    """What a body is checked against: the server's limits, the model's decoding defaults, and
+    whether its engine samples (an export's CTranslate2 does not draw nmt's keyed samples)."""
 
-    lines: list[str]
-    options: DecodeOptions
+    limits: Limits
+    defaults: DecodingConfig
+    sampling_ok: bool = True
 
 
-@dataclass(frozen=True)
-class ScoreRequest:
-    """A checked /score request: (source, target) pairs."""
+class Refused(ValueError):
+    """A field's one-line error: `template` names the field as {name}, spelled from where
+    pydantic found it and `at` (deeper: a list item, an unknown key); `values` fill the rest."""
 
-    pairs: list[tuple[str, str]]
+    def __init__(self, template: str, status: int = 422, at: Loc = (), **values: Any) -> None:
+        super().__init__(template)
+        self.template, self.status, self.at, self.values = template, status, at, values
+
+    def message(self, loc: Loc) -> str:
+        """The line a client reads."""
+        return self.template.format(name=spell(loc + self.at), **self.values)
+
+
+def spell(loc: Loc) -> str:
+    """A field as messages name it: 'text', 'sampling.temperature', 'text'[1]."""
+    keys = ".".join(str(part) for part in loc if isinstance(part, str))
+    return repr(keys) + "".join(f"[{part}]" for part in loc if isinstance(part, int))
 
 
 def bad(status: int, message: str) -> HTTPException:
@@ -66,62 +89,279 @@ def json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def parse_request(
-    body: bytes, limits: Limits, defaults: DecodingConfig, sampling_ok: bool = True
-) -> TranslateRequest:
-    """Decode and check a /translate body; 400 for broken JSON, 413 over a limit, 422 otherwise
-    (`sampling_ok` False: the engine cannot sample, an export's CTranslate2)."""
-    data = _object(body, '{"text": "..."}', FIELDS)
-    lines = _lines(data, "text", limits)
-    sampling = _sampling(data.get("sampling", False))
-    nbest = _integer(data, "nbest", 1)
-    if sampling is not None:
-        if not sampling_ok:
-            raise bad(
-                422,
-                "'sampling' needs a model directory: this server runs an `nmt export` "
-                "(CTranslate2 does not draw nmt's keyed samples)",
-            )
-        if data.get("beam_size") is not None:
-            raise bad(422, "'sampling' draws its own tokens: drop 'beam_size'")
-        if not 1 <= nbest <= MAX_SAMPLES:
-            raise bad(
-                422, f"'nbest' must be between 1 and {MAX_SAMPLES} with 'sampling', got {nbest}"
-            )
-        search: dict[str, Any] = {"sampling": Sampling(*sampling)}
-    else:
-        beam = _integer(data, "beam_size", defaults.beam_size)
-        if not 1 <= nbest <= beam:
-            raise bad(422, f"'nbest' must be between 1 and the beam size ({beam}), got {nbest}")
-        search = {"beam_size": beam}
-    penalty = _number(data, "length_penalty", defaults.length_penalty)
-    attention = data.get("with_attention", False)
-    if not isinstance(attention, bool):
-        raise bad(422, f"'with_attention' must be true or false, got {json_type(attention)}")
-    options = DecodeOptions(nbest=nbest, length_penalty=penalty, with_attention=attention, **search)
-    return TranslateRequest(lines, options)
+# ---- field validators -------------------------------------------------------------------------
 
 
-def parse_score_request(body: bytes, limits: Limits) -> ScoreRequest:
-    """Decode and check a /score body: `source` and `target`, both a string or both a list of
-    the same length."""
-    data = _object(body, '{"source": "...", "target": "..."}', SCORE_FIELDS)
-    source, target = _lines(data, "source", limits), _lines(data, "target", limits)
-    if isinstance(data["source"], str) != isinstance(data["target"], str):
-        raise bad(422, "'source' and 'target' must both be strings or both be lists")
-    if len(source) != len(target):
-        raise bad(
-            422,
-            f"'source' has {len(source)} lines but 'target' has {len(target)} "
-            "(one target per source line)",
-        )
-    return ScoreRequest(list(zip(source, target, strict=True)))
+def _context(info: ValidationInfo) -> Context:
+    """The `Context` a body is validated with (`parse` gives it)."""
+    if not isinstance(info.context, Context):
+        raise TypeError("request bodies are validated with context=Context(...)")
+    return info.context
 
 
-def _object(body: bytes, example: str, fields: tuple[str, ...]) -> dict[str, Any]:
-    """The body as a JSON object with only known fields; 400 for broken JSON, 422 otherwise."""
+def _lines(value: Any, info: ValidationInfo) -> Any:
+    """`text`, `source`, `target`: a string or a non-empty list of strings, within the limits."""
+    if not isinstance(value, str | list):
+        got = json_type(value)
+        raise Refused("{name} must be a string or a list of strings, got {got}", got=got)
+    if value in ("", []):
+        raise Refused("{name} is empty")
+    limits = _context(info).limits
+    if isinstance(value, str):
+        _line(value, (), limits)
+        return value
+    if len(value) > limits.max_lines:
+        template = "{name} has {n} lines; the limit is {limit} (--max-request-lines)"
+        raise Refused(template, 413, n=len(value), limit=limits.max_lines)
+    for i, line in enumerate(value):
+        _line(line, (i,), limits)
+    return value
+
+
+def _line(line: Any, at: Loc, limits: Limits) -> None:
+    """One line: a string within --max-line-chars, without line breaks, encodable as UTF-8."""
+    if not isinstance(line, str):
+        raise Refused("{name} must be a string, got {got}", at=at, got=json_type(line))
+    if len(line) > limits.max_chars:
+        template = "{name} has {n} characters; the limit is {limit} (--max-line-chars)"
+        raise Refused(template, 413, at, n=len(line), limit=limits.max_chars)
+    if "\n" in line or "\r" in line:
+        raise Refused("{name} contains a line break; send one sentence per list item", at=at)
     try:
-        data = json.loads(body)
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Refused("{name} is not valid Unicode (an unpaired surrogate escape)", at=at) from None
+
+
+def integer(bounds: Range | None = None, requirement: str = "") -> BeforeValidator:
+    """An integer (not a boolean, not 2.0) within `bounds` (`requirement`: how they read); null
+    takes the field's default."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            raise PydanticUseDefault
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Refused("{name} must be an integer, got {got}", got=json_type(value))
+        if bounds is not None and value not in bounds:
+            raise Refused(
+                "{name} must be {requirement}, got {got}", requirement=requirement, got=value
+            )
+        return value
+
+    return BeforeValidator(check)
+
+
+def number(bounds: Range, always_finite: bool = False) -> BeforeValidator:
+    """A JSON number as a finite float within `bounds`; null takes the field's default. Its error
+    says "a finite number" when the value is not one (`always_finite`: whatever failed, as a
+    decoding option's does)."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            raise PydanticUseDefault
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Refused("{name} must be a number, got {got}", got=json_type(value))
+        try:
+            x = float(value)
+        except OverflowError:  # an integer beyond any float
+            x = math.inf
+        if x not in bounds:
+            requirement = f"a finite number {bounds}" if always_finite else bounds.requirement(x)
+            overflow = isinstance(value, int) and math.isinf(x)
+            got = f"an integer of {len(str(value))} digits" if overflow else x
+            raise Refused(
+                "{name} must be {requirement}, got {got}", requirement=requirement, got=got
+            )
+        return x
+
+    return BeforeValidator(check)
+
+
+def decoding_number(key: str) -> BeforeValidator:
+    """A float decoding option, in the range its `decoding` config key declares."""
+    return number(CONFIG_FIELDS[key]["range"], always_finite=True)
+
+
+def _boolean(value: Any) -> Any:
+    """true or false (null is neither)."""
+    if not isinstance(value, bool):
+        raise Refused("{name} must be true or false, got {got}", got=json_type(value))
+    return value
+
+
+def _sampling(value: Any) -> Any:
+    """`sampling`: true (`nmt translate --sampling`'s settings), false or null (search), or an
+    object of settings."""
+    if value is True:
+        return {}
+    if value is False or value is None:
+        return None
+    if not isinstance(value, dict):
+        template = "{name} must be true, false or an object like {example}, got {got}"
+        raise Refused(template, example=SAMPLING_EXAMPLE, got=json_type(value))
+    return value
+
+
+def _boolean_or_settings(schema: dict[str, Any]) -> None:
+    """The docs of `sampling` as clients send it: a boolean or the settings, false by default."""
+    settings = [s for s in schema.pop("anyOf") if s.get("type") != "null"]
+    schema.update(anyOf=[{"type": "boolean"}, *settings], default=False)
+
+
+Lines = Annotated[str | list[str], BeforeValidator(_lines)]
+Flag = Annotated[bool, BeforeValidator(_boolean)]
+
+
+# ---- the bodies -------------------------------------------------------------------------------
+
+
+class Body(BaseModel):
+    """A JSON object holding only the fields its model declares, checked in their order."""
+
+    model_config = ConfigDict(extra="forbid")
+    EXAMPLE: ClassVar[str] = "{}"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        """An object first, then no unknown field, before any field is read."""
+        if not isinstance(data, dict):
+            template = "the body must be a JSON object like {example}, got {got}"
+            raise Refused(template, example=cls.EXAMPLE, got=json_type(data))
+        for key in data:
+            if key not in cls.model_fields:
+                expected = ", ".join(cls.model_fields)
+                raise Refused(
+                    "unknown field {name} (expected {expected})", at=(key,), expected=expected
+                )
+        return data
+
+
+class SamplingBody(Body):
+    """`nmt translate --sampling`'s settings."""
+
+    temperature: Annotated[float, number(Range(0, lo_open=True))] = Field(
+        1.0, description="Softmax temperature, > 0."
+    )
+    top_k: Annotated[int, integer(Range(0), ">= 0 (0: all tokens)")] = Field(
+        0, description="Draw among the k most likely tokens (0: all)."
+    )
+    top_p: Annotated[float, number(Range(0, 1, lo_open=True))] = Field(
+        1.0, description="Nucleus: the smallest set holding top_p (1: all)."
+    )
+    seed: Annotated[int, integer(Range(0, 2**63, hi_open=True), "in [0, 2**63)")] = Field(
+        0, description="Same seed, same request: same samples."
+    )
+
+
+class TranslateBody(Body):
+    """One sentence or a list of sentences, and optional decoding options."""
+
+    EXAMPLE = '{"text": "..."}'
+
+    text: Lines = Field(description="One line, or a list of lines (no line breaks).")
+    beam_size: Annotated[int | None, integer()] = Field(
+        None, description="Beam width; 1 = greedy (default: model's)."
+    )
+    nbest: Annotated[int, integer()] = Field(
+        1, description="Hypotheses per line, 1..beam_size (with sampling: samples, 1..200)."
+    )
+    length_penalty: Annotated[float | None, decoding_number("length_penalty")] = Field(
+        None, description="GNMT alpha (default: model's)."
+    )
+    with_attention: Flag = Field(
+        False, description="Add source_tokens and per hypothesis attention (target x source)."
+    )
+    sampling: Annotated[SamplingBody | None, BeforeValidator(_sampling)] = Field(
+        None,
+        description="Draw tokens instead of searching (no beam_size): true for the defaults or "
+        "the settings. A line's samples depend on the seed and its place in the request only.",
+        json_schema_extra=_boolean_or_settings,
+    )
+
+    @model_validator(mode="after")
+    def _decodable(self, info: ValidationInfo) -> TranslateBody:
+        """Sampling only where the engine samples, never beside a beam; then the ranges of
+        `DecodeOptions.resolve` (an `OptionError`)."""
+        context = _context(info)
+        if self.sampling is not None and not context.sampling_ok:
+            raise Refused(
+                "'sampling' needs a model directory: this server runs an `nmt export` "
+                "(CTranslate2 does not draw nmt's keyed samples)"
+            )
+        if self.sampling is not None and self.beam_size is not None:
+            raise Refused("'sampling' draws its own tokens: drop 'beam_size'")
+        self.options(context.defaults).resolve(context.defaults)
+        return self
+
+    def lines(self) -> list[str]:
+        """The lines to translate, in order."""
+        return [self.text] if isinstance(self.text, str) else self.text
+
+    def options(self, defaults: DecodingConfig) -> DecodeOptions:
+        """The decoding options, the model's defaults written in (so requests that ask for the
+        same search are batched together whether they name the defaults or not)."""
+        penalty = defaults.length_penalty if self.length_penalty is None else self.length_penalty
+        if self.sampling is not None:
+            settings = Sampling(**self.sampling.model_dump())
+            return DecodeOptions(
+                nbest=self.nbest,
+                length_penalty=penalty,
+                with_attention=self.with_attention,
+                sampling=settings,
+            )
+        return DecodeOptions(
+            beam_size=defaults.beam_size if self.beam_size is None else self.beam_size,
+            nbest=self.nbest,
+            length_penalty=penalty,
+            with_attention=self.with_attention,
+        )
+
+
+class ScoreBody(Body):
+    """Pairs to score: both strings, or both lists of the same length."""
+
+    EXAMPLE = '{"source": "...", "target": "..."}'
+
+    source: Lines = Field(description="Source line(s).")
+    target: Lines = Field(description="One translation per source line.")
+
+    @model_validator(mode="after")
+    def _paired(self) -> ScoreBody:
+        """One target per source line."""
+        if isinstance(self.source, str) != isinstance(self.target, str):
+            raise Refused("'source' and 'target' must both be strings or both be lists")
+        if isinstance(self.source, list) and len(self.source) != len(self.target):
+            template = "'source' has {n} lines but 'target' has {m} (one target per source line)"
+            raise Refused(template, n=len(self.source), m=len(self.target))
+        return self
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """The (source, target) pairs, in order."""
+        if isinstance(self.source, str) and isinstance(self.target, str):
+            return [(self.source, self.target)]
+        return list(zip(self.source, self.target, strict=True))
+
+
+# ---- parsing ----------------------------------------------------------------------------------
+
+B = TypeVar("B", bound=Body)
+REQUIRED = "{name} is required: a string or a list of strings"  # every required field holds lines
+
+
+def parse(model: type[B], body: bytes, context: Context) -> B:
+    """A body decoded and checked by `model`: 400 for broken JSON, else 413 over a limit, 422."""
+    data = read_json(body)
+    try:
+        return model.model_validate(data, context=context)
+    except ValidationError as e:
+        raise problem(e) from None
+
+
+def read_json(body: bytes) -> Any:
+    """The body's JSON value; 400 when it is not JSON this server reads."""
+    try:
+        return json.loads(body)
     except UnicodeDecodeError:
         raise bad(400, "the body is not valid UTF-8") from None
     except json.JSONDecodeError as e:
@@ -129,115 +369,16 @@ def _object(body: bytes, example: str, fields: tuple[str, ...]) -> dict[str, Any
         raise bad(400, msg) from None
     except (RecursionError, ValueError) as e:  # nested too deeply; an integer too long
         raise bad(400, f"the body is not JSON this server reads ({type(e).__name__})") from None
-    if not isinstance(data, dict):
-        raise bad(422, f"the body must be a JSON object like {example}, got {json_type(data)}")
-    for key in data:
-        if key not in fields:
-            raise bad(422, f"unknown field {key!r} (expected {', '.join(fields)})")
-    return data
 
 
-def _sampling(value: Any) -> tuple[float, int, float, int] | None:
-    """`sampling` (false, true or an object of settings) as (temperature, top_k, top_p, seed),
-    or None; the defaults are `nmt translate --sampling`'s."""
-    if value is False or value is None:
-        return None
-    if value is True:
-        value = {}
-    if not isinstance(value, dict):
-        raise bad(
-            422,
-            "'sampling' must be true, false or an object like "
-            f'{{"temperature": 0.8, "top_p": 0.9, "seed": 1}}, got {json_type(value)}',
-        )
-    for key in value:
-        if key not in SAMPLING_FIELDS:
-            expected = ", ".join(SAMPLING_FIELDS)
-            raise bad(422, f"unknown field 'sampling.{key}' (expected {expected})")
-    named = {f"sampling.{k}": v for k, v in value.items()}
-    temperature = _number(named, "sampling.temperature", 1.0, bounds="> 0")
-    top_k = _integer(named, "sampling.top_k", 0)
-    top_p = _number(named, "sampling.top_p", 1.0, bounds="in (0, 1]")
-    seed = _integer(named, "sampling.seed", 0)
-    checks = [
-        (temperature > 0, "'sampling.temperature' must be > 0", temperature),
-        (top_k >= 0, "'sampling.top_k' must be >= 0 (0: all tokens)", top_k),
-        (0 < top_p <= 1, "'sampling.top_p' must be in (0, 1]", top_p),
-        (0 <= seed < 2**63, "'sampling.seed' must be in [0, 2**63)", seed),
-    ]
-    for ok, message, got in checks:
-        if not ok:
-            raise bad(422, f"{message}, got {got}")
-    return temperature, top_k, top_p, seed
-
-
-def _lines(data: dict[str, Any], field: str, limits: Limits) -> list[str]:
-    """A field (`text`, `source`, `target`) as a list of single-line strings within the limits."""
-    if field not in data:
-        raise bad(422, f"{field!r} is required: a string or a list of strings")
-    text = data[field]
-    if isinstance(text, str):
-        lines, names = [text], [repr(field)]
-    elif isinstance(text, list):
-        lines, names = text, [f"{field!r}[{i}]" for i in range(len(text))]
-    else:
-        raise bad(422, f"{field!r} must be a string or a list of strings, got {json_type(text)}")
-    if text in ("", []):
-        raise bad(422, f"{field!r} is empty")
-    if len(lines) > limits.max_lines:
-        raise bad(
-            413,
-            f"{field!r} has {len(lines)} lines; the limit is {limits.max_lines} "
-            "(--max-request-lines)",
-        )
-    for name, line in zip(names, lines, strict=True):
-        if not isinstance(line, str):
-            raise bad(422, f"{name} must be a string, got {json_type(line)}")
-        if len(line) > limits.max_chars:
-            raise bad(
-                413,
-                f"{name} has {len(line)} characters; the limit is {limits.max_chars} "
-                "(--max-line-chars)",
-            )
-        if "\n" in line or "\r" in line:
-            raise bad(422, f"{name} contains a line break; send one sentence per list item")
-        try:
-            line.encode("utf-8")
-        except UnicodeEncodeError:
-            raise bad(422, f"{name} is not valid Unicode (an unpaired surrogate escape)") from None
-    return lines
-
-
-def _integer(data: dict[str, Any], key: str, default: int) -> int:
-    """An optional integer field, in its `decoding` config range when it has one."""
-    value = data.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(422, f"{key!r} must be an integer, got {json_type(value)}")
-    bounds = _RANGES.get(key)
-    if bounds is not None and value not in bounds:
-        raise bad(422, f"{key!r} must be {bounds}, got {value}")
-    return value
-
-
-def _number(data: dict[str, Any], key: str, default: float, bounds: str = "") -> float:
-    """An optional finite number field, in its `decoding` config range (`bounds`: how the
-    caller's own range reads, for the message)."""
-    value = data.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad(422, f"{key!r} must be a number, got {json_type(value)}")
-    limits = _RANGES.get(key)
-    try:
-        number = float(value)
-    except OverflowError:  # an integer beyond any float
-        raise bad(
-            422,
-            f"{key!r} must be a finite number {bounds or limits}, got an integer of "
-            f"{len(str(value))} digits",
-        ) from None
-    if not math.isfinite(number) or (limits is not None and number not in limits):
-        raise bad(422, f"{key!r} must be a finite number {bounds or limits}, got {number}")
-    return number
+def problem(error: ValidationError) -> HTTPException:
+    """The first thing wrong with a body, as one line: what the field's check said."""
+    first = error.errors(include_url=False)[0]
+    loc, cause = first["loc"], first.get("ctx", {}).get("error")
+    if isinstance(cause, Refused):
+        return bad(cause.status, cause.message(loc))
+    if isinstance(cause, OptionError):
+        return bad(422, cause.render(repr))
+    if first["type"] == "missing":
+        return bad(422, REQUIRED.format(name=spell(loc)))
+    return bad(422, f"{spell(loc)}: {first['msg']}")

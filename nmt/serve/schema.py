@@ -1,46 +1,13 @@
-"""The OpenAPI description of POST /translate (documentation only: `nmt.serve.request` checks
-bodies by hand for one-line errors, and answers are built without a second validation pass)."""
+"""The OpenAPI description of the answers (documentation only: answers are built without a second
+validation pass) and of the request bodies, whose models `nmt.serve.request` checks them with."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-
-class TranslateBody(BaseModel):
-    """One sentence or a list of sentences, and optional decoding options."""
-
-    text: str | list[str] = Field(description="One line, or a list of lines (no line breaks).")
-    beam_size: int | None = Field(None, description="Beam width; 1 = greedy (default: model's).")
-    nbest: int = Field(
-        1, description="Hypotheses per line, 1..beam_size (with sampling: samples, 1..200)."
-    )
-    length_penalty: float | None = Field(None, description="GNMT alpha (default: model's).")
-    with_attention: bool = Field(
-        False, description="Add source_tokens and per hypothesis attention (target x source)."
-    )
-    sampling: bool | SamplingBody = Field(
-        False,
-        description="Draw tokens instead of searching (no beam_size): true for the defaults or "
-        "the settings. A line's samples depend on the seed and its place in the request only.",
-    )
-
-
-class SamplingBody(BaseModel):
-    """`nmt translate --sampling`'s settings."""
-
-    temperature: float = Field(1.0, description="Softmax temperature, > 0.")
-    top_k: int = Field(0, description="Draw among the k most likely tokens (0: all).")
-    top_p: float = Field(1.0, description="Nucleus: the smallest set holding top_p (1: all).")
-    seed: int = Field(0, description="Same seed, same request: same samples.")
-
-
-class ScoreBody(BaseModel):
-    """Pairs to score: both strings, or both lists of the same length."""
-
-    source: str | list[str] = Field(description="Source line(s).")
-    target: str | list[str] = Field(description="One translation per source line.")
+from nmt.serve.request import ScoreBody, TranslateBody
 
 
 class PairScore(BaseModel):
