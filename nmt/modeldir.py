@@ -136,8 +136,28 @@ def save_weights(model: Any, path: str | Path, step: int | None = None) -> None:
     recorded in the header so a resumed run can tell which step a file holds."""
     from safetensors.torch import save_model
 
-    with publishing(path) as tmp:
-        save_model(unwrap(model), tmp, metadata=None if step is None else {"step": str(step)})
+    module = unwrap(model)
+    with publishing(path, needed=tensor_bytes(module.state_dict())) as tmp:
+        save_model(module, tmp, metadata=None if step is None else {"step": str(step)})
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Roughly the size of `obj` saved (torch.save, safetensors), for a full disk's message: the
+    bytes of the tensors in its dicts, lists and tuples, a storage shared by several once."""
+    import torch
+
+    storages: dict[int, int] = {}
+    todo = [obj]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, torch.Tensor):
+            storage = item.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+    return sum(storages.values())
 
 
 def weights_step(path: str | Path) -> int | None:

@@ -9,6 +9,7 @@ import gzip
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import sys
@@ -22,7 +23,14 @@ from nmt.errors import NmtError
 
 STDOUT_NAMES = ("-", "/dev/stdout")
 DIRECT_PREFIXES = ("/dev/fd/", "/proc/self/fd/")
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# why a write failed for lack of room, as the one-line error says it
+DISK_FULL = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EFBIG: "file too large",
+}
+ROOM = 1 << 20  # free bytes under which a library's failed write is taken for a full disk
+OS_ERROR_IN_TEXT = re.compile(r"\(os error (\d+)\)")  # how Rust libraries cite errno
 BOM = "\ufeff"  # U+FEFF opening a file: an encoding mark, not text
 
 
@@ -159,20 +167,43 @@ def replace_dir(tmp: Path, out_dir: Path) -> None:
 
 @contextlib.contextmanager
 def publishing(
-    path: str | Path, mode: int | None = None, owner: tuple[int, int] | None = None
+    path: str | Path,
+    mode: int | None = None,
+    owner: tuple[int, int] | None = None,
+    needed: int | None = None,
 ) -> Iterator[str]:
     """A temporary name beside `path`, published over it on success (see `publish`) and removed
-    on failure: readers never see half a file."""
+    on failure: readers never see half a file. A full disk is an NmtError naming `path` and the
+    `needed` bytes (the size of what is written, when the caller knows it)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    with naming_output(path, needed):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
     try:
-        yield tmp
-        publish(tmp, path, mode, owner)
+        with naming_output(path, needed):  # judged while the temporary still takes its room
+            yield tmp
+            publish(tmp, path, mode, owner)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def building_dir(out_dir: Path, force: bool) -> Iterator[Path]:
+    """A temporary folder beside `out_dir` to build a result in, moved into place when the block
+    ends (see `replace_dir`; an `out_dir` that appeared meanwhile is still refused unless
+    `force`) and removed on failure; a full disk is an NmtError naming `out_dir`."""
+    with naming_output(out_dir):
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        with naming_output(out_dir):  # judged while the temporary folder still takes its room
+            yield tmp
+            check_out_dir(out_dir, force)
+            replace_dir(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _writes_directly(path: str | Path) -> bool:
@@ -201,19 +232,65 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
 
 
 @contextlib.contextmanager
-def naming_output(path: str | Path) -> Iterator[None]:
-    """Make file-system errors while writing `path` name it: a full disk (write() names no file)
-    and errors about its temporary stand-ins (`.NAME.*` beside it) become `OSError(path)`."""
+def naming_output(path: str | Path, needed: int | None = None) -> Iterator[None]:
+    """Make errors while writing `path` name it: a full disk becomes one NmtError (see
+    `disk_full`), and other errors about its temporary stand-ins (`.NAME.*` beside it)
+    `OSError(path)`."""
     try:
         yield
-    except OSError as e:
-        stand_in = f".{Path(path).name}."
-        ours = e.filename is not None and any(
-            part.startswith(stand_in) for part in Path(os.fsdecode(e.filename)).parts
-        )
-        if ours or (e.filename is None and e.errno in DISK_FULL):
-            raise OSError(e.errno, os.strerror(e.errno or 0), str(path)) from e
+    except Exception as e:
+        full = disk_full(path, e, needed)
+        if full is not None:
+            raise full from e
+        if isinstance(e, OSError) and e.errno is not None and _about_stand_in(path, e):
+            raise OSError(e.errno, os.strerror(e.errno), str(path)) from e
         raise
+
+
+def disk_full(path: str | Path, error: Exception, needed: int | None = None) -> NmtError | None:
+    """`PATH: no space left on device (N MB needed)` when writing `path` failed for lack of room;
+    None for any other failure. `needed`: the size of what was written, when known.
+
+    Python's writes say so with an OSError (naming no file, or a temporary); libraries that write
+    themselves raise their own errors: safetensors a SafetensorError ending "(os error 28)",
+    torch's zip writer (like other C++ code) a RuntimeError saying nothing of the cause, taken
+    for a full disk when the folder of `path` has not `needed` bytes (and `ROOM` more) free."""
+    if isinstance(error, NmtError):
+        return None
+    if isinstance(error, OSError):
+        ours = error.filename is None or _about_stand_in(path, error)
+        code = error.errno if ours else None
+    else:
+        said = OS_ERROR_IN_TEXT.search(str(error))
+        code = int(said.group(1)) if said else None
+        if code is None and isinstance(error, RuntimeError) and _no_room(Path(path), needed):
+            code = errno.ENOSPC
+    if code not in DISK_FULL:
+        return None
+    size = "" if needed is None else f" ({_megabytes(needed)} MB needed)"
+    return NmtError(f"{path}: {DISK_FULL[code]}{size}")
+
+
+def _megabytes(size: int) -> str:
+    """A size in MB (MiB) as a person reads it: 0.3, 4.2, 485."""
+    mb = size / 2**20
+    return f"{mb:.0f}" if mb >= 10 else f"{max(mb, 0.1):.1f}"
+
+
+def _no_room(path: Path, needed: int | None) -> bool:
+    """Whether the file system of `path`'s folder lacks room for `needed` bytes (and `ROOM`)."""
+    try:
+        return shutil.disk_usage(path.parent).free < (needed or 0) + ROOM
+    except OSError:
+        return False
+
+
+def _about_stand_in(path: str | Path, error: OSError) -> bool:
+    """Whether `error` names a temporary stand-in of `path` (`.NAME.*` beside it, or below)."""
+    stand_in = f".{Path(path).name}."
+    return error.filename is not None and any(
+        part.startswith(stand_in) for part in Path(os.fsdecode(error.filename)).parts
+    )
 
 
 @contextlib.contextmanager

@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Fetch a public corpus, verify its checksums and decompress it: `fetch_corpus.py multi30k --dest DIR`."""
+"""Fetch a corpus, verify its checksums and decompress it: `fetch_corpus.py multi30k --dest DIR`.
+
+Known corpora are the manifests in corpora/: multi30k, wmt-news-de-en and tatoeba-de-en (the last
+two from a local mirror only)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,10 @@ from nmt.errors import NmtError
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and fetch; a bad checksum or unreachable source is one line and exit 2."""
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("name", help="corpus name (a manifest corpora/<name>.json), e.g. multi30k")
+    p.add_argument(
+        "name",
+        help="corpus name (a manifest corpora/<name>.json): multi30k, wmt-news-de-en, tatoeba-de-en",
+    )
     p.add_argument("--dest", type=Path, required=True, help="folder for the plain-text files")
     p.add_argument("--mirror", type=Path, default=None, help="local folder holding the .gz files")
     p.add_argument("--quiet", action="store_true", help="print only errors")

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import re
+import shutil
 import stat
 import struct
 from pathlib import Path
@@ -270,3 +271,22 @@ def test_average_refuses_a_negative_count(tmp_path, last, best, flag):
     with pytest.raises(NmtError) as e:
         average(tmp_path, last=last, best=best)
     assert str(e.value) == f"{name} must be at least 1, got {value}"
+
+
+def test_a_full_disk_while_saving_the_state_is_one_line_naming_it(tmp_path, monkeypatch):
+    c = ck.Checkpoints(tmp_path)
+    c.save_last(_model(1.0), {"step": 1})
+
+    def torn_save(obj, f, *a, **kw):  # what torch's zip writer raises on ENOSPC
+        f.write(b"half a checkpoint")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(ck.torch, "save", torn_save)
+    monkeypatch.setattr("shutil.disk_usage", lambda p: shutil._ntuple_diskusage(1, 1, 0))
+    state = {"step": 2, "w": torch.zeros(3 << 18)}  # 3 MB
+    with pytest.raises(NmtError) as e:
+        c.save_last(_model(2.0), state)
+    assert str(e.value) == f"{c.state_path}: no space left on device (3.0 MB needed)"
+    monkeypatch.undo()
+    assert load_state(c.state_path)["step"] == 1
+    assert sorted(p.name for p in c.dir.iterdir()) == ["last.safetensors", "last.state.pt"]

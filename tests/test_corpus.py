@@ -210,3 +210,66 @@ def test_a_full_disk_is_not_a_bad_archive(tmp_path, monkeypatch, capsys):
     code, err = _fetch_script(capsys, "--dest", str(dest), "--mirror", str(mirror))
     assert code == 2 and err.startswith(f"error: {mirror / 'x.gz'}: cannot decompress x.gz (")
     assert not (dest / "x").exists()
+
+
+MIRRORS = corpus.CORPORA_DIR.parent.parent / "shared/corpora"
+LOCAL = {
+    "wmt-news-de-en": {
+        f"{split}.{lang}"
+        for split in ("train", "newstest2013", "newstest2014")
+        for lang in ("en", "de")
+    },
+    "tatoeba-de-en": {"deu-eng.tsv"},
+}
+
+
+def _mirror_of(name: str) -> Path:
+    """The local mirror of a corpus no public address serves; skips when this machine has none."""
+    if not (MIRRORS / name / "SHA256SUMS").is_file():
+        pytest.skip(f"no {name} mirror in {MIRRORS}")
+    return MIRRORS / name
+
+
+@pytest.mark.parametrize("name", sorted(LOCAL))
+def test_local_corpus_manifest_matches_the_mirrors_checksums(name):
+    m = corpus.load_manifest(name)
+    assert {f.removesuffix(".gz") for f in m["files"]} == LOCAL[name]
+    assert m["url"] is None and m["no_url"]
+    sums = dict(
+        reversed(line.split())
+        for line in (_mirror_of(name) / "SHA256SUMS").read_text().splitlines()
+    )
+    assert m["files"] == sums
+    assert all(corpus.sha256_file(_mirror_of(name) / f) == h for f, h in sums.items())
+
+
+@pytest.mark.parametrize("name", sorted(LOCAL))
+def test_local_corpus_fetch_from_mirror_is_verified_and_idempotent(name, tmp_path, capsys):
+    mirror = _mirror_of(name)
+    dest = corpus.fetch(name, tmp_path / name, mirror=mirror, quiet=True)
+    assert {p.name for p in dest.iterdir() if not p.name.startswith(".")} == LOCAL[name]
+    for file in corpus.load_manifest(name)["files"]:
+        text = (dest / file.removesuffix(".gz")).read_bytes()
+        assert text == gzip.decompress((mirror / file).read_bytes())
+    if name == "tatoeba-de-en":
+        assert (dest / "deu-eng.tsv").read_bytes().count(b"\n") == 169813
+    else:
+        assert (dest / "train.de").read_bytes().count(b"\n") == 30935
+    mtimes = {p.name: p.stat().st_mtime_ns for p in dest.iterdir()}
+    corpus.fetch(name, dest, mirror=mirror.parent)  # a folder of mirrors, one per corpus
+    assert {p.name: p.stat().st_mtime_ns for p in dest.iterdir()} == mtimes
+    assert capsys.readouterr().err == f"fetch {name}: {len(mtimes) - 1} files verified in {dest}\n"
+
+
+def test_a_corpus_without_public_address_needs_a_mirror(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("NMT_CORPUS_MIRROR", raising=False)
+    path = corpus.CORPORA_DIR.parent / "scripts" / "fetch_corpus.py"
+    spec = importlib.util.spec_from_file_location("fetch_corpus", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["wmt-news-de-en", "--dest", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: wmt-news-de-en has no public download address (")
+    assert err.endswith("): give --mirror DIR or set NMT_CORPUS_MIRROR\n") and err.count("\n") == 1
+    assert not (tmp_path / "w").exists()

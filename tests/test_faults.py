@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,9 @@ from safetensors.torch import load_file
 from test_trainer import REPO, copy_data  # noqa: F401 - the shared copy-task DATA_DIR fixture
 
 from nmt.config import load_config
-from nmt.modeldir import load_state
+from nmt.errors import NmtError
+from nmt.modeldir import load_state, save_weights
+from nmt.train.checkpoint import save_state
 from nmt.train.loop import train
 
 STEPS = 24
@@ -94,3 +97,72 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(copy_data, tmp_path):  
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not list((cut / "checkpoints").glob("*.tmp"))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """Mount tmpfs file systems of a given size under tmp_path (root only, else skip); each is
+    unmounted at the end."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        where = tmp_path / f"disk{len(mounted)}"
+        where.mkdir()
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small tmpfs needs root")
+        cmd = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)]
+        if subprocess.run(cmd, capture_output=True, timeout=10).returncode != 0:
+            pytest.skip("cannot mount a tmpfs here")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", str(where)], capture_output=True, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def little_data(tmp_path_factory) -> Path:
+    """A preprocessed copy-task DATA_DIR small enough to train on in a second."""
+    from test_trainer import _write_copy_corpus
+
+    from nmt.data.preprocess import PreprocessConfig, preprocess
+
+    root = tmp_path_factory.mktemp("little")
+    _write_copy_corpus(root, 300, 20)
+    cfg = PreprocessConfig(
+        "en", "de", root / "train", valid=root / "valid", vocab_size=64, threads=1
+    )
+    preprocess(cfg, root / "data", quiet=True)
+    return root / "data"
+
+
+def test_a_full_disk_names_the_trainer_state(small_disk):
+    disk = small_disk("2m")
+    path = disk / "checkpoints" / "last.state.pt"
+    with pytest.raises(NmtError) as e:
+        save_state(path, {"w": torch.zeros(1_000_000)})  # 4 MB
+    assert str(e.value) == f"{path}: no space left on device (3.8 MB needed)"
+    assert list(disk.rglob("*")) == [disk / "checkpoints"]
+
+
+def test_a_full_disk_names_the_weights(small_disk):
+    disk = small_disk("2m")
+    path = disk / "last.safetensors"
+    with pytest.raises(NmtError) as e:
+        save_weights(torch.nn.Linear(1000, 1000), path, step=3)  # 4 MB
+    assert str(e.value) == f"{path}: no space left on device (3.8 MB needed)"
+    assert list(disk.iterdir()) == []
+
+
+def test_training_onto_a_full_disk_is_one_line_and_leaves_no_temporaries(little_data, small_disk):
+    model_dir = small_disk("1m") / "m"  # room for config and SentencePiece, not the checkpoints
+    cmd = [sys.executable, "-m", "nmt", "train", "-d", str(little_data), "-o", str(model_dir)]
+    cmd += ["--preset", "transformer-tiny", "--max-steps", "2", "--device", "cpu", "--quiet"]
+    cmd += ["--set", "training.max_tokens=600", "--set", "training.valid_every=0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NMT_DEBUG": ""}
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    pattern = rf"error: {re.escape(str(model_dir / 'checkpoints'))}/[\w.-]+: no space left on "
+    assert re.fullmatch(pattern + r"device \(\d+\.\d MB needed\)\n", r.stderr), r.stderr
+    assert not [p for p in model_dir.rglob(".*") if p.name != ".lock"]

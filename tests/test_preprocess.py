@@ -193,8 +193,9 @@ def test_a_killed_encoding_worker_is_an_error_not_a_hang(tmp_path):
         _run_jobs([job] * 3, 2, lambda _: None, work=_die)
 
 
-def test_threads_bound_sentencepiece_encoding_threads(tmp_path, monkeypatch):
-    # SentencePiece encodes a list on every core unless told: --threads 2 used them all.
+@pytest.fixture
+def encode_threads(monkeypatch) -> list[Any]:
+    """The num_threads of every batch SentencePiece encodes in this process."""
     import sentencepiece as spm
 
     calls: list[Any] = []
@@ -206,6 +207,12 @@ def test_threads_bound_sentencepiece_encoding_threads(tmp_path, monkeypatch):
         return encode(self, texts, *args, **kw)
 
     monkeypatch.setattr(spm.SentencePieceProcessor, "encode", spy)
+    return calls
+
+
+def test_threads_bound_sentencepiece_encoding_threads(tmp_path, monkeypatch, encode_threads):
+    # SentencePiece encodes a list on every core unless told: --threads 2 used them all.
+    calls = encode_threads
     prefix = _synthetic(tmp_path, n=200)
     valid = _write(tmp_path / "v", ["dog runs"] * 3, ["god snur"] * 3)
     kw = dict(valid=valid, vocab_size=60)
@@ -220,19 +227,11 @@ def test_threads_bound_sentencepiece_encoding_threads(tmp_path, monkeypatch):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
 
 
-def test_default_threads_follow_omp_num_threads_then_affinity(tmp_path, monkeypatch):
+def test_default_threads_follow_omp_num_threads_then_affinity(
+    tmp_path, monkeypatch, encode_threads
+):
     # without --threads, preprocessing keeps busy the CPUs nmt.runtime.usable_cpus() names
-    import sentencepiece as spm
-
-    calls: list[Any] = []
-    encode = spm.SentencePieceProcessor.encode
-
-    def spy(self: Any, texts: Any, *args: Any, **kw: Any) -> Any:
-        if isinstance(texts, list):
-            calls.append(kw.get("num_threads"))
-        return encode(self, texts, *args, **kw)
-
-    monkeypatch.setattr(spm.SentencePieceProcessor, "encode", spy)
+    calls = encode_threads
     prefix = _synthetic(tmp_path, n=100)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     _preprocess(prefix, tmp_path / "omp", vocab_size=60)  # one chunk: encoded here

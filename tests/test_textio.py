@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
+import shutil
 import stat
 import threading
 from pathlib import Path
@@ -174,3 +176,63 @@ def test_publish_fsyncs_file_and_folder(tmp_path, monkeypatch):
     with atomic_write(tmp_path / "a.txt") as f:
         f.write("a")
     assert "file" in synced and synced[-1] == f"dir {tmp_path.name}"
+
+
+def _full(monkeypatch, free: int = 0) -> None:
+    """Make every file system look like it has `free` bytes left."""
+    monkeypatch.setattr(textio.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(1, 1, free))
+
+
+def test_disk_full_names_the_path_the_cause_and_the_size(tmp_path, monkeypatch):
+    out = tmp_path / "m.pt"
+    enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert str(textio.disk_full(out, enospc)) == f"{out}: no space left on device"
+    quota = OSError(errno.EDQUOT, "quota", str(tmp_path / ".m.pt.x1.tmp"))
+    assert (
+        str(textio.disk_full(out, quota, 3 << 20)) == f"{out}: disk quota exceeded (3.0 MB needed)"
+    )
+    rust = RuntimeError("I/O error: No space left on device (os error 28)")
+    assert (
+        str(textio.disk_full(out, rust, 300 << 20))
+        == f"{out}: no space left on device (300 MB needed)"
+    )
+    torn = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+    assert textio.disk_full(out, torn, 1000) is None  # plenty of room: another failure
+    assert textio.disk_full(out, OSError(errno.ENOSPC, "x", "/elsewhere")) is None
+    assert textio.disk_full(out, NmtError("no")) is None
+    _full(monkeypatch)
+    assert (
+        str(textio.disk_full(out, torn, 1000)) == f"{out}: no space left on device (0.1 MB needed)"
+    )
+    assert textio.disk_full(out, OSError(errno.EACCES, "denied")) is None
+
+
+def test_a_library_failing_on_a_full_disk_leaves_no_temporary(tmp_path, monkeypatch):
+    out = tmp_path / "w.bin"
+    out.write_bytes(b"old")
+    _full(monkeypatch)
+    with pytest.raises(NmtError) as e:
+        with textio.publishing(out, needed=5 << 20) as tmp:
+            Path(tmp).write_bytes(b"half")
+            raise RuntimeError("unexpected pos 4 vs 0")
+    assert str(e.value) == f"{out}: no space left on device (5.0 MB needed)"
+    assert [p.name for p in tmp_path.iterdir()] == ["w.bin"] and out.read_bytes() == b"old"
+    with pytest.raises(KeyError):  # not a write's failure: left as it is
+        with textio.publishing(out):
+            raise KeyError("x")
+
+
+def test_building_dir_moves_into_place_or_leaves_nothing(tmp_path, monkeypatch):
+    out = tmp_path / "data"
+    with textio.building_dir(out, force=False) as tmp:
+        (tmp / "a").write_text("a")
+    assert [p.name for p in tmp_path.iterdir()] == ["data"] and (out / "a").read_text() == "a"
+    with pytest.raises(NmtError, match="exists and is not empty"):
+        with textio.building_dir(out, force=False) as tmp:
+            pass
+    _full(monkeypatch)
+    with pytest.raises(NmtError) as e:
+        with textio.building_dir(out, force=True) as tmp:
+            raise RuntimeError("a library's write failed")
+    assert str(e.value) == f"{out}: no space left on device"
+    assert [p.name for p in tmp_path.iterdir()] == ["data"] and (out / "a").read_text() == "a"

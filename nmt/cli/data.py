@@ -16,7 +16,12 @@ commands = typer.Typer()
 def preprocess_cmd(
     src_lang: str = typer.Option(..., "--src-lang", help="Source language suffix, e.g. en."),
     tgt_lang: str = typer.Option(..., "--tgt-lang", help="Target language suffix, e.g. de."),
-    train: str = typer.Option(..., "--train", help="Train prefix: PREFIX.<lang> (plain or .gz)."),
+    train: str = typer.Option(
+        ...,
+        "--train",
+        help="Train prefix: PREFIX.<lang> (plain or .gz), or a .tsv / .tsv.gz file of "
+        "tab-separated pairs.",
+    ),
     valid: str = typer.Option(None, "--valid", help="Validation prefix (never cleaned)."),
     test: list[str] = typer.Option(None, "--test", help="Test prefix; repeat for more."),
     out_dir: str = typer.Option(..., "--out", "-o", help="DATA_DIR to create."),
@@ -39,8 +44,26 @@ def preprocess_cmd(
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing non-empty DATA_DIR."),
     skip_invalid: bool = typer.Option(
-        False, "--skip-invalid", help="Drop train pairs with invalid UTF-8 instead of failing."
+        False,
+        "--skip-invalid",
+        help="Drop train pairs with invalid UTF-8 (and TSV lines that are not two columns) "
+        "instead of failing.",
     ),
+    columns: str = typer.Option(
+        None,
+        "--columns",
+        help="A TSV --train's column languages in order, e.g. en,de (default: source, target).",
+    ),
+    split_valid: int = typer.Option(
+        0, "--split-valid", help="Hold N train pairs out as the validation split (no --valid)."
+    ),
+    split_test: int = typer.Option(
+        0,
+        "--split-test",
+        help="Hold N train pairs out as the test split (no --test); train pairs whose source is "
+        "a test source are dropped.",
+    ),
+    seed: int = typer.Option(1, "--seed", help="Seed that draws --split-valid/--split-test pairs."),
     character_coverage: float = typer.Option(
         1.0, "--character-coverage", help="SentencePiece character coverage (0.9995 for CJK)."
     ),
@@ -79,6 +102,7 @@ def preprocess_cmd(
     import contextlib
 
     from nmt.data.preprocess import PreprocessConfig, preprocess
+    from nmt.data.tsv import parse_columns
 
     cfg = PreprocessConfig(
         src_lang, tgt_lang, train, valid=valid, tests=test or (), vocab_size=vocab_size,
@@ -86,6 +110,8 @@ def preprocess_cmd(
         threads=threads, skip_invalid=skip_invalid, character_coverage=character_coverage,
         spm_sample=spm_sample, spm_from=spm_from, extend_vocab=extend_vocab,
         extend_all=extend_all, lowercase=lowercase,
+        columns=None if columns is None else parse_columns(columns), split_valid=split_valid,
+        split_test=split_test, seed=seed,
     )  # fmt: skip
     with contextlib.ExitStack() as stack:
         progress = None if quiet else step_progress(stack)

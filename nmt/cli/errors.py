@@ -15,12 +15,12 @@ import typer
 from typer.exceptions import TyperException
 
 from nmt.errors import NmtError
+from nmt.textio import DISK_FULL
 
 DEBUG_HINT = "(rerun with NMT_DEBUG=1 for the traceback)"
 # errors a user fixes on their side, shown as `PATH: reason`, exit 2 like NmtError
 OS_REASONS = {
-    errno.ENOSPC: "no space left on device",
-    errno.EDQUOT: "disk quota exceeded",
+    **DISK_FULL,
     errno.EACCES: "permission denied",
     errno.EPERM: "permission denied",
     errno.EROFS: "read-only file system",

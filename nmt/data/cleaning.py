@@ -7,7 +7,7 @@ cut into byte ranges of a fixed number of pairs that encoding workers read indep
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +15,10 @@ from nmt.errors import NmtError
 from nmt.textio import decode_line, open_binary
 
 DROP_REASONS = ("invalid_utf8", "empty", "duplicate", "too_long", "ratio")
+# reported where they can happen: a TSV train's malformed lines; with --split-test, train pairs
+# whose source is a test source
+EXTRA_REASONS = ("malformed", "test_source")
+ALL_REASONS = DROP_REASONS + EXTRA_REASONS
 
 
 def resolve_input(prefix: str | Path, lang: str) -> Path:
@@ -51,18 +55,23 @@ class Chunk:
 
 
 @dataclass
-class _PairFilter:
-    """The per-pair cleaning rules, counting what each rule drops."""
+class PairFilter:
+    """The per-pair cleaning rules, counting what each rule drops; with `held`, the usable pairs
+    (valid UTF-8, no empty side) of those ranks go to valid/test instead, and with `test_sources`
+    a pair whose source is a test split's source is dropped too."""
 
     paths: tuple[Path, Path]
     dedupe: bool
     skip_invalid: bool
     lowercase: bool = False
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
+    held: Mapping[int, str] = field(default_factory=dict)
+    test_sources: set[bytes] = field(default_factory=set)
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ALL_REASONS, 0))
     seen: set[int] = field(default_factory=set)
+    usable: int = 0
 
-    def __call__(self, n: int, a: bytes, b: bytes) -> tuple[bytes, bytes] | None:
-        """The trimmed pair, or None when a rule drops it."""
+    def usable_pair(self, n: int, a: bytes, b: bytes) -> tuple[bytes, bytes] | None:
+        """The trimmed pair, or None when it is invalid UTF-8 or has an empty side."""
         try:
             decode_line(a, self.paths[0], n)
             decode_line(b, self.paths[1], n)
@@ -72,13 +81,25 @@ class _PairFilter:
             self.counts["invalid_utf8"] += 1
             return None
         a, b = a.strip(), b.strip()
-        if self.lowercase:  # bytes.lower() would touch ASCII only
-            a, b = (
-                a.decode("utf-8").lower().encode("utf-8"),
-                b.decode("utf-8").lower().encode("utf-8"),
-            )
         if not a or not b:
             self.counts["empty"] += 1
+            return None
+        return a, b
+
+    def cased(self, text: bytes) -> bytes:
+        """The text as the model sees it (bytes.lower() would touch ASCII only)."""
+        return text.decode("utf-8").lower().encode("utf-8") if self.lowercase else text
+
+    def __call__(self, n: int, a: bytes, b: bytes) -> tuple[bytes, bytes] | None:
+        """The trimmed (lowercased) pair, or None when a rule drops it or it is held out."""
+        if (pair := self.usable_pair(n, a, b)) is None:
+            return None
+        rank, self.usable = self.usable, self.usable + 1
+        if rank in self.held:
+            return None
+        a, b = self.cased(pair[0]), self.cased(pair[1])
+        if a in self.test_sources:
+            self.counts["test_source"] += 1
             return None
         if self.dedupe:
             key = hash((a, b))  # 64 bits per unique pair: ~70 bytes of memory each
@@ -116,38 +137,37 @@ class _Chunker:
 
 
 def clean_train(
-    inputs: tuple[Path, Path],
+    pairs: Iterable[tuple[int, bytes, bytes]],
+    keep: PairFilter,
     outputs: tuple[Path, Path],
-    dedupe: bool,
-    skip_invalid: bool,
     chunk_pairs: int,
     report: Callable[[int], None],
-    lowercase: bool = False,
 ) -> tuple[dict[str, int], list[Chunk]]:
-    """Stream train once: check UTF-8, trim, lowercase if asked, drop empty sides and duplicates,
-    write cleaned text.
+    """Stream train once through `keep` (check UTF-8, trim, lowercase if asked, drop empty sides,
+    duplicates and held-out pairs), writing cleaned text.
 
     Returns the counts (drop reasons and `read`) and the byte ranges of `chunk_pairs`-line chunks.
     """
-    keep = _PairFilter(inputs, dedupe, skip_invalid, lowercase)
     chunker = _Chunker(chunk_pairs)
     read = 0
     with open(outputs[0], "wb") as ws, open(outputs[1], "wb") as wt:
-        for read, a, b in read_pairs(*inputs):
+        for read, a, b in pairs:
             if read % 100_000 == 0:
                 report(read)
             if (pair := keep(read, a, b)) is not None:
                 ws.write(pair[0] + b"\n")
                 wt.write(pair[1] + b"\n")
                 chunker.add(*pair)
+    read = max(read, keep.counts.get("read", 0))  # a TSV reader counts lines it left out too
     report(read)
     return {**keep.counts, "read": read}, chunker.close()
 
 
 def no_pairs_message(train_in: tuple[Path, Path], counts: dict[str, int]) -> str:
     """Explain an empty training set by the drop reasons that emptied it."""
-    reasons = ", ".join(f"{k} {counts[k]}" for k in DROP_REASONS if counts[k])
+    reasons = ", ".join(f"{k} {counts[k]}" for k in ALL_REASONS if counts.get(k))
+    files = str(train_in[0]) if train_in[0] == train_in[1] else f"{train_in[0]} / {train_in[1]}"
     return (
-        f"no training pairs left after cleaning {train_in[0]} / {train_in[1]} "
+        f"no training pairs left after cleaning {files} "
         f"({counts['read']} read; dropped: {reasons or 'none'})"
     )

@@ -1,7 +1,8 @@
 """Fetching public corpora: download (or copy from a local mirror), verify SHA-256, decompress.
 
 The file list, download address and checksums of each corpus live in `corpora/<name>.json` at the
-repository root, so a changed upstream file is caught instead of silently trained on.
+repository root, so a changed upstream file is caught instead of silently trained on. A corpus no
+public address serves byte for byte has `"url": null` and a `no_url` reason: it comes from a mirror.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def _fetch_one(file: str, expected: str, url: str, mirror: Path | None, dest: Pa
 
 def _decompress(gz_file: IO[bytes], target: Path, failure: str) -> tuple[str, int]:
     """Write the decompressed stream to `target` atomically; return its (sha256, size). A bad
-    stream is NmtError(`failure`); a write error (a full disk) stays an OSError naming `target`."""
+    stream is NmtError(`failure`); a write error (a full disk) is an NmtError naming `target`."""
     h = hashlib.sha256()
     size = 0
     with gzip.GzipFile(fileobj=gz_file) as gz, atomic_write(target, "wb") as out:
@@ -116,20 +117,37 @@ def _decompress(gz_file: IO[bytes], target: Path, failure: str) -> tuple[str, in
             out.write(block)
 
 
-def fetch(name: str, dest: Path, mirror: Path | None = None, quiet: bool = False) -> Path:
-    """Fetch corpus `name` into `dest` as plain text files `<split>.<lang>`, verified and idempotent.
+def _mirror_for(name: str, manifest: dict, mirror: Path | None) -> Path | None:
+    """The folder to copy from (None: download), so a corpus without a public address fails at
+    once rather than after a lookup of a URL it has not got."""
+    if mirror is None and os.environ.get("NMT_CORPUS_MIRROR"):
+        mirror = Path(os.environ["NMT_CORPUS_MIRROR"])
+    if mirror is None:
+        if manifest.get("url") is None:
+            raise NmtError(
+                f"{name} has no public download address ({manifest.get('no_url', 'none known')}): "
+                "give --mirror DIR or set NMT_CORPUS_MIRROR"
+            )
+        return None
+    mirror = Path(mirror)
+    if (mirror / name).is_dir():  # a folder of mirrors, one per corpus
+        mirror = mirror / name
+    if not mirror.is_dir():
+        raise NmtError(f"mirror {mirror}: no such folder")
+    return mirror
 
-    Files come from `mirror` (else the NMT_CORPUS_MIRROR folder, if set) or the public address in
-    the manifest. Files already fetched and unchanged since (per the stamp file) are skipped.
+
+def fetch(name: str, dest: Path, mirror: Path | None = None, quiet: bool = False) -> Path:
+    """Fetch corpus `name` into `dest` as plain text files (each `.gz` decompressed), verified and
+    idempotent.
+
+    Files come from `mirror` (else the NMT_CORPUS_MIRROR folder, if set; either the corpus's own
+    folder or one holding `<name>/`) or the public address in the manifest (a corpus without one
+    needs a mirror). Files already fetched and unchanged since (per the stamp file) are skipped.
     """
     manifest = load_manifest(name)
     dest = Path(dest)
-    if mirror is None and os.environ.get("NMT_CORPUS_MIRROR"):
-        mirror = Path(os.environ["NMT_CORPUS_MIRROR"])
-    if mirror is not None:
-        mirror = Path(mirror)
-        if not mirror.is_dir():
-            raise NmtError(f"mirror {mirror}: no such folder")
+    mirror = _mirror_for(name, manifest, mirror)
     if dest.exists() and not dest.is_dir():
         raise NmtError(f"{dest}: not a folder (--dest names where the corpus goes)")
     dest.mkdir(parents=True, exist_ok=True)
@@ -144,7 +162,7 @@ def fetch(name: str, dest: Path, mirror: Path | None = None, quiet: bool = False
         target = dest / file.removesuffix(".gz")
         if _is_fresh(target, stamp.get(file), expected):
             continue
-        url = manifest["url"].format(file=file)
+        url = manifest["url"].format(file=file) if manifest.get("url") else ""
         if not quiet:
             print(f"fetch {name}: {file} <- {mirror / file if mirror else url}", file=sys.stderr)
         stamp[file] = _fetch_one(file, expected, url, mirror, dest)

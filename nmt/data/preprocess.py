@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
-import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,15 +21,24 @@ from typing import Any
 import numpy as np
 
 from nmt import __version__
-from nmt.data.cleaning import DROP_REASONS, Chunk, clean_train, no_pairs_message, resolve_input
+from nmt.data.cleaning import (
+    DROP_REASONS,
+    Chunk,
+    PairFilter,
+    clean_train,
+    no_pairs_message,
+    resolve_input,
+)
 from nmt.data.dataset import FORMAT, MANIFEST
 from nmt.data.encoding import ChunkJob, check_eval, encode_eval, encode_train
+from nmt.data.holdout import Held, HoldOut, hold_out
 from nmt.data.split_entry import over_limits, split_entry
 from nmt.data.spm_source import SpmSource, spm_source
+from nmt.data.tsv import column_order, is_tsv, train_pairs
 from nmt.data.vocab import SPECIAL_IDS, Tokenizer, train_spm
 from nmt.errors import NmtError
 from nmt.runtime import usable_cpus
-from nmt.textio import check_out_dir, naming_output, replace_dir
+from nmt.textio import building_dir, check_out_dir
 
 CHUNK_PAIRS = 20_000  # train pairs per encoding job, and valid/test lines per encoded block
 SPM_TYPES = ("unigram", "bpe")
@@ -66,9 +72,15 @@ class PreprocessConfig:
     extend_vocab: int = 0  # with spm_from: append up to this many pieces for unknown characters
     extend_all: bool = False  # extend_vocab with every piece the corpus wants (old text kept)
     lowercase: bool = False  # lowercase every split (the setting of most Multi30k papers)
+    columns: Sequence[str] | None = None  # a TSV train's column languages (None: source, target)
+    split_valid: int = 0  # hold this many train pairs out as valid (instead of a valid file)
+    split_test: int = 0  # ... and this many as test, whose sources train then never contains
+    seed: int = 1  # draws the held-out pairs
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tests", tuple(self.tests))
+        if self.columns is not None:
+            object.__setattr__(self, "columns", tuple(self.columns))
         self.validate()
 
     def validate(self) -> None:
@@ -99,6 +111,31 @@ class PreprocessConfig:
             raise NmtError(
                 f"--max-len must be >= 1 and --max-ratio >= 1 (got {self.max_len}, {self.max_ratio})"
             )
+        self.validate_sources()
+
+    def validate_sources(self) -> None:
+        """The TSV and held-out settings: each names what it conflicts with."""
+        if self.columns is not None:
+            if not is_tsv(self.train):
+                raise NmtError(
+                    "--columns names the columns of a --train file ending .tsv or .tsv.gz"
+                )
+            column_order(self.columns, self.langs)
+        self.holdout.check()
+        if self.split_valid and self.valid is not None:
+            raise NmtError("--split-valid holds valid out of train: drop it or --valid")
+        if self.split_test and self.tests:
+            raise NmtError("--split-test holds test out of train: drop it or --test")
+
+    @property
+    def holdout(self) -> HoldOut:
+        """The valid and test splits to draw out of train (false when there are none)."""
+        return HoldOut(self.split_valid, self.split_test, self.seed)
+
+    @property
+    def tsv_order(self) -> tuple[int, int] | None:
+        """(source, target) columns of a TSV train; None for two line-aligned files."""
+        return column_order(self.columns, self.langs) if is_tsv(self.train) else None
 
     @property
     def langs(self) -> tuple[str, str]:
@@ -123,7 +160,12 @@ class PreprocessConfig:
         def files(prefix: str | Path) -> Pair:
             return resolve_input(prefix, self.src_lang), resolve_input(prefix, self.tgt_lang)
 
-        inputs = {"train": files(self.train)}
+        if is_tsv(self.train):
+            if not Path(self.train).is_file():
+                raise NmtError(f"{self.train}: file not found")
+            inputs = {"train": (Path(self.train), Path(self.train))}
+        else:
+            inputs = {"train": files(self.train)}
         if self.valid is not None:
             inputs["valid"] = files(self.valid)
         for name, prefix in zip(_test_names(self.tests), self.tests, strict=True):
@@ -163,7 +205,11 @@ def preprocess(
     so an error leaves nothing behind. `progress(step, done, total)` is called during long steps.
     """
     out_dir = Path(out_dir)
-    report: Progress = (lambda *_: None) if quiet else (progress or _stderr_progress())
+    if progress is None and not quiet:
+        from nmt.data.report import stderr_progress
+
+        progress = stderr_progress()
+    report: Progress = progress if progress is not None and not quiet else (lambda *_: None)
     inputs = cfg.split_inputs()
     reused = spm_source(cfg.spm_from) if cfg.spm_from is not None else None
     if reused is not None and reused.lowercase != cfg.lowercase:
@@ -174,16 +220,8 @@ def preprocess(
     for split, paths in inputs.items():  # a bad valid/test file fails now, not after train
         if split != "train":
             check_eval(paths, CHUNK_PAIRS)
-    with naming_output(out_dir):  # a full disk or a read-only folder names DATA_DIR
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-        try:
-            run = _Run(cfg, tmp, inputs, cfg.threads or usable_cpus(), report, reused)
-            manifest = run.build()
-            check_out_dir(out_dir, force)
-            replace_dir(tmp, out_dir)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    with building_dir(out_dir, force) as tmp:  # a full disk or a read-only folder names DATA_DIR
+        manifest = _Run(cfg, tmp, inputs, cfg.threads or usable_cpus(), report, reused).build()
     return manifest
 
 
@@ -198,6 +236,7 @@ class _Run:
     report: Progress
     reused: SpmSource | None = None  # --spm-from: the SentencePiece models to copy, not learn
     extension: dict[str, Any] | None = None  # --extend-vocab: what was appended, per side
+    held: Held | None = None  # --split-valid / --split-test: the pairs drawn out of train
 
     def build(self) -> dict[str, Any]:
         """All steps in order; returns the manifest, also written into `tmp`."""
@@ -216,11 +255,23 @@ class _Run:
 
     def clean_train(self, clean: Pair) -> tuple[dict[str, int], list[Chunk]]:
         """Step 1: stream train into cleaned text files, cut into chunks for the encoders."""
+        cfg, train = self.cfg, self.inputs["train"]
+        keep = PairFilter(train, cfg.dedupe, cfg.skip_invalid, cfg.lowercase)
+        if cfg.holdout:
+            self.report("hold out valid/test", 0, 1)
+            self.held = hold_out(
+                lambda: train_pairs(train, cfg.tsv_order, cfg.skip_invalid, {}),
+                lambda: PairFilter(train, False, cfg.skip_invalid, cfg.lowercase),
+                cfg.holdout, self.tmp, cfg.langs, train[0],
+            )  # fmt: skip
+            self.inputs.update(self.held.files)
+            keep.held, keep.test_sources = self.held.ranks, self.held.test_sources
+            self.report("hold out valid/test", 1, 1)
         step = "clean train"
         self.report(step, 0, None)
         counts, chunks = clean_train(
-            self.inputs["train"], clean, self.cfg.dedupe, self.cfg.skip_invalid, CHUNK_PAIRS,
-            lambda n: self.report(step, n, None), self.cfg.lowercase,
+            train_pairs(train, cfg.tsv_order, cfg.skip_invalid, keep.counts), keep, clean,
+            CHUNK_PAIRS, lambda n: self.report(step, n, None),
         )  # fmt: skip
         self.report(step, counts["read"], counts["read"])
         if not chunks:
@@ -234,7 +285,15 @@ class _Run:
         if self.reused is not None:
             models = self.copy_sentencepiece(self.reused)
             if cfg.extend_vocab:
-                self.extension = self.extend_sentencepiece(models, clean, self.reused)
+                from nmt.data.vocab_extension import extend_copied
+
+                step = "extend sentencepiece"
+                self.report(step, 0, 1)
+                self.extension = extend_copied(
+                    models, clean, cfg.langs, self.reused, cfg.extend_vocab, cfg.extend_all,
+                    cfg.character_coverage, cfg.spm_sample, self.threads,
+                )  # fmt: skip
+                self.report(step, 1, 1)
             return models
         step = "train sentencepiece"
         self.report(step, 0, 1)
@@ -271,51 +330,6 @@ class _Run:
                     shutil.copyfile(origin.with_suffix(suffix), dst.with_suffix(suffix))
         return models
 
-    def extend_sentencepiece(self, models: Pair, clean: Pair, source: SpmSource) -> dict[str, Any]:
-        """Step 2b with --extend-vocab: append pieces for the characters the copied model(s)
-        cannot encode, learnt from the cleaned train side(s) each model encodes."""
-        from nmt.data.vocab_extension import extend_for, model_type
-
-        step = "extend sentencepiece"
-        self.report(step, 0, 1)
-        kind = source.spm_type or model_type(models[0])
-        cfg = self.cfg
-        made_for = {source.src_lang, source.tgt_lang}  # the reused models' own languages
-        sides: list[tuple[Path, list[Path], list[Path]]]
-        if models[0] == models[1]:
-            own = [c for c, lang in zip(clean, cfg.langs, strict=True) if lang in made_for]
-            sides = [(models[0], list(clean), own)]
-        else:
-            sides = [
-                (models[0], [clean[0]], [clean[0]] if cfg.src_lang == source.src_lang else []),
-                (models[1], [clean[1]], [clean[1]] if cfg.tgt_lang == source.tgt_lang else []),
-            ]
-        done = [
-            extend_for(
-                model,
-                text,
-                cfg.extend_vocab,
-                kind,
-                cfg.character_coverage,
-                cfg.spm_sample,
-                self.threads,
-                keep=own if cfg.extend_all else None,
-            )  # fmt: skip
-            for model, text, own in sides
-        ]
-        self.report(step, 1, 1)
-        entries = [
-            {
-                "added": e.added,
-                "from_size": e.parent_size,
-                "characters": "".join(e.characters),
-                "all_pieces": cfg.extend_all,
-                "checked_languages": [p.suffix[1:] for p in own] if cfg.extend_all else None,
-            }  # fmt: skip
-            for e, (_, _, own) in zip(done, sides, strict=True)
-        ]
-        return {"src": entries[0], "tgt": entries[-1]}
-
     def encode_train(
         self, clean: Pair, chunks: list[Chunk], models: Pair, dtype: str, counts: dict[str, int]
     ) -> dict[str, Any]:
@@ -339,9 +353,17 @@ class _Run:
         if kept == 0:
             raise NmtError(no_pairs_message(self.inputs["train"], counts))
         entry = split_entry(self.cfg.langs, self.inputs["train"], lengths, False, "train")
-        entry.update(
-            lines_read=counts["read"], kept=kept, dropped={k: counts[k] for k in DROP_REASONS}
+        cfg = self.cfg
+        reasons = (
+            DROP_REASONS
+            + ("malformed",) * bool(cfg.tsv_order)
+            + ("test_source",) * bool(cfg.split_test)
         )
+        entry.update(lines_read=counts["read"], kept=kept, dropped={k: counts[k] for k in reasons})
+        if cfg.tsv_order is not None:
+            entry["columns"] = [cfg.langs[cfg.tsv_order.index(i)] for i in (0, 1)]
+        if cfg.holdout:
+            entry["held_out"] = {"valid": cfg.split_valid, "test": cfg.split_test, "seed": cfg.seed}
         return entry
 
     def encode_eval(
@@ -355,8 +377,12 @@ class _Run:
             self.cfg.lowercase,
         )  # fmt: skip
         self.report(step, n, n)
-        entry = split_entry(self.cfg.langs, paths, lengths, True, split)
+        held = self.held is not None and split in self.held.files
+        inputs = self.inputs["train"] if held else paths  # what a held-out split was drawn from
+        entry = split_entry(self.cfg.langs, inputs, lengths, True, split)
         entry.update(lines_read=n, kept=n, dropped={}, over_limits=over_limits(*lengths))
+        if held:
+            entry["held_out_of"] = "train"
         return entry
 
     def manifest(
@@ -401,16 +427,3 @@ def _check_inputs_outside(out_dir: Path, inputs: dict[str, Pair]) -> None:
                     f"--force would delete {out_dir}, which holds the input {path}; "
                     "choose another --out"
                 )
-
-
-def _stderr_progress() -> Progress:
-    """Plain one-line-per-step progress for library callers that pass neither progress nor quiet."""
-    started: dict[str, float] = {}
-
-    def report(step: str, done: int, total: int | None) -> None:
-        started.setdefault(step, time.perf_counter())
-        if total is not None and done >= total:
-            secs = time.perf_counter() - started[step]
-            print(f"preprocess: {step}: {done:,} in {secs:.1f}s", file=sys.stderr)
-
-    return report

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -38,11 +41,17 @@ def summary_table(manifest: dict[str, Any]) -> Table:
             name,
             f"{s['lines_read']:,}",
             f"{s['kept']:,}",
-            f"{s['lines_read'] - s['kept']:,}",
+            f"{s['lines_read'] - s['kept'] - held_out(s):,}",
             *(f"{s['tokens'][lang]:,}" for lang in (src, tgt)),
             *(f"{x['p50']}/{x['p99']}/{x['max']}" for x in lens),
         )
     return table
+
+
+def held_out(split: dict[str, Any]) -> int:
+    """Pairs of a split (train) that went to valid/test: read, neither kept nor dropped."""
+    held = split.get("held_out") or {}
+    return int(held.get("valid", 0)) + int(held.get("test", 0))
 
 
 def summary_notes(manifest: dict[str, Any]) -> list[str]:
@@ -73,6 +82,13 @@ def summary_notes(manifest: dict[str, Any]) -> list[str]:
                 else f"vocabulary extension{label}: no new characters, nothing added"
             )
     for name, s in manifest["splits"].items():
+        if held := s.get("held_out"):
+            notes.append(
+                f"{name}: {held['valid']:,} pairs held out as valid and {held['test']:,} as test "
+                f"(--seed {held['seed']}); a test source never occurs in {name}"
+                if held["test"]
+                else f"{name}: {held['valid']:,} pairs held out as valid (--seed {held['seed']})"
+            )
         if any(s["dropped"].values()):
             reasons = ", ".join(f"{k} {v:,}" for k, v in s["dropped"].items() if v)
             notes.append(f"{name} dropped: {reasons}")
@@ -84,3 +100,16 @@ def summary_notes(manifest: dict[str, Any]) -> list[str]:
                 "validation cuts them to the model's limit"
             )
     return notes
+
+
+def stderr_progress() -> Callable[[str, int, int | None], None]:
+    """Plain one-line-per-step progress for library callers that pass neither progress nor quiet."""
+    started: dict[str, float] = {}
+
+    def report(step: str, done: int, total: int | None) -> None:
+        started.setdefault(step, time.perf_counter())
+        if total is not None and done >= total:
+            secs = time.perf_counter() - started[step]
+            print(f"preprocess: {step}: {done:,} in {secs:.1f}s", file=sys.stderr)
+
+    return report

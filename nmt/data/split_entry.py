@@ -42,10 +42,11 @@ def split_entry(
 ) -> dict[str, Any]:
     """The manifest record of one split: files, input checksums, token counts, length stats."""
     files: dict[str, dict[str, str]] = {}
+    sums = {path: sha256_file(path) for path in set(inputs)}  # a TSV file holds both sides
     for lang, path in zip(langs, inputs, strict=True):
         files[lang] = {
             "input": str(path),
-            "sha256": sha256_file(path),
+            "sha256": sums[path],
             "ids": f"{split}.{lang}.ids",
             "idx": f"{split}.{lang}.idx",
         }

@@ -27,9 +27,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
+from nmt.data.spm_source import SpmSource
 from nmt.data.vocab import UNK_ID, Tokenizer, train_spm
 from nmt.errors import NmtError
 
@@ -233,3 +235,53 @@ def _varint(n: int) -> bytes:
         out.append(low | (0x80 if n else 0))
         if not n:
             return bytes(out)
+
+
+def extend_copied(
+    models: tuple[Path, Path],
+    clean: tuple[Path, Path],
+    langs: tuple[str, str],
+    source: SpmSource,
+    limit: int,
+    extend_all: bool,
+    coverage: float,
+    sample: int,
+    threads: int,
+) -> dict[str, Any]:
+    """`--extend-vocab` on the models copied from `source`: append pieces for the characters they
+    cannot encode, learnt from the cleaned train side(s) each model encodes; the manifest's record."""
+    kind = source.spm_type or model_type(models[0])
+    made_for = {source.src_lang, source.tgt_lang}  # the reused models' own languages
+    sides: list[tuple[Path, list[Path], list[Path]]]
+    if models[0] == models[1]:
+        own = [c for c, lang in zip(clean, langs, strict=True) if lang in made_for]
+        sides = [(models[0], list(clean), own)]
+    else:
+        sides = [
+            (models[0], [clean[0]], [clean[0]] if langs[0] == source.src_lang else []),
+            (models[1], [clean[1]], [clean[1]] if langs[1] == source.tgt_lang else []),
+        ]
+    done = [
+        extend_for(
+            model,
+            text,
+            limit,
+            kind,
+            coverage,
+            sample,
+            threads,
+            keep=own if extend_all else None,
+        )  # fmt: skip
+        for model, text, own in sides
+    ]
+    entries = [
+        {
+            "added": e.added,
+            "from_size": e.parent_size,
+            "characters": "".join(e.characters),
+            "all_pieces": extend_all,
+            "checked_languages": [p.suffix[1:] for p in own] if extend_all else None,
+        }  # fmt: skip
+        for e, (_, _, own) in zip(done, sides, strict=True)
+    ]
+    return {"src": entries[0], "tgt": entries[-1]}

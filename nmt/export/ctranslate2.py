@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ def export_ctranslate2(
     """Convert MODEL_DIR's checkpoint into OUT_DIR (built in a temporary folder, renamed at the
     end, so OUT_DIR is never half-written); returns OUT_DIR."""
     from nmt.modeldir import checkpoint_path, read_meta, weights_step
-    from nmt.textio import check_out_dir, replace_dir
+    from nmt.textio import building_dir, check_out_dir
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if quantization not in QUANTIZATIONS:
@@ -52,9 +51,7 @@ def export_ctranslate2(
     weights = checkpoint_path(model_dir, checkpoint)
     _check_not_inside(model_dir, out_dir, weights)
     ct2 = require_ctranslate2()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with building_dir(out_dir, force) as tmp:  # a full disk names OUT_DIR
         converter = _converter_class(ct2)(model_dir, str(weights))
         converter.convert(str(tmp / "ct2"), quantization=quantization, force=True)
         for item in (tmp / "ct2").iterdir():
@@ -65,10 +62,6 @@ def export_ctranslate2(
         step = weights_step(weights)
         manifest = _manifest(model_dir, cfg, meta, weights.stem, step, quantization)
         (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        check_out_dir(out_dir, force)
-        replace_dir(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     if not quiet:
         import sys
 

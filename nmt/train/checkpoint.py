@@ -33,6 +33,7 @@ from nmt.modeldir import (
     has_checkpoints,
     load_state,
     save_weights,
+    tensor_bytes,
     weights_step,
 )
 from nmt.textio import atomic_write, publishing
@@ -79,8 +80,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_state(path: str | Path, state: dict[str, Any]) -> None:
-    """torch.save to a temporary file beside `path`, then publish it (fsync, rename, mode)."""
-    with publishing(path) as tmp, open(tmp, "wb") as f:
+    """torch.save to a temporary file beside `path`, then publish it (fsync, rename, mode); a
+    full disk is one line naming `path` (torch reports it as a RuntimeError of its zip writer)."""
+    with publishing(path, needed=tensor_bytes(state)) as tmp, open(tmp, "wb") as f:
         torch.save(state, f)
 
 
@@ -183,7 +185,7 @@ class Checkpoints:
         if best_at is not None and best_at > step:
             kept = self.dir / f"step-{best_step}.safetensors"
             if best_step > 0 and kept.exists():
-                with publishing(best) as tmp:
+                with publishing(best, needed=kept.stat().st_size) as tmp:
                     shutil.copyfile(kept, tmp)
             else:
                 best.unlink()

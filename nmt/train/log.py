@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nmt.runtime import rss_mb
+from nmt.textio import naming_output
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -184,7 +185,7 @@ class Metrics:
         """Append one event."""
         if not self.enabled:
             return
-        with open(self.path, "a", encoding="utf-8") as f:
+        with naming_output(self.path), open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         if self.tb is not None:
             kind = row.get("event", "train")

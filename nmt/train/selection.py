@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from nmt.errors import NmtError
-from nmt.modeldir import clear_default, load_weights, saved_config, write_default
+from nmt.modeldir import clear_default, load_weights, saved_config, tensor_bytes, write_default
 from nmt.textio import publishing
 from nmt.train.checkpoint import Checkpoints, is_better, ranked
 
@@ -123,7 +123,7 @@ def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, 
         for k, v in total.items()
     }
     out = ckpt.dir / "averaged.safetensors"
-    with publishing(out) as tmp:
+    with publishing(out, needed=tensor_bytes(averaged)) as tmp:
         save_file(averaged, tmp, metadata=metadata)
     clear_default(model_dir, only="averaged")  # the new average has not been validated
     return out, steps
