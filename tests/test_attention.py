@@ -1,13 +1,16 @@
 """Attention: weights are a distribution over the real source positions, zero on padding;
-the fused and explicit multi-head paths agree; incremental self-attention equals causal."""
+the fused and explicit multi-head paths agree; incremental self-attention equals causal;
+`nmt attention --kind` draws a Transformer's encoder and decoder self-attention."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
+from nmt.errors import NmtError
 from nmt.models.attention import (
     AdditiveAttention,
     DotAttention,
@@ -213,3 +216,102 @@ def test_time_major_attention_matches_matmul_attention_over_the_cache_view(dtype
     assert got.shape == (b, h, 1, dh) and got.dtype == dtype
     tol = 1e-5 if dtype == torch.float32 else 3e-2
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+
+
+SENTENCE = "a man in a blue shirt is riding his bike ."
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    """The tiny random Transformer of test_translate and a tiny Seq2Seq (Bahdanau attention)."""
+    from test_translate import build_tiny_model_dir, synthetic_lines
+
+    from nmt.config import load_config
+    from nmt.data.vocab import Tokenizer, VocabInfo, train_spm
+    from nmt.modeldir import save_weights, write_meta
+    from nmt.models import build
+
+    root = tmp_path_factory.mktemp("kinds")
+    transformer = build_tiny_model_dir(root)
+    spm = train_spm(synthetic_lines(300), root / "spm2", vocab_size=200)
+    tok = Tokenizer.load(spm)
+    vocab = VocabInfo(tok.vocab_size, tok.vocab_size, joint=True)
+    cfg = load_config(preset="seq2seq-tiny")
+    cfg.decoding.max_len_b = 5
+    torch.manual_seed(0)
+    seq2seq = root / "seq2seq"
+    write_meta(seq2seq, cfg, "en", "de", spm, spm, vocab)
+    save_weights(build(cfg.model, vocab), seq2seq / "checkpoints" / "best.safetensors")
+    return transformer, seq2seq
+
+
+def test_translator_attention_kinds_have_the_right_shapes_and_pieces(model_dirs):
+    """cross: target x source; self: source x source per encoder layer; decoder: (bos + target)
+    squared, lower-triangular; searched or force-decoded, the same translation each time."""
+    from nmt.decode.translator import Translator
+
+    tr = Translator.from_dir(model_dirs[0], device="cpu")
+    cross, src, tgt, text = tr.attention(SENTENCE)
+    assert cross.shape == (2, 2, len(tgt), len(src)) and src[-1] == tgt[-1] == "</s>"
+    enc, cols, rows, text2 = tr.attention(SENTENCE, kind="self")
+    assert (cols, rows, text2) == (src, src, text)
+    assert enc.shape == (1, 2, len(src), len(src))  # one encoder layer, two heads
+    np.testing.assert_allclose(enc.sum(-1), 1.0, rtol=1e-5)
+    dec, cols, rows, text3 = tr.attention(SENTENCE, kind="decoder")
+    assert cols == rows == ["<s>"] + tgt[:-1] and text3 == text
+    assert dec.shape == (2, 2, len(tgt), len(tgt))
+    n = len(tgt)
+    assert (np.triu(dec, 1) == 0).all()  # the mask: no position sees a later one
+    assert (np.tril(dec) > 0).sum() == 2 * 2 * n * (n + 1) // 2  # every allowed one has weight
+    np.testing.assert_allclose(dec.sum(-1), 1.0, rtol=1e-5)
+    target = "zwei kinder spielen im park ."
+    forced, cols, rows, text4 = tr.attention(SENTENCE, target=target, kind="decoder")
+    assert text4 == target and forced.shape[2:] == (len(rows), len(rows)) and rows[0] == "<s>"
+    with pytest.raises(NmtError, match="^attention kind must be cross, self or decoder, got 'x'$"):
+        tr.attention(SENTENCE, kind="x")
+
+
+def test_cli_attention_kind_self_and_decoder_write_pngs(model_dirs, tmp_path):
+    from test_translate import png_size, run_cli
+
+    from nmt.decode.translator import Translator
+    from nmt.plots.attention import DPI, figure_size
+
+    tr = Translator.from_dir(model_dirs[0], device="cpu")
+    for kind in ("self", "decoder"):
+        out = tmp_path / f"{kind}.png"
+        r = run_cli("attention", "-m", str(model_dirs[0]), SENTENCE, "--kind", kind, "-o", str(out))
+        assert r.exit_code == 0, r.output
+        _, cols, rows, text = tr.attention(SENTENCE, kind=kind)
+        w, h = figure_size(cols, rows)
+        assert png_size(out) == pytest.approx((w * DPI, h * DPI), abs=2) and text in r.stdout
+    grid = tmp_path / "grid.png"
+    r = run_cli("attention", "-m", str(model_dirs[0]), SENTENCE, "--kind", "self", "-o", str(grid),
+                "--head", "all", "-q")  # fmt: skip
+    assert r.exit_code == 0 and r.stdout == ""
+    _, cols, rows, _ = tr.attention(SENTENCE, kind="self")
+    w, h = figure_size(cols, rows, rows=1, cols=2)
+    assert png_size(grid) == pytest.approx((w * DPI, h * DPI), abs=2)
+    r = run_cli("attention", "-m", str(model_dirs[0]), SENTENCE, "--kind", "self", "-o",
+                str(grid), "--layer", "1")  # fmt: skip
+    assert r.exit_code == 2 and "layer 1 is out of range: the model has 1 layers" in r.output
+
+
+def test_cli_attention_kinds_a_seq2seq_model_lacks_are_one_line(model_dirs, tmp_path):
+    from test_translate import run_cli
+
+    out = tmp_path / "att.png"
+    for kind in ("self", "decoder"):
+        r = run_cli("attention", "-m", str(model_dirs[1]), SENTENCE, "--kind", kind, "-o", str(out))
+        assert (r.exit_code, r.output) == (
+            2, f"error: a seq2seq model has only source-target attention (kind 'cross'), "
+            f"no {kind!r} attention\n",
+        )  # fmt: skip
+        assert not out.exists()
+    r = run_cli("attention", "-m", str(model_dirs[1]), SENTENCE, "--kind", "cross", "-o", str(out))
+    assert r.exit_code == 0 and out.read_bytes()[:4] == b"\x89PNG"
+    r = run_cli("attention", "-m", "/nonexistent", SENTENCE, "--kind", "both", "-o", str(out))
+    assert (r.exit_code, r.output) == (
+        2,
+        "error: --kind must be cross, self or decoder, got 'both'\n",
+    )

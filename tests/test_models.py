@@ -212,6 +212,46 @@ def test_attention_is_a_distribution_over_the_real_source(name):
     torch.testing.assert_close(attn.sum(-1), torch.ones(3, layers, heads, 4))
 
 
+TRANSFORMERS = [name for name in TINY if name.startswith("transformer")]
+
+
+@pytest.mark.parametrize("name", TRANSFORMERS)
+def test_decoder_self_attention_is_causal_and_row_stochastic(name):
+    """The decoder's masked self-attention: (B, L, H, T, T), exactly 0 above the diagonal,
+    each row a distribution; the logits are the plain forward's."""
+    model = make(name)
+    src, lengths = batch([7, 2, 5])
+    tgt = targets(3, 6)
+    with torch.no_grad():
+        logits, attn = model.forward_with_attention(src, lengths, tgt, kind="decoder")
+        torch.testing.assert_close(logits, model(src, lengths, tgt), atol=1e-5, rtol=0)
+    assert attn.shape == (3, 2, 4, 6, 6) and attn.dtype == torch.float32
+    future = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    assert (attn[..., future] == 0).all()
+    assert (attn[..., ~future] > 0).all()
+    torch.testing.assert_close(attn.sum(-1), torch.ones(3, 2, 4, 6))
+
+
+@pytest.mark.parametrize("name", TRANSFORMERS)
+def test_encoder_self_attention_is_a_distribution_over_the_real_source(name):
+    """The encoder's self-attention: (B, L_enc, H, S, S), zero on padded keys, rows summing to 1;
+    a padded sentence's real rows are those of the sentence alone."""
+    model = make(name, encoder_layers=3)
+    src, lengths = batch([7, 2, 5])
+    with torch.no_grad():
+        _, attn = model.forward_with_attention(src, lengths, targets(3, 4), kind="self")
+        _, alone = model.forward_with_attention(src[1:2, :2], lengths[1:2], targets(1, 4), "self")
+    assert attn.shape == (3, 3, 4, 7, 7)
+    real = (torch.arange(7) < lengths.unsqueeze(1))[:, None, None, None]  # (B, 1, 1, 1, S)
+    assert (attn.masked_select(~real) == 0).all()
+    assert (attn.masked_select(real.expand_as(attn)) > 0).all()
+    torch.testing.assert_close(attn.sum(-1), torch.ones(3, 3, 4, 7))
+    assert alone.shape == (1, 3, 4, 2, 2)
+    torch.testing.assert_close(attn[1:2, :, :, :2, :2], alone, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="unknown attention kind 'encoder'"):
+        model.forward_with_attention(src, lengths, targets(3, 4), kind="encoder")
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_tied_embeddings_are_one_tensor(arch):
     joint = make(arch, tie_embeddings=True)

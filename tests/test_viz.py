@@ -165,3 +165,39 @@ def test_a_failed_plot_leaves_the_old_file(tmp_path):
     assert out.read_bytes() == b"old"
     plot_attention(_weights(1, 1, 6, 6), SRC, TGT, out)
     assert out.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_self_attention_kinds_label_their_axes(tmp_path):
+    """`kind` self / decoder: a square map of one sequence, the same size as cross attention
+    of the same pieces, its axes and colour bar named after the kind (in an SVG's text)."""
+    w = _weights(2, 2, len(SRC), len(SRC))
+    for kind, words in (
+        ("self", ["encoder self-attention weight"]),
+        ("decoder", ["target (decoder input)", "decoder self-attention weight"]),
+    ):
+        png = plot_attention(w, SRC, SRC, tmp_path / f"{kind}.png", kind=kind)
+        assert _png_size(png) == _expected_px(SRC, SRC)
+        svg = plot_attention(w, SRC, SRC, tmp_path / f"{kind}.svg", kind=kind, layer="all")
+        text = svg.read_text()
+        assert all(f"<!-- {word} -->" in text for word in words), kind
+    cross = plot_attention(w, SRC, SRC, tmp_path / "cross.svg").read_text()
+    assert "<!-- attention weight -->" in cross and "self-attention" not in cross
+
+
+@pytest.mark.parametrize(
+    "kind,weights,message",
+    [
+        ("self", np.ones((1, 1, 5, 6)), "attention weights are 5 x 6 (source x source) but"),
+        ("decoder", np.ones((2, 6, 6)), "must have shape (layers, heads, target, target)"),
+        (
+            "encoder",
+            np.ones((6, 6)),
+            "attention kind must be cross, self or decoder, got 'encoder'",
+        ),
+    ],
+)
+def test_bad_kind_or_self_attention_shape_is_a_clear_error(tmp_path, kind, weights, message):
+    with pytest.raises(NmtError) as e:
+        plot_attention(weights, SRC, SRC, tmp_path / "x.png", kind=kind)
+    assert message in str(e.value)
+    assert list(tmp_path.iterdir()) == []

@@ -139,14 +139,14 @@ def open_for(
     """The engine of `model_dir` (nmt.decode.engines.open_translator), refused at once when it
     cannot decode as `options` ask (attention from a model without any; sampling from an
     `nmt export`)."""
+    from nmt.decode.ct2 import CT2Translator  # torch-free, unlike the PyTorch engine's module
     from nmt.decode.engines import open_translator
-    from nmt.decode.translator import Translator
     from nmt.errors import NmtError
 
     translator = open_translator(model_dir, device, checkpoint, precision, workers)
     if options.with_attention:
         require_attention(translator, ", ".join(model_dir))
-    if options.sampling is not None and not isinstance(translator, Translator):
+    if options.sampling is not None and isinstance(translator, CT2Translator):
         raise NmtError(
             f"{model_dir[0]}: --sampling needs a model directory (an `nmt export` directory "
             "decodes with CTranslate2's search)"
@@ -215,8 +215,18 @@ def attention_cmd(
     output: str = typer.Option(
         ..., "--output", "-o", help="Image to write: PNG, or SVG / PDF by its name; - for stdout."
     ),
+    kind: str = typer.Option(
+        "cross",
+        "--kind",
+        help="cross: source-target attention; self: the encoder's self-attention (source x "
+        "source); decoder: the decoder's masked self-attention (target x target). Transformer "
+        "models have all three, Seq2Seq only cross.",
+    ),
     layer: str = typer.Option(
-        "last", "--layer", help="Decoder layer (0-based), 'last', or 'all' (layer x head grid)."
+        "last",
+        "--layer",
+        help="Layer (0-based; of the encoder for --kind self, else of the decoder), 'last', or "
+        "'all' (layer x head grid).",
     ),
     head: str = typer.Option(
         "mean", "--head", help="Attention head (0-based), 'mean', or 'all' (one panel per head)."
@@ -230,22 +240,26 @@ def attention_cmd(
     precision: PrecisionOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
-    """Draw the source-target attention of one sentence as a PNG heatmap (subword pieces on both
-    axes): Seq2Seq's attention, or a Transformer layer's encoder-decoder attention per head."""
+    """Draw the attention of one sentence as a PNG heatmap (subword pieces on both axes):
+    Seq2Seq's attention, or a Transformer layer's encoder-decoder attention (or with --kind its
+    encoder or decoder self-attention) per head."""
     from nmt.decode.lines import check_model_dirs
+    from nmt.errors import NmtError
 
+    if kind not in ("cross", "self", "decoder"):
+        raise NmtError(f"--kind must be cross, self or decoder, got {kind!r}")
     check_model_dirs(model_dir)
     from nmt.decode.translator import Translator
     from nmt.plots.attention import plot_attention
 
     translator = Translator.from_dir(model_dir, device, checkpoint, precision)
     require_attention(translator, model_dir)
-    weights, src_pieces, tgt_pieces, translation = translator.attention(
-        source, target=target, options=decode_options(beam_size=beam_size)
+    weights, columns, rows, translation = translator.attention(
+        source, target=target, options=decode_options(beam_size=beam_size), kind=kind
     )
     path = plot_attention(
-        weights, src_pieces, tgt_pieces, output, layer=layer, head=head,
-        title=f"{source}\n{translation}",
+        weights, columns, rows, output, layer=layer, head=head,
+        title=f"{source}\n{translation}", kind=kind,
     )  # fmt: skip
     if not quiet:  # on stderr when the image itself goes to stdout
         print(f"{translation}\nwrote {path}", file=sys.stderr if output == "-" else sys.stdout)

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from nmt.data.vocab import EOS_PIECE
 from nmt.decode.lines import BATCH_LINES, check_inputs, count_lines, is_regular
-from nmt.decode.translator import Translator
 from nmt.errors import NmtError
 from nmt.textio import atomic_write, read_lines
 
 if TYPE_CHECKING:
     from nmt.decode.ct2 import CT2Translator
+    from nmt.decode.translator import Translator
 
 
 @dataclass

@@ -237,37 +237,56 @@ class Translator:
         source: str,
         target: str | None = None,
         options: DecodeOptions | None = None,
+        kind: str = "cross",
         **fields: Any,
     ) -> tuple[np.ndarray, list[str], list[str], str]:
-        """Source-target attention of one sentence: (layers, heads, T, S), source pieces, target
-        pieces (eos on both) and the translation. Searches (with `options`, `fields` on top), or
-        force-decodes `target` if given."""
-        for text, what in ((source, "source sentence"), (target, "target")):
-            _check_utf8(text, what)
+        """Attention of one sentence: (layers, heads, rows, columns), the column pieces, the row
+        pieces, and the translation. `kind` "cross": target x source (eos on both); "self" (a
+        Transformer's encoder): source x source; "decoder" (its masked self-attention): bos +
+        target x the same. Searches (with `options`, `fields` on top), or force-decodes `target`."""
+        from nmt.models.transformer import ATTENTION_KINDS, Transformer
+
+        for given, what in ((source, "source sentence"), (target, "target")):
+            _check_utf8(given, what)
+        if kind not in ATTENTION_KINDS:
+            raise NmtError(f"attention kind must be cross, self or decoder, got {kind!r}")
+        if kind != "cross" and not isinstance(self.model, Transformer):
+            raise NmtError(
+                f"a {self.cfg.model.type} model has only source-target attention (kind "
+                f"'cross'), no {kind!r} attention"
+            )
         silent = target is None  # the search encodes it again, and warns there
         (ids,) = self.encode_sources([source], 1, (lambda _: None) if silent else _warn)
         if not ids:  # blank, or nothing left after normalisation (control characters)
             raise NmtError("the source sentence is empty")
         if target is None:
             search = given_options(options, fields)
-            (tr,) = self.translate([source], search, nbest=1, with_attention=True)
+            (tr,) = self.translate([source], search, nbest=1, with_attention=kind == "cross")
             hyp = tr.hypotheses[0]
-            assert hyp.attention is not None  # asked for with_attention
-            weights = np.transpose(hyp.attention, (1, 2, 0, 3))  # (L, H, T, S)
-            return weights, tr.source_tokens, hyp.tokens + [EOS_PIECE], hyp.text
-        tgt = self.tgt_tok.encode(target)
-        if 0 < self.max_source < len(tgt):  # Seq2Seq has no position limit (max_source -1)
-            _warn(f"target has {len(tgt)} subword tokens, truncated to {self.max_source}")
-            tgt = tgt[: self.max_source]
+            if kind == "cross":
+                assert hyp.attention is not None  # asked for with_attention
+                weights = np.transpose(hyp.attention, (1, 2, 0, 3))  # (L, H, T, S)
+                return weights, tr.source_tokens, hyp.tokens + [EOS_PIECE], hyp.text
+            tgt, text = [self.tgt_tok.sp.piece_to_id(p) for p in hyp.tokens], hyp.text
+        else:
+            tgt = self.tgt_tok.encode(target)
+            if 0 < self.max_source < len(tgt):  # Seq2Seq has no position limit (max_source -1)
+                _warn(f"target has {len(tgt)} subword tokens, truncated to {self.max_source}")
+                tgt = tgt[: self.max_source]
+            text = self.tgt_tok.decode(tgt)
         dev = self.device
         src = torch.tensor([ids + [EOS_ID]], device=dev)  # (1, S)
         tgt_in = torch.tensor([[self.model.vocab.bos_id] + tgt], device=dev)  # (1, T)
         with torch.inference_mode(), self.autocast():
             lengths = torch.tensor([src.size(1)], device=dev)  # (1,)
-            _, attn = self.model.forward_with_attention(src, lengths, tgt_in)
-        weights = attn[0].float().cpu().numpy()  # (L, H, T, S)
-        pieces = [self.tgt_tok.id_to_piece(i) for i in tgt] + [EOS_PIECE]
-        return weights, self._pieces(ids), pieces, self.tgt_tok.decode(tgt)
+            if isinstance(self.model, Transformer):  # the one model with several kinds
+                _, attn = self.model.forward_with_attention(src, lengths, tgt_in, kind)
+            else:
+                _, attn = self.model.forward_with_attention(src, lengths, tgt_in)
+        weights = attn[0].float().cpu().numpy()  # (L, H, rows, columns)
+        inputs = [self.tgt_tok.id_to_piece(i) for i in tgt_in[0].tolist()]  # bos y1 .. yn
+        rows = {"cross": inputs[1:] + [EOS_PIECE], "self": self._pieces(ids)}.get(kind, inputs)
+        return weights, (self._pieces(ids) if kind == "cross" else rows), rows, text
 
     @property
     def decoding(self) -> DecodingConfig:

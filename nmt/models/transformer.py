@@ -30,6 +30,9 @@ from nmt.models.base import make_embeddings, step_scores
 from nmt.models.dropout import Dropout
 
 KV = tuple[torch.Tensor, torch.Tensor]
+# What forward_with_attention can return: encoder-decoder (source-target) attention, the
+# encoder's self-attention (source x source), the decoder's masked self-attention (target x target)
+ATTENTION_KINDS = ("cross", "self", "decoder")
 CACHE_CHUNK = 8  # positions added to the cache at a time: reordering copies the whole capacity
 
 
@@ -188,9 +191,12 @@ class EncoderLayer(_Sublayers):
         super().__init__(cfg, 2)
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        h, _ = self.self_attn(self._in(x, 0), mask=mask)
-        return self._feed_forward(self._out(x, h, 0))
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """All source positions (B, S, d), and their self-attention (B, H, S, S) if asked for."""
+        h, weights = self.self_attn(self._in(x, 0), mask=mask, need_weights=need_weights)
+        return self._feed_forward(self._out(x, h, 0)), weights
 
 
 class DecoderLayer(_Sublayers):
@@ -204,13 +210,15 @@ class DecoderLayer(_Sublayers):
         )
 
     def forward(
-        self, x: torch.Tensor, kv: KV, mask: torch.Tensor | None, need_weights: bool = False
+        self, x: torch.Tensor, kv: KV, mask: torch.Tensor | None, weights: str | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Teacher-forced pass over all target positions (B, T, d)."""
-        h, _ = self.self_attn(self._in(x, 0), causal=True)
+        """Teacher-forced pass over all target positions (B, T, d); `weights` "cross" also returns
+        the encoder-decoder attention (B, H, T, S), "self" the masked self-attention (B, H, T, T)."""
+        h, self_w = self.self_attn(self._in(x, 0), causal=True, need_weights=weights == "self")
         x = self._out(x, h, 0)
-        h, weights = self.cross_attn(self._in(x, 1), kv=kv, mask=mask, need_weights=need_weights)
-        return self._feed_forward(self._out(x, h, 1)), weights
+        need = weights == "cross"
+        h, cross_w = self.cross_attn(self._in(x, 1), kv=kv, mask=mask, need_weights=need)
+        return self._feed_forward(self._out(x, h, 1)), self_w if weights == "self" else cross_w
 
     def step(
         self,
@@ -294,16 +302,24 @@ class Transformer(nn.Module):
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> TransformerEncoderOut:
         """Run the encoder and precompute each decoder layer's cross-attention keys/values."""
+        return self._encode(src, src_lengths, need_weights=False)[0]
+
+    def _encode(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, need_weights: bool
+    ) -> tuple[TransformerEncoderOut, list[torch.Tensor | None]]:
+        """`encode`, and if `need_weights` each encoder layer's self-attention (B, H, S, S)."""
         s = src.size(1)
         mask = None
         if bool((src_lengths < s).any()):
             mask = (torch.arange(s, device=src.device) < src_lengths.unsqueeze(1))[:, None, None]
         x = self._embed(self.src_embed, src)  # (B, S, d)
+        attns = []
         for layer in self.encoder_layers:
-            x = layer(x, mask)
+            x, w = layer(x, mask, need_weights)
+            attns.append(w)
         memory = self.encoder_norm(x)  # (B, S, d)
         cross_kv = [layer.cross_attn.project_kv(memory) for layer in self._decoders()]
-        return TransformerEncoderOut(memory, mask, src_lengths, cross_kv)
+        return TransformerEncoderOut(memory, mask, src_lengths, cross_kv), attns
 
     def _decoders(self) -> list[DecoderLayer]:
         """The decoder layers with their type (a ModuleList yields plain Modules)."""
@@ -373,24 +389,32 @@ class Transformer(nn.Module):
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> torch.Tensor:
         """Teacher forcing up to the output projection: (B, T, d) (nmt.train.loss fuses the rest)."""
-        return self._teacher_forced(src, src_lengths, tgt_in, need_weights=False)[0]
+        return self._teacher_forced(src, src_lengths, tgt_in, kind=None)[0]
 
     def forward_with_attention(
-        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        kind: str = "cross",
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher forcing: logits (B, T, V) and the encoder-decoder attention of every layer
-        and head, (B, L, H, T, S)."""
-        hidden, attns = self._teacher_forced(src, src_lengths, tgt_in, need_weights=True)
-        return self.output(hidden), _stack_layers(attns)  # (B, L, H, T, S)
+        """Teacher forcing: logits (B, T, V) and the attention of every layer and head of `kind`
+        (ATTENTION_KINDS): "cross" (B, L, H, T, S), the encoder's "self" (B, L_enc, H, S, S), or
+        the decoder's masked self-attention "decoder" (B, L, H, T, T), exactly 0 on the future."""
+        if kind not in ATTENTION_KINDS:
+            raise ValueError(f"unknown attention kind {kind!r} (choices: cross, self, decoder)")
+        hidden, attns = self._teacher_forced(src, src_lengths, tgt_in, kind)
+        return self.output(hidden), _stack_layers(attns)  # (B, L, H, rows, columns)
 
     def _teacher_forced(
-        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, kind: str | None
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """Features (B, T, d) and, if `need_weights`, each layer's cross-attention (B, H, T, S)."""
-        enc = self.encode(src, src_lengths)
+        """Features (B, T, d) and each layer's attention of `kind` (none: no weights computed)."""
+        enc, enc_attns = self._encode(src, src_lengths, need_weights=kind == "self")
         x = self._embed(self.tgt_embed, tgt_in)  # (B, T, d)
+        part = {"cross": "cross", "decoder": "self"}.get(kind or "")
         attns = []
         for layer, kv in zip(self.decoder_layers, enc.cross_kv, strict=True):
-            x, w = layer(x, kv, enc.mask, need_weights=need_weights)
+            x, w = layer(x, kv, enc.mask, part)
             attns.append(w)
-        return self.decoder_norm(x), attns  # (B, T, d)
+        return self.decoder_norm(x), enc_attns if kind == "self" else attns  # (B, T, d)

@@ -1,4 +1,5 @@
-"""Attention heatmaps: the source-target attention of one sentence as a PNG, readable at any length.
+"""Attention heatmaps: the source-target attention of one sentence (or a Transformer's encoder or
+decoder self-attention) as a PNG, readable at any length.
 
 Uses matplotlib's object API with the Agg canvas directly (no pyplot, no global backend switch), so
 importing this module changes nothing for the rest of the program. The image size is a function of
@@ -22,6 +23,16 @@ DPI = 100
 SP_SPACE = "\u2581"  # SentencePiece's word-start marker
 SPECIAL = {"<s>", "</s>", "<unk>", "<pad>", "<bos>", "<eos>"}
 _CHAR_W = 0.6 / 72  # inches per character per point of font size (DejaVu Sans average)
+# Per attention kind: the column axis, the row axis and the colour bar's labels
+LABELS = {
+    "cross": ("source", "target", "attention weight"),
+    "self": ("source", "source", "encoder self-attention weight"),
+    "decoder": (
+        "target (decoder input)",
+        "target (decoder input)",
+        "decoder self-attention weight",
+    ),
+}
 
 
 def _plain(text: str) -> str:
@@ -86,20 +97,23 @@ def _size(src: list[str], tgt: list[str], rows: int, cols: int) -> tuple[float, 
     return round(max(width, 3.0), 2), round(max(height, 2.5), 2)
 
 
-def _check_weights(weights: Any, n_src: int, n_tgt: int) -> np.ndarray:
+def _check_weights(weights: Any, n_src: int, n_tgt: int, kind: str = "cross") -> np.ndarray:
     """Return weights as (layers, heads, T, S) float array, or say what is wrong with them."""
+    if kind not in LABELS:
+        raise NmtError(f"attention kind must be cross, self or decoder, got {kind!r}")
+    cols, rows = LABELS[kind][0].split()[0], LABELS[kind][1].split()[0]
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim == 2:
         w = w[None, None]
     if w.ndim != 4:
         raise NmtError(
-            f"attention weights must have shape (layers, heads, target, source) or "
-            f"(target, source), got shape {tuple(w.shape)}"
+            f"attention weights must have shape (layers, heads, {rows}, {cols}) or "
+            f"({rows}, {cols}), got shape {tuple(w.shape)}"
         )
     if w.shape[2:] != (n_tgt, n_src):
         raise NmtError(
-            f"attention weights are {w.shape[2]} x {w.shape[3]} (target x source) but there are "
-            f"{n_tgt} target and {n_src} source tokens"
+            f"attention weights are {w.shape[2]} x {w.shape[3]} ({rows} x {cols}) but there are "
+            f"{n_tgt} {rows} and {n_src} {cols} tokens"
         )
     if n_src == 0 or n_tgt == 0:
         raise NmtError("cannot draw attention for an empty source or target")
@@ -156,23 +170,26 @@ def plot_attention(
     layer: int | str = "last",
     head: int | str = "mean",
     title: str | None = None,
+    kind: str = "cross",
 ) -> Path:
-    """Draw source-target attention as a heatmap (atomically written) and return its path: SVG
-    or PDF when `out_path` ends so (vector, for papers), else PNG.
+    """Draw attention as a heatmap (atomically written) and return its path: SVG or PDF when
+    `out_path` ends so (vector, for papers), else PNG.
 
-    `weights` is (layers, heads, target, source) (Seq2Seq: 1 x 1 x T x S) or (T, S).
+    `weights` is (layers, heads, target, source) (Seq2Seq: 1 x 1 x T x S) or (T, S): rows are
+    `tgt_tokens`, columns `src_tokens`. `kind` (LABELS) names the axes: "cross" for
+    source-target attention, "self" for the encoder's (source pieces on both axes), "decoder"
+    for the decoder's masked self-attention (its input pieces, bos first, on both axes).
     `layer`: an index, "last" or "all"; `head`: an index, "mean" or "all". `layer="all"` draws a
     grid with one row per layer and one column per head (`head="mean"` there means every head;
     an index keeps that head only).
     """
     src, tgt = display_tokens(src_tokens), display_tokens(tgt_tokens)
-    w = _check_weights(weights, len(src), len(tgt))
+    w = _check_weights(weights, len(src), len(tgt), kind)
     panels, rows, cols = _select(w, layer, head)
     out = Path(out_path)
     suffix = out.suffix.lower().lstrip(".")
-    data = _render(
-        panels, src, tgt, rows, cols, title, suffix if suffix in ("svg", "pdf") else "png"
-    )
+    fmt = suffix if suffix in ("svg", "pdf") else "png"
+    data = _render(panels, src, tgt, rows, cols, title, fmt, LABELS[kind])
     with atomic_write(out, "wb") as f:
         f.write(data)
     return out
@@ -186,8 +203,10 @@ def _render(
     cols: int,
     title: str | None,
     fmt: str = "png",
+    labels: tuple[str, str, str] = LABELS["cross"],
 ) -> bytes:
-    """The figure as `fmt` bytes (png, svg or pdf); fixed size, constrained layout."""
+    """The figure as `fmt` bytes (png, svg or pdf), `labels` on the axes and colour bar; fixed
+    size, constrained layout."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -213,12 +232,12 @@ def _render(
             ax.set_title(name, fontsize=g["font"] + 1)
             ax.label_outer()
     for ax in axes[-1]:
-        ax.set_xlabel("source", fontsize=g["font"] + 1)
+        ax.set_xlabel(labels[0], fontsize=g["font"] + 1)
     for ax in axes[:, 0]:
-        ax.set_ylabel("target", fontsize=g["font"] + 1)
+        ax.set_ylabel(labels[1], fontsize=g["font"] + 1)
     height = fig.get_size_inches()[1]
     assert image is not None  # panels are never empty (_select)
-    fig.colorbar(image, ax=axes, label="attention weight", shrink=min(0.9, 6.0 / height))
+    fig.colorbar(image, ax=axes, label=labels[2], shrink=min(0.9, 6.0 / height))
     auto = panels[0][0] if len(panels) == 1 else f"attention: {rows} layer(s) x {cols} head(s)"
     fig.suptitle(_plain(title) if title is not None else auto)
     buf = io.BytesIO()
