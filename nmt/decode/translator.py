@@ -46,7 +46,7 @@ from nmt.device import (
     resolve_device,
 )
 from nmt.errors import NmtError
-from nmt.models.base import Decoder
+from nmt.models.base import ATTENTION_KINDS, Decoder
 from nmt.models.ensemble import Ensemble
 
 MAX_BATCH_ROWS = 640  # sentences x beam per batch: beyond this CPU steps stop getting cheaper
@@ -244,17 +244,10 @@ class Translator:
         pieces, and the translation. `kind` "cross": target x source (eos on both); "self" (a
         Transformer's encoder): source x source; "decoder" (its masked self-attention): bos +
         target x the same. Searches (with `options`, `fields` on top), or force-decodes `target`."""
-        from nmt.models.transformer import ATTENTION_KINDS, Transformer
-
         for given, what in ((source, "source sentence"), (target, "target")):
             _check_utf8(given, what)
         if kind not in ATTENTION_KINDS:
             raise NmtError(f"attention kind must be cross, self or decoder, got {kind!r}")
-        if kind != "cross" and not isinstance(self.model, Transformer):
-            raise NmtError(
-                f"a {self.cfg.model.type} model has only source-target attention (kind "
-                f"'cross'), no {kind!r} attention"
-            )
         silent = target is None  # the search encodes it again, and warns there
         (ids,) = self.encode_sources([source], 1, (lambda _: None) if silent else _warn)
         if not ids:  # blank, or nothing left after normalisation (control characters)
@@ -279,10 +272,7 @@ class Translator:
         tgt_in = torch.tensor([[self.model.vocab.bos_id] + tgt], device=dev)  # (1, T)
         with torch.inference_mode(), self.autocast():
             lengths = torch.tensor([src.size(1)], device=dev)  # (1,)
-            if isinstance(self.model, Transformer):  # the one model with several kinds
-                _, attn = self.model.forward_with_attention(src, lengths, tgt_in, kind)
-            else:
-                _, attn = self.model.forward_with_attention(src, lengths, tgt_in)
+            _, attn = self.model.forward_with_attention(src, lengths, tgt_in, kind)
         weights = attn[0].float().cpu().numpy()  # (L, H, rows, columns)
         inputs = [self.tgt_tok.id_to_piece(i) for i in tgt_in[0].tolist()]  # bos y1 .. yn
         rows = {"cross": inputs[1:] + [EOS_PIECE], "self": self._pieces(ids)}.get(kind, inputs)

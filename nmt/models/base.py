@@ -29,6 +29,10 @@ import torch
 
 from nmt.data.vocab import VocabInfo
 
+# Attention a model can show (`forward_with_attention`): source-target, encoder self-attention,
+# masked decoder self-attention. A model without one of them refuses it with a one-line error.
+ATTENTION_KINDS = ("cross", "self", "decoder")
+
 
 def make_embeddings(
     vocab: VocabInfo, dim: int, tie: bool
@@ -87,5 +91,9 @@ class Decoder(Protocol):
     ) -> torch.Tensor: ...
 
     def forward_with_attention(
-        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        kind: str = "cross",
     ) -> tuple[torch.Tensor, torch.Tensor]: ...

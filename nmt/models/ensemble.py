@@ -150,14 +150,18 @@ class Ensemble(nn.Module):
         )
 
     def forward_with_attention(
-        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        kind: str = "cross",
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs (B, T, V) and attention (B, layers, heads, T, S): the members' mean where
         their shapes agree, else the first member's."""
         log_probs: list[torch.Tensor] = []
         attns: list[torch.Tensor | None] = []
         for m in self._decoders():
-            logits, attn = m.forward_with_attention(src, src_lengths, tgt_in)
+            logits, attn = m.forward_with_attention(src, src_lengths, tgt_in, kind)
             log_probs.append(torch.log_softmax(logits.float(), -1))
             attns.append(attn)
         mean = _mean_attention(attns)

@@ -208,10 +208,20 @@ class Seq2Seq(nn.Module):
         return self._teacher_forcing(src, src_lengths, tgt_in)[0]
 
     def forward_with_attention(
-        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        kind: str = "cross",
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher forcing: logits (B, T, V) and the attention weights (B, 1, 1, T, S); a user
-        error for attention none, which has no weights to return."""
+        error for attention none, which has no weights to return, and for a kind other than
+        "cross" (recurrences attend to the source only)."""
+        if kind != "cross":
+            raise NmtError(
+                f"a seq2seq model has only source-target attention (kind 'cross'), no {kind!r} "
+                "attention"
+            )
         features, weights = self._teacher_forcing(src, src_lengths, tgt_in)
         if weights is None:
             raise NmtError(NO_ATTENTION)

@@ -26,13 +26,12 @@ from nmt.config import TransformerConfig
 from nmt.data.vocab import VocabInfo
 from nmt.errors import NmtError
 from nmt.models.attention import MultiHeadAttention
-from nmt.models.base import make_embeddings, step_scores
+from nmt.models.base import ATTENTION_KINDS, make_embeddings, step_scores
 from nmt.models.dropout import Dropout
 
 KV = tuple[torch.Tensor, torch.Tensor]
 # What forward_with_attention can return: encoder-decoder (source-target) attention, the
 # encoder's self-attention (source x source), the decoder's masked self-attention (target x target)
-ATTENTION_KINDS = ("cross", "self", "decoder")
 CACHE_CHUNK = 8  # positions added to the cache at a time: reordering copies the whole capacity
 
 
