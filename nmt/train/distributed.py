@@ -1,22 +1,33 @@
 """DistributedDataParallel plumbing: read torchrun's environment, agree on decisions, launch torchrun.
 
 Processes are started by torchrun (or `nmt train --nproc N`, which runs torchrun); this module
-never spawns workers itself. nccl on GPUs, gloo on CPUs.
+never spawns workers itself. nccl on GPUs, gloo on CPUs. On several machines torchrun runs on
+each of them (docs/training.md); a collective that waits longer than NMT_DIST_TIMEOUT for
+another process (a node that died without closing its connections) ends the run with an error.
 """
 
 from __future__ import annotations
 
 import enum
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as torch_dist
 import typer
+
+from nmt.config import parse_duration
+from nmt.errors import NmtError
+
+TIMEOUT_VARIABLE = "NMT_DIST_TIMEOUT"
+# Longer than rank 0's longest validation and save, which the other processes wait through.
+DEFAULT_TIMEOUT = "30m"
 
 
 @dataclass(frozen=True)
@@ -52,14 +63,45 @@ def from_env() -> DistInfo:
     )
 
 
+def timeout() -> timedelta:
+    """How long a collective waits for the other processes before the run fails: NMT_DIST_TIMEOUT
+    (a duration: 90s, 10m, 1h), else DEFAULT_TIMEOUT, for gloo and nccl alike."""
+    text = os.environ.get(TIMEOUT_VARIABLE, "").strip() or DEFAULT_TIMEOUT
+    try:
+        seconds = parse_duration(text)
+    except NmtError:
+        seconds = None
+    if not seconds:
+        raise NmtError(f"{TIMEOUT_VARIABLE}={text!r}: expected a positive duration, e.g. 90s, 10m")
+    return timedelta(seconds=seconds)
+
+
 def init(info: DistInfo, device: torch.device) -> None:
     """Join the process group (nccl for CUDA, gloo otherwise)."""
     if not info.enabled or torch_dist.is_initialized():
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
+    wait = timeout()
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    torch_dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size)
+    torch_dist.init_process_group(
+        backend=backend, rank=info.rank, world_size=info.world_size, timeout=wait
+    )
+
+
+def lost_peer(error: BaseException, info: DistInfo) -> NmtError | None:
+    """A failed collective as one line (another process died, or hung past the timeout); None
+    for any other error. gloo raises its transport failures as plain RuntimeErrors, and torch's
+    messages start with a source location and may run on with a C++ backtrace."""
+    text = str(error)
+    if not (isinstance(error, torch_dist.DistError) or "/gloo/" in text):
+        return None
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    reason = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0]  # drop "[pair.cc:537] "
+    return NmtError(
+        f"rank {info.rank} of {info.world_size}: lost contact with the other training processes "
+        f"({reason}); --resume continues from the last save"
+    )
 
 
 def cleanup(info: DistInfo) -> None:

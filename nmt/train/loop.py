@@ -382,6 +382,13 @@ def train(
     with setup.process(dev, dist, threads):
         warn = Log(quiet or not dist.is_main).warn
         has_state = setup.check_dirs(cfg, model_dir, resume, force, warn)
+        if distributed.agree_max(int(has_state), dist, dev) != -distributed.agree_max(
+            -int(has_state), dist, dev
+        ):  # a resumed run where some processes find no state would start them afresh
+            raise NmtError(
+                f"{modeldir.state_path(model_dir)}: not every node sees it; --resume across "
+                "machines needs MODEL_DIR on a shared file system"
+            )
         distributed.barrier(dist)
         lock = modeldir.model_dir_lock(model_dir) if dist.is_main else contextlib.nullcontext()
         with lock:

@@ -274,13 +274,19 @@ def process(
     device: torch.device, dist: distributed.DistInfo, threads: int | None
 ) -> Iterator[None]:
     """The process's CPU threads (by default the cores shared among the local processes) and
-    its process group for the run; both undone afterwards."""
+    its process group for the run; both undone afterwards. A collective that fails (another
+    process died, or waited past NMT_DIST_TIMEOUT) ends the run with a one-line error."""
     old_threads = torch.get_num_threads()
     if device.type == "cpu":
         torch.set_num_threads(threads or max(1, usable_cpus() // dist.local_world_size))
     distributed.init(dist, device)
     try:
         yield
+    except RuntimeError as e:
+        lost = distributed.lost_peer(e, dist) if dist.enabled else None
+        if lost is None:
+            raise
+        raise lost from e
     finally:
         distributed.cleanup(dist)
         torch.set_num_threads(old_threads)
