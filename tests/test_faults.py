@@ -124,17 +124,9 @@ def small_disk(tmp_path):
 @pytest.fixture(scope="module")
 def little_data(tmp_path_factory) -> Path:
     """A preprocessed copy-task DATA_DIR small enough to train on in a second."""
-    from test_trainer import _write_copy_corpus
+    from test_trainer import make_copy_data
 
-    from nmt.data.preprocess import PreprocessConfig, preprocess
-
-    root = tmp_path_factory.mktemp("little")
-    _write_copy_corpus(root, 300, 20)
-    cfg = PreprocessConfig(
-        "en", "de", root / "train", valid=root / "valid", vocab_size=64, threads=1
-    )
-    preprocess(cfg, root / "data", quiet=True)
-    return root / "data"
+    return make_copy_data(tmp_path_factory.mktemp("little"), 300, 20)
 
 
 def test_a_full_disk_names_the_trainer_state(small_disk):

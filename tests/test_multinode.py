@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_trainer import _write_copy_corpus
+from test_trainer import make_copy_data
 
 from nmt.errors import NmtError
 from nmt.modeldir import load_state
@@ -31,15 +31,7 @@ TIMEOUT = 120  # seconds any one command may take
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     """A preprocessed copy-task DATA_DIR (the tiny one the DDP tests of test_trainer train on)."""
-    from nmt.data.preprocess import PreprocessConfig, preprocess
-
-    root = tmp_path_factory.mktemp("copy")
-    _write_copy_corpus(root, 3000, 100)
-    cfg = PreprocessConfig(
-        "en", "de", root / "train", valid=root / "valid", vocab_size=64, threads=1
-    )
-    preprocess(cfg, root / "data", quiet=True)
-    return root / "data"
+    return make_copy_data(tmp_path_factory.mktemp("copy"), 3000, 100)
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -39,19 +39,22 @@ def _write_copy_corpus(root: Path, n_train: int, n_valid: int, seed: int = 0) ->
             (root / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-@pytest.fixture(scope="module")
-def copy_data(tmp_path_factory) -> Path:
-    """A preprocessed copy-task DATA_DIR (joint SentencePiece, a few dozen pieces)."""
+def make_copy_data(root: Path, n_train: int, n_valid: int) -> Path:
+    """A preprocessed copy-task DATA_DIR under `root` (joint SentencePiece, a few dozen pieces)."""
     from nmt.data.preprocess import PreprocessConfig, preprocess
 
-    root = tmp_path_factory.mktemp("copy")
-    _write_copy_corpus(root, 3000, 100)
-    out = root / "data"
+    _write_copy_corpus(root, n_train, n_valid)
     cfg = PreprocessConfig(
         "en", "de", root / "train", valid=root / "valid", vocab_size=64, threads=1
     )
-    preprocess(cfg, out, quiet=True)
-    return out
+    preprocess(cfg, root / "data", quiet=True)
+    return root / "data"
+
+
+@pytest.fixture(scope="module")
+def copy_data(tmp_path_factory) -> Path:
+    """The copy task the trainer tests train on."""
+    return make_copy_data(tmp_path_factory.mktemp("copy"), 3000, 100)
 
 
 def _tiny(*overrides: str):
