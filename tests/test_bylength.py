@@ -1,10 +1,9 @@
 """`nmt score --by-length`: every line in exactly one bucket, per-bucket scores equal to sacrebleu on
-that subset, empty buckets reported, bucket parsing, labels, the PNG; and the synthetic long-sentence
-test set of scripts/make_long_test.py (its joins and counts)."""
+that subset, empty buckets reported, bucket parsing, labels, the PNGs (absolute and relative to the
+shortest bucket)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import struct
@@ -16,10 +15,9 @@ from typer.testing import CliRunner
 
 from nmt.cli.app import app
 from nmt.errors import NmtError
-from nmt.eval import bylength
+from nmt.eval import bylength, scoring
 from nmt.eval.bylength import Bucket, parse_buckets
 
-REPO = Path(__file__).resolve().parent.parent
 WORDS = "a man in the blue shirt rides his bike down street two dogs play snow".split()
 
 
@@ -138,6 +136,8 @@ def test_cli_json_counts_and_plot(tmp_path):
             "--json",
             "--plot",
             str(png),
+            "--plot-relative",
+            str(tmp_path / "relative.png"),
             "--label",
             "A",
             "--label",
@@ -156,10 +156,26 @@ def test_cli_json_counts_and_plot(tmp_path):
         expected = sacrebleu.corpus_bleu([sys1[i] for i in idx], [[ref[i] for i in idx]])
         assert row["score"] == pytest.approx(round(expected.score, 1))
     assert png_size(png) == (700, 450)
+    assert png_size(tmp_path / "relative.png") == (700, 450)
     # the plain table: one row per bucket, then the notes and signatures
     r = CliRunner().invoke(app, ["score", "--by-length", paths[0], paths[2], "-r", paths[1]])
     body = [ln for ln in r.stdout.splitlines() if not ln.startswith("#")]
     assert body[0].split("\t") == ["bucket", "lines", "mean len", "BLEU"] and len(body) == 7
+
+
+def test_relative_series_is_percent_of_first_scored_bucket():
+    def bucket(lo, hi, lines, scores):
+        return bylength.BucketScores(Bucket(lo, hi), lines, 5.0 if lines else None, scores)
+
+    def res(x):
+        return [scoring.Result("BLEU", x, "sig")]
+
+    report = bylength.ByLength("word", ["A", "B"], ["bleu"], [
+        bucket(0, 10, [], [[], []]),  # empty: the first *scored* bucket is the reference
+        bucket(10, 20, [0], [res(20.0), res(0.0)]),
+        bucket(20, None, [1], [res(5.0), res(3.0)]),
+    ], 0)  # fmt: skip
+    assert bylength.relative_series(report) == [[None, 100.0, 25.0], [None, None, None]]
 
 
 def test_cli_option_errors(tmp_path):
@@ -167,55 +183,16 @@ def test_cli_option_errors(tmp_path):
     s, rf, h = (write(tmp_path / n, x) for n, x in [("s", src), ("r", ref), ("h", sys1)])
     run = CliRunner().invoke
     r = run(app, ["score", h, "-r", rf, "--plot", str(tmp_path / "x.png")])
-    assert r.exit_code == 2 and "--plot and --label go with --by-length SRC_FILE" in r.output
+    assert (
+        r.exit_code == 2 and "--plot-relative and --label go with --by-length SRC_FILE" in r.output
+    )
     r = run(app, ["score", "--by-length", s, h, "-r", rf, "--paired-bs"])
     assert r.exit_code == 2 and "--by-length cannot be combined" in r.output
     r = run(app, ["score", "--by-length", s, h, "-r", rf, "--plot", str(tmp_path / "x.jpg")])
     assert r.exit_code == 2 and "the plot is written as PNG" in r.output
-
-
-# ---- scripts/make_long_test.py --------------------------------------------------------------
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location(
-        "make_long_test", REPO / "scripts/make_long_test.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_long_test_groups_cycle_k():
-    mlt = load_script()
-    assert [list(g) for g in mlt.groups(12)] == [[0], [1, 2], [3, 4, 5], [6, 7, 8, 9], [10], [11]]
-    assert [len(g) for g in mlt.groups(1000)] == [1, 2, 3, 4] * 100
-
-
-def test_long_test_joins_both_sides_alike(tmp_path):
-    mlt = load_script()
-    n = 23
-    en = [f"en sentence {i} ." for i in range(n)]
-    de = [f"de satz {i} ." for i in range(n)]
-    write(tmp_path / "t.en", en)
-    write(tmp_path / "t.de", de)
-    assert mlt.main([str(tmp_path / "t"), "-o", str(tmp_path / "out/long"), "--quiet"]) == 0
-    out_en = (tmp_path / "out/long.en").read_text(encoding="utf-8").splitlines()
-    out_de = (tmp_path / "out/long.de").read_text(encoding="utf-8").splitlines()
-    spans = mlt.groups(n)
-    assert len(out_en) == len(out_de) == len(spans) == 10
-    for span, e, d in zip(spans, out_en, out_de, strict=True):
-        assert e == " ".join(en[i] for i in span) and d == " ".join(de[i] for i in span)
-    write(tmp_path / "bad.en", en)
-    write(tmp_path / "bad.de", de[:-1])
-    assert mlt.main([str(tmp_path / "bad"), "-o", str(tmp_path / "x"), "--quiet"]) == 2
-
-
-def test_long_test_on_multi30k_reaches_60_words(multi30k, tmp_path):
-    mlt = load_script()
-    lines = mlt.make_long_test(
-        str(multi30k / "test_2016_flickr"), str(tmp_path / "long"), ["en", "de"]
-    )
-    en = (tmp_path / "long.en").read_text(encoding="utf-8").splitlines()
-    assert len(en) == 400 and max(len(x.split()) for x in en) >= 60
-    assert lines[0] == "400 lines; per k: k=1: 100, k=2: 100, k=3: 100, k=4: 100"
+    # checked before anything is scored or drawn: the good --plot is not written either
+    good = tmp_path / "ok.png"
+    args = ["--plot", str(good), "--plot-relative", str(tmp_path / "rel.svg")]
+    r = run(app, ["score", "--by-length", s, h, "-r", rf, *args])
+    assert r.exit_code == 2 and "rel.svg: the plot is written as PNG" in r.output
+    assert not good.exists() and r.stdout.count("BLEU") == 0

@@ -73,6 +73,11 @@ def score_cmd(
     plot: str = typer.Option(
         None, "--plot", help="--by-length: also draw the first metric by length to this PNG."
     ),
+    plot_relative: str = typer.Option(
+        None,
+        "--plot-relative",
+        help="--by-length: also draw it as % of each system's score on the shortest bucket.",
+    ),
     label: list[str] = typer.Option(
         None,
         "--label",
@@ -97,6 +102,7 @@ def score_cmd(
         options=Options(tokenize, lowercase, chrf_word_order, ter_case_sensitive),
         sentence=sentence, paired_bs=paired_bs, paired_ar=paired_ar, paired_n=paired_n,
         by_length=by_length, buckets=buckets, length_unit=length_unit, spm=spm, plot=plot,
+        plot_relative=plot_relative,
         labels=label, as_json=as_json, width=width,
     )  # fmt: skip
     score_files(request)

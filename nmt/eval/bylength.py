@@ -219,16 +219,30 @@ def system_labels(paths: Sequence[str], labels: Sequence[str] | None) -> list[st
     return names if len(set(names)) == len(names) else list(paths)
 
 
-def plot_by_length(report: ByLength, path: str | Path, metric: int = 0) -> Path:
+def relative_series(report: ByLength, metric: int = 0) -> list[list[float | None]]:
+    """Per system, each bucket's score as a percentage of its first scored bucket's: a system
+    that is weaker everywhere stays flat, one that fails on long input falls."""
+    out = []
+    for ys in report.series(metric):
+        base = next((y for y in ys if y is not None), None)
+        out.append([None if y is None or not base else 100.0 * y / base for y in ys])
+    return out
+
+
+def plot_by_length(
+    report: ByLength, path: str | Path, metric: int = 0, relative: bool = False
+) -> Path:
     """BLEU (or the chosen metric) against source length, one line per system, sentence counts
-    under each bucket: Bahdanau et al. (2015), Fig. 2, as a PNG."""
+    under each bucket: Bahdanau et al. (2015), Fig. 2, as a PNG; `relative` draws each system
+    as a percentage of its score on the shortest bucket."""
     from nmt.plots.figures import new_figure, save_png, style
 
     name = report.metric_names()[metric]
     fig, ax = new_figure(7.0, 4.5)
     xs = list(range(len(report.buckets)))
     nan = float("nan")
-    for i, (system, ys) in enumerate(zip(report.systems, report.series(metric), strict=True)):
+    series = relative_series(report, metric) if relative else report.series(metric)
+    for i, (system, ys) in enumerate(zip(report.systems, series, strict=True)):
         vals = [nan if y is None else y for y in ys]
         ax.plot(xs, vals, label=system, linewidth=2, markersize=6, **style(i))
     ticks = [f"{b.bucket.label}\nn={len(b.lines)}" for b in report.buckets]
@@ -236,9 +250,12 @@ def plot_by_length(report: ByLength, path: str | Path, metric: int = 0) -> Path:
     ax.set_xlim(-0.4, len(xs) - 0.6)
     unit = "words" if report.unit == "word" else "subword pieces"
     ax.set_xlabel(f"source sentence length ({unit}); n = sentences per bucket")
-    ax.set_ylabel(name)
+    first = next((b.bucket.label for b in report.buckets if b.lines), "")
+    ax.set_ylabel(f"{name}, % of the system's {name} on {first}" if relative else name)
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{name} by source sentence length")
+    ax.set_title(
+        f"{name} by source sentence length" + (f", relative to {first}" if relative else "")
+    )
     ax.legend(frameon=False)
     return save_png(fig, path)
 

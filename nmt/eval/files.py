@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from nmt.errors import NmtError
 from nmt.eval import report, scoring
+from nmt.plots.figures import png_path
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class ScoreRequest:
     length_unit: str = "word"
     spm: str | None = None
     plot: str | None = None  # --by-length: a PNG of the first metric by length
+    plot_relative: str | None = None  # --by-length: the same, relative to the shortest bucket
     labels: Sequence[str] | None = None
     as_json: bool = False
     width: int = 1
@@ -38,8 +40,15 @@ def score_files(req: ScoreRequest) -> None:
     metrics = scoring.parse_metrics(req.metrics)
     scoring.make_metric("bleu", req.options)  # validates --tokenize before any file is read
     scoring.check_options(metrics, req.options, req.paired_n)
-    if req.by_length is None and (req.plot or req.labels or req.buckets or req.spm):
-        raise NmtError("--buckets, --spm, --plot and --label go with --by-length SRC_FILE")
+    if req.by_length is None and (
+        req.plot or req.plot_relative or req.labels or req.buckets or req.spm
+    ):
+        raise NmtError(
+            "--buckets, --spm, --plot, --plot-relative and --label go with --by-length SRC_FILE"
+        )
+    for png in (req.plot, req.plot_relative):
+        if png:
+            png_path(png)
     if req.by_length is not None and (paired or req.sentence):
         raise NmtError("--by-length cannot be combined with --sentence or --paired-bs/--paired-ar")
     hyps = list(req.hyps or ["-"])
@@ -78,3 +87,5 @@ def _by_length(
     bylength.print_report(result, req.as_json, req.width)
     if req.plot:
         bylength.plot_by_length(result, req.plot)
+    if req.plot_relative:
+        bylength.plot_by_length(result, req.plot_relative, relative=True)

@@ -35,11 +35,17 @@ def style(i: int) -> dict[str, Any]:
     return {"color": COLORS[i % len(COLORS)], "marker": MARKERS[i % len(MARKERS)]}
 
 
-def save_png(fig: Any, path: str | Path) -> Path:
-    """Render to PNG bytes first, then write them atomically: a failed draw leaves no file."""
+def png_path(path: str | Path) -> Path:
+    """The output path, refused unless it names a PNG: checked before any work is done."""
     out = Path(path)
     if out.suffix.lower() != ".png":
         raise NmtError(f"{out}: the plot is written as PNG; name the file *.png")
+    return out
+
+
+def save_png(fig: Any, path: str | Path) -> Path:
+    """Render to PNG bytes first, then write them atomically: a failed draw leaves no file."""
+    out = png_path(path)
     buf = io.BytesIO()
     with warnings.catch_warnings():  # glyphs missing from the font are drawn as boxes
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")

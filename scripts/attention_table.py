@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The attention experiment's tables in Markdown, from its outputs (scripts/attention_experiment.sh):
+each system's run (parameters, updates, epochs, speed, validation BLEU), its test scores, and per
+source-length bucket BLEU, BLEU as % of the 0-10 bucket, chrF and the output/reference length ratio.
+
+    python scripts/attention_table.py WORK MODEL_DIR [MODEL_DIR ...] > table.md
+
+WORK holds scores.json (`nmt score --json`) and by_length.json (`nmt score --by-length --json`);
+the systems are named by their MODEL_DIR's folder name, in the order given."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+
+def events(model_dir: Path) -> list[dict[str, Any]]:
+    """The run's metrics.jsonl events."""
+    lines = (model_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def parameters(model_dir: Path) -> int:
+    """Parameters in the model's best (else any) checkpoint, read from the safetensors header."""
+    files = sorted((model_dir / "checkpoints").glob("*.safetensors"))
+    best = [f for f in files if f.name.startswith("best")] or files
+    with open(best[0], "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+    total = 0
+    for name, meta in header.items():
+        if name != "__metadata__":
+            n = 1
+            for d in meta["shape"]:
+                n *= d
+            total += n
+    return total
+
+
+def run_row(name: str, model_dir: Path, scores: dict[str, dict[str, Any]]) -> list[str]:
+    """One system's run and whole-test-set scores."""
+    evs = events(model_dir)
+    end = next(e for e in reversed(evs) if e["event"] == "end")
+    valid = [e["bleu"] for e in evs if e["event"] == "valid" and e.get("bleu") is not None]
+    bleu, chrf = scores["BLEU"], scores["chrF2"]
+    return [
+        name,
+        f"{parameters(model_dir) / 1e6:.1f}M",
+        f"{end['steps']:,}",
+        f"{end['tgt_tokens'] / 1e6:.1f}M ({end['epochs_completed']})",
+        f"{end['tok_s']:,.0f}",
+        f"{max(valid):.1f}" if valid else "-",
+        f"{bleu['score']:.1f}",
+        f"{chrf['score']:.1f}",
+        f"{bleu['ratio']:.2f}",
+    ]
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table."""
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def bucket_tables(by_length: list[dict[str, Any]], names: list[str]) -> str:
+    """BLEU, BLEU relative to the first bucket, chrF and length ratio per bucket, one row each system."""
+    buckets = list(dict.fromkeys(r["bucket"] for r in by_length))
+    first = {r["bucket"]: r for r in by_length}
+    head = ["system"] + [
+        f"{b} (n={first[b]['lines']}, mean {first[b]['mean_length'] or 0:.0f})" for b in buckets
+    ]
+
+    def cell(system: str, bucket: str, metric: str) -> dict[str, Any]:
+        return next(
+            r for r in by_length
+            if r["system"] == system and r["bucket"] == bucket and r["name"] == metric
+        )  # fmt: skip
+
+    def fmt(x: float | None, spec: str) -> str:
+        return "-" if x is None else format(x, spec)
+
+    bleu = [[n] + [fmt(cell(n, b, "BLEU")["score"], ".1f") for b in buckets] for n in names]
+    rel = []
+    for n in names:
+        ys = [cell(n, b, "BLEU")["score"] for b in buckets]
+        base = next((y for y in ys if y is not None), None)
+        rel.append(
+            [n] + [fmt(None if y is None or not base else 100 * y / base, ".0f") for y in ys]
+        )
+    chrf = [[n] + [fmt(cell(n, b, "chrF2")["score"], ".1f") for b in buckets] for n in names]
+    ratio = [[n] + [fmt(cell(n, b, "BLEU")["ratio"], ".2f") for b in buckets] for n in names]
+    parts = [
+        ("BLEU by source length (words)", bleu),
+        ("BLEU as % of the system's BLEU on the shortest bucket", rel),
+        ("chrF2 by source length", chrf),
+        ("Output length / reference length (BLEU's ratio) by source length", ratio),
+    ]
+    return "\n\n".join(f"{title}:\n\n{table(head, rows)}" for title, rows in parts)
+
+
+def main() -> None:
+    """Print the tables."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("work", type=Path, help="the experiment's WORK folder")
+    p.add_argument("models", type=Path, nargs="+", help="the systems' MODEL_DIRs, in order")
+    args = p.parse_args()
+    names = [m.name for m in args.models]
+    whole = json.loads((args.work / "scores.json").read_text(encoding="utf-8"))
+    per_metric = len(whole) // len(names)
+    scores = [
+        {r["name"]: r for r in whole[i * per_metric : (i + 1) * per_metric]}
+        for i in range(len(names))
+    ]
+    head = ["system", "parameters", "updates", "target tokens (epochs)", "tok/s",
+            "best valid BLEU (greedy)", "test BLEU", "test chrF2", "length ratio"]  # fmt: skip
+    rows = [run_row(n, m, s) for n, m, s in zip(names, args.models, scores, strict=True)]
+    print(table(head, rows))
+    print()
+    print(bucket_tables(json.loads((args.work / "by_length.json").read_text()), names))
+
+
+if __name__ == "__main__":
+    main()
