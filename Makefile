@@ -47,6 +47,7 @@ bench: fetch
 	$(BIN)/python scripts/bench_preprocess.py
 	$(BIN)/python scripts/bench_model.py
 	$(BIN)/python scripts/bench_train.py
+	$(BIN)/python scripts/bench_length.py --precision fp32,bf16 --json work/bench/length.json --plot work/bench/length.png
 	$(BIN)/python scripts/bench_translate.py $(if $(wildcard $(WORK)/model/checkpoints/best.safetensors),-m $(WORK)/model)
 
 clean:

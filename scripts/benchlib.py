@@ -6,8 +6,12 @@ its ratio to a plain matrix product of the same dtype, measured in the same run,
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 
 def gemm_gflops(
@@ -49,3 +53,38 @@ def machine_line(threads: int) -> str:
         pass
     have = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
     return f"{name}; flags: {' '.join(have) or 'none of avx2/avx512'}; threads {threads}"
+
+
+def synchronizer(device: str) -> Callable[[], None]:
+    """What waits for the device's queued work, so a clock read after it covers that work."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def timed_runs(
+    fn: Callable[[], Any], warmup: int, repeats: int, device: str = "cpu"
+) -> list[float]:
+    """Seconds of each of `repeats` calls of `fn` after `warmup` untimed ones (first shapes,
+    kernel caches, allocator), the device synchronised before and after every timed call."""
+    sync = synchronizer(device)
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """A benchmark's results as indented JSON, written atomically (a failed run leaves none)."""
+    from nmt.textio import atomic_write
+
+    with atomic_write(Path(path), "w") as f:
+        f.write(json.dumps(data, indent=2) + "\n")

@@ -129,8 +129,9 @@ def test_health_info_and_openapi(client):
     assert info["lowercase"] is False  # a cased model: input goes to SentencePiece as it is
     assert info["decoding"]["beam_size"] == 3 and info["limits"]["max_request_lines"] == 5
     paths = client.get("/openapi.json").json()["paths"]
-    assert {"/translate", "/score", "/health", "/info"} <= set(paths)
+    assert {"/translate", "/score", "/attention", "/health", "/info"} <= set(paths)
     assert info["sampling"] == {"max_samples": 200}
+    assert info["attention_kinds"] == ["cross", "self", "decoder"]
     assert "text" in json.dumps(paths["/translate"]["post"]["requestBody"])
 
 
@@ -606,6 +607,13 @@ def test_an_export_is_served_by_ctranslate2(export_dir, tmp_path):
             422,
             "'sampling' needs a model directory: this server runs an `nmt export` "
             "(CTranslate2 does not draw nmt's keyed samples)",
+        )
+        assert info["attention_kinds"] == []
+        r = httpx.post(url + "/attention", json={"text": "a", "kind": "cross"})
+        assert (r.status_code, r.json()["detail"]) == (
+            400,
+            "POST /attention needs a model directory: this server runs an `nmt export` "
+            "(CTranslate2 gives only the cross attention of POST /translate's with_attention)",
         )
     finally:
         stop_server(proc)

@@ -1,5 +1,6 @@
 """The `nmt serve` page in a real headless Chromium (Debian's chromium + chromium-driver): type a
-sentence, press Translate, read the translation (equal to the API's) and see the heatmap drawn."""
+sentence, press Translate, read the translation (equal to the API's) and see the heatmap drawn;
+switch it to the decoder's masked self-attention and back."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 from test_serve import start_server, stop_server  # noqa: E402
 from test_translate import build_tiny_model_dir  # noqa: E402
 
@@ -32,6 +33,32 @@ let ink = 0;
 for (let i = 0; i < d.length; i += 4) if (d[i] < 250 || d[i + 1] < 250) ink++;
 return [ink, +c.dataset.rows, +c.dataset.cols];
 """
+
+
+# per drawn cell, whether its pixel is white (weight 0 draws white), row by row
+CELLS = """
+const c = document.getElementById('heatmap');
+const {rows, cols, left, top, cell} = c.dataset;
+const ctx = c.getContext('2d');
+const white = [];
+for (let r = 0; r < +rows; r++) {
+  const row = [];
+  for (let k = 0; k < +cols; k++) {
+    const x = +left + k * +cell + +cell / 2, y = +top + r * +cell + +cell / 2;
+    const [red, green, blue] = ctx.getImageData(x, y, 1, 1).data;
+    row.push(red === 255 && green === 255 && blue === 255);
+  }
+  white.push(row);
+}
+return white;
+"""
+
+
+def drawn(browser, kind: str) -> None:
+    """Wait until the canvas shows `kind`."""
+    WebDriverWait(browser, 30).until(
+        lambda d: d.find_element(By.ID, "heatmap").get_attribute("data-kind") == kind
+    )
 
 
 def find_binary(path: str) -> str | None:
@@ -90,6 +117,41 @@ def test_page_translates_and_draws_the_heatmap(browser, server):
     assert "selected" in browser.find_elements(By.CSS_SELECTOR, "#results > li")[1].get_attribute(
         "class"
     )
+
+
+def test_page_switches_to_the_decoders_masked_self_attention(browser, server):
+    """The decoder kind draws <s> + the shown translation on both axes, white above the
+    diagonal (weight 0) and the darkest cell top left (<s> attends only to itself)."""
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 30)
+    wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "ready"))
+    kinds = Select(browser.find_element(By.ID, "attention-kind"))
+    assert [o.get_attribute("value") for o in kinds.options if o.is_enabled()] == [
+        "cross", "self", "decoder",
+    ]  # fmt: skip
+    box = browser.find_element(By.ID, "source")
+    box.clear()
+    box.send_keys(SENTENCES[0])
+    browser.find_element(By.ID, "translate").click()
+    drawn(browser, "cross")
+    cross = browser.execute_script(INK)[1:]
+
+    kinds.select_by_value("decoder")
+    drawn(browser, "decoder")
+    _, rows, cols = browser.execute_script(INK)
+    best = httpx.post(server + "/translate", json={"text": SENTENCES[0]}).json()["translations"]
+    body = {"text": SENTENCES[0], "target": best[0]["hypotheses"][0]["translation"],
+            "kind": "decoder"}  # fmt: skip
+    api = httpx.post(server + "/attention", json=body).json()
+    assert rows == cols == len(api["rows"]) > 1
+    white = browser.execute_script(CELLS)
+    assert all(white[r][c] for r in range(rows) for c in range(r + 1, cols))  # the future: 0
+    assert not white[0][0]
+    assert browser.find_element(By.ID, "attention-axes").text.startswith("Rows and columns: <s>")
+
+    kinds.select_by_value("cross")  # back to /translate's map
+    drawn(browser, "cross")
+    assert browser.execute_script(INK)[1:] == cross
 
 
 def test_page_samples_alternatives_as_the_api_does(browser, server):
@@ -174,6 +236,8 @@ def test_page_serves_an_export_without_sampling(browser, tmp_path):
         wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "ready"))
         assert browser.find_element(By.ID, "model").text.endswith("· cpu · CTranslate2 float32")
         assert browser.find_element(By.ID, "sample").get_attribute("disabled") == "true"
+        kinds = Select(browser.find_element(By.ID, "attention-kind")).options
+        assert [o.get_attribute("value") for o in kinds if o.is_enabled()] == ["cross"]
         box = browser.find_element(By.ID, "source")
         box.clear()
         box.send_keys(SENTENCES[0])

@@ -59,7 +59,9 @@ class Translation:
             }
             if with_attention:
                 att = None if h.attention is None else h.attention[:, -1].mean(1)  # (T, S)
-                item["attention"] = [] if att is None else np.round(att, 4).tolist()
+                item["attention"] = (
+                    [] if att is None else np.round(att.astype(np.float64), 4).tolist()
+                )
             record["hypotheses"].append(item)
         return record
 

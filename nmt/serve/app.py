@@ -1,8 +1,8 @@
 """The HTTP API and page of `nmt serve`: `create_app(translator_factory, settings)` returns a
 FastAPI app that loads the model in a thread at start-up (GET /health says loading, then ready),
-micro-batches POST /translate (search or sampling) and POST /score (forced decoding) requests
-(`nmt.serve.batcher`), each checked (`nmt.serve.request`) and tokenised on a thread, off the event
-loop, and serves the page at /."""
+micro-batches POST /translate (search or sampling), POST /score (forced decoding) and POST
+/attention (`nmt.serve.attention`) requests (`nmt.serve.batcher`), each checked
+(`nmt.serve.request`) and tokenised on a thread, off the event loop, and serves the page at /."""
 
 from __future__ import annotations
 
@@ -22,9 +22,24 @@ from fastapi.staticfiles import StaticFiles
 
 from nmt.decode.options import MAX_SAMPLES, DecodeOptions
 from nmt.errors import NmtError
+from nmt.serve.attention import (
+    AttentionBody,
+    AttentionQuery,
+    Refusal,
+    attention_kinds,
+    attention_records,
+    unavailable,
+)
 from nmt.serve.batcher import BatchResult, Decode, MicroBatcher
 from nmt.serve.request import Context, Limits, ScoreBody, TranslateBody, bad, parse
-from nmt.serve.schema import OPENAPI_BODY, RESPONSES, SCORE_BODY, SCORE_RESPONSES
+from nmt.serve.schema import (
+    ATTENTION_BODY,
+    ATTENTION_RESPONSES,
+    OPENAPI_BODY,
+    RESPONSES,
+    SCORE_BODY,
+    SCORE_RESPONSES,
+)
 
 STATIC = Path(__file__).parent / "static"
 SCORE = "score"  # the batcher options of a /score job: forced decoding, batched apart
@@ -35,8 +50,8 @@ log = logging.getLogger("nmt.serve")
 class Work:
     """A checked request as the batcher takes it: its items, their options and their lengths."""
 
-    items: list[Any]  # lines, or /score's (source, target) pairs
-    options: Hashable  # a DecodeOptions, or SCORE
+    items: list[Any]  # lines, or /score's and /attention's (source, target) pairs
+    options: Hashable  # a DecodeOptions, SCORE, or an AttentionQuery
     lengths: list[int]  # padded tokens per item (eos included)
 
 
@@ -134,6 +149,19 @@ class ServerState:
         pairs = parse(ScoreBody, body, self.context()).pairs()
         return Work(pairs, SCORE, _pair_lengths(self.translator, pairs))
 
+    def attending(self, body: bytes) -> Work:
+        """A /attention body checked, against the model too (400 for an export or a model
+        without attention), and tokenised (CPU work: run it off the event loop)."""
+        req = parse(AttentionBody, body, self.context())
+        why = unavailable(self.translator)
+        if why is not None:
+            raise bad(400, why)
+        query = req.query(self.translator.decoding)
+        if req.target is None:
+            return Work([(req.text, None)], query, _lengths(self.translator, [req.text]))
+        pairs = [(req.text, req.target)]
+        return Work(pairs, query, _pair_lengths(self.translator, pairs))
+
 
 def _loaded(factory: Callable[[], Any]) -> Any:
     """The translator with its decoding processes forked now, while no request is decoding
@@ -154,9 +182,12 @@ def model_name(model_dir: str) -> str:
 
 def _decoder(translator: Any, budget: int) -> Decode:
     """The worker thread's job: translate lines (or score pairs) into JSONL-shaped records, the
-    records of `nmt translate --format jsonl` and `nmt rescore --format jsonl`."""
+    records of `nmt translate --format jsonl` and `nmt rescore --format jsonl`; or a sentence's
+    attention (a `Refusal` when the model cannot give it)."""
 
-    def decode(items: list[Any], options: Hashable, keys: list[int]) -> list[dict[str, Any]]:
+    def decode(items: list[Any], options: Hashable, keys: list[int]) -> list[Any]:
+        if isinstance(options, AttentionQuery):
+            return attention_records(translator, items, options)
         if not isinstance(options, DecodeOptions):  # SCORE
             from nmt.decode.rescore import rescore
 
@@ -174,7 +205,8 @@ def _decoder(translator: Any, budget: int) -> Decode:
 
 def model_info(translator: Any, settings: Settings, budget: int, name: str) -> dict[str, Any]:
     """GET /info: what is served (engine, languages, architecture), its decoding defaults, what
-    it can do (sampling: model directories only) and the limits."""
+    it can do (sampling: model directories only; the kinds POST /attention gives) and the
+    limits."""
     languages = {"source": None, "target": None}
     if settings.model_dir:
         from nmt.decode.exported import is_export, read_export_manifest
@@ -194,6 +226,7 @@ def model_info(translator: Any, settings: Settings, budget: int, name: str) -> d
         **translator.describe(),
         "decoding": dataclasses.asdict(translator.decoding),
         "sampling": {"max_samples": MAX_SAMPLES} if can_sample(translator) else None,
+        "attention_kinds": attention_kinds(translator),
         "limits": {
             "max_batch_tokens": budget,
             "max_wait_ms": settings.max_wait_ms,
@@ -266,6 +299,13 @@ def create_app(translator_factory: Callable[[], Any], settings: Settings | None 
         limit = 2 * settings.limits.max_body_bytes  # two texts
         return await _decode(request, state, state.scoring, limit, "scores")
 
+    @app.post("/attention", openapi_extra=ATTENTION_BODY, responses=ATTENTION_RESPONSES)
+    async def attention(request: Request) -> Response:
+        """One sentence's attention: cross (target x source), the encoder's self (source x
+        source) or the decoder's masked self-attention (bos + target x the same); one layer,
+        one head or their mean; of `target` when given, else of the search's translation."""
+        return await _attend(request, state)
+
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html")
@@ -289,6 +329,25 @@ async def _decode(
     if result is None:
         return Response(status_code=499)  # the client is gone: nobody reads this
     return _answer(field, result, state.name, start)
+
+
+async def _attend(request: Request, state: ServerState) -> Response:
+    """A /attention answer: checked and tokenised on a thread, computed on the batcher's worker
+    (never beside another decoder call); a sentence the model cannot answer is its `Refusal`."""
+    start = time.perf_counter()
+    batcher = state.ready()
+    body = await _read_body(request, state.settings.limits.max_body_bytes)
+    work = await asyncio.to_thread(state.attending, body)
+    job = batcher.submit(work.items, work.options, work.lengths)
+    result = await _wait(request, job, state.settings)
+    if result is None:
+        return Response(status_code=499)  # the client is gone: nobody reads this
+    (record,) = result.results
+    if isinstance(record, Refusal):
+        raise bad(record.status, record.detail)
+    elapsed = round((time.perf_counter() - start) * 1000, 1)
+    timings = {"elapsed_ms": elapsed, "decode_ms": round(result.decode_ms, 1)}
+    return JSONResponse({**record, "model": state.name, **timings})
 
 
 def _answer(field: str, result: BatchResult, name: str, start: float) -> JSONResponse:

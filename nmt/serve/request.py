@@ -92,7 +92,7 @@ def json_type(value: Any) -> str:
 # ---- field validators -------------------------------------------------------------------------
 
 
-def _context(info: ValidationInfo) -> Context:
+def body_context(info: ValidationInfo) -> Context:
     """The `Context` a body is validated with (`parse` gives it)."""
     if not isinstance(info.context, Context):
         raise TypeError("request bodies are validated with context=Context(...)")
@@ -106,19 +106,19 @@ def _lines(value: Any, info: ValidationInfo) -> Any:
         raise Refused("{name} must be a string or a list of strings, got {got}", got=got)
     if value in ("", []):
         raise Refused("{name} is empty")
-    limits = _context(info).limits
+    limits = body_context(info).limits
     if isinstance(value, str):
-        _line(value, (), limits)
+        check_line(value, (), limits)
         return value
     if len(value) > limits.max_lines:
         template = "{name} has {n} lines; the limit is {limit} (--max-request-lines)"
         raise Refused(template, 413, n=len(value), limit=limits.max_lines)
     for i, line in enumerate(value):
-        _line(line, (i,), limits)
+        check_line(line, (i,), limits)
     return value
 
 
-def _line(line: Any, at: Loc, limits: Limits) -> None:
+def check_line(line: Any, at: Loc, limits: Limits) -> None:
     """One line: a string within --max-line-chars, without line breaks, encodable as UTF-8."""
     if not isinstance(line, str):
         raise Refused("{name} must be a string, got {got}", at=at, got=json_type(line))
@@ -220,6 +220,7 @@ class Body(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     EXAMPLE: ClassVar[str] = "{}"
+    REQUIRED: ClassVar[str] = "{name} is required: a string or a list of strings"
 
     @model_validator(mode="before")
     @classmethod
@@ -283,7 +284,7 @@ class TranslateBody(Body):
     def _decodable(self, info: ValidationInfo) -> TranslateBody:
         """Sampling only where the engine samples, never beside a beam; then the ranges of
         `DecodeOptions.resolve` (an `OptionError`)."""
-        context = _context(info)
+        context = body_context(info)
         if self.sampling is not None and not context.sampling_ok:
             raise Refused(
                 "'sampling' needs a model directory: this server runs an `nmt export` "
@@ -346,7 +347,6 @@ class ScoreBody(Body):
 # ---- parsing ----------------------------------------------------------------------------------
 
 B = TypeVar("B", bound=Body)
-REQUIRED = "{name} is required: a string or a list of strings"  # every required field holds lines
 
 
 def parse(model: type[B], body: bytes, context: Context) -> B:
@@ -355,7 +355,7 @@ def parse(model: type[B], body: bytes, context: Context) -> B:
     try:
         return model.model_validate(data, context=context)
     except ValidationError as e:
-        raise problem(e) from None
+        raise problem(e, model.REQUIRED) from None
 
 
 def read_json(body: bytes) -> Any:
@@ -371,8 +371,9 @@ def read_json(body: bytes) -> Any:
         raise bad(400, f"the body is not JSON this server reads ({type(e).__name__})") from None
 
 
-def problem(error: ValidationError) -> HTTPException:
-    """The first thing wrong with a body, as one line: what the field's check said."""
+def problem(error: ValidationError, required: str = Body.REQUIRED) -> HTTPException:
+    """The first thing wrong with a body, as one line: what the field's check said (`required`:
+    the line for a missing field, which names it as {name})."""
     first = error.errors(include_url=False)[0]
     loc, cause = first["loc"], first.get("ctx", {}).get("error")
     if isinstance(cause, Refused):
@@ -380,5 +381,5 @@ def problem(error: ValidationError) -> HTTPException:
     if isinstance(cause, OptionError):
         return bad(422, cause.render(repr))
     if first["type"] == "missing":
-        return bad(422, REQUIRED.format(name=spell(loc)))
+        return bad(422, required.format(name=spell(loc)))
     return bad(422, f"{spell(loc)}: {first['msg']}")

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from nmt.serve.attention import AttentionBody
 from nmt.serve.request import ScoreBody, TranslateBody
 
 
@@ -55,6 +56,24 @@ class TranslateAnswer(BaseModel):
     elapsed_ms: float
     decode_ms: float
     batch: dict[str, int]
+
+
+class AttentionAnswer(BaseModel):
+    """One sentence's attention: `weights` is rows x columns, each row a distribution over the
+    columns (kind decoder: 0 above the diagonal)."""
+
+    kind: str
+    layer: int
+    head: int | str
+    layers: int
+    heads: int
+    rows: list[str]
+    columns: list[str]
+    weights: list[list[float]]
+    translation: str
+    model: str
+    elapsed_ms: float
+    decode_ms: float
 
 
 class Problem(BaseModel):
@@ -106,4 +125,20 @@ SCORE_BODY = request_body(ScoreBody)
 SCORE_RESPONSES: dict[int | str, dict[str, Any]] = {
     **RESPONSES,
     200: {"model": ScoreAnswer, "description": "One record per pair, in order."},
+}
+
+ATTENTION_BODY = request_body(AttentionBody)
+ATTENTION_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **RESPONSES,
+    200: {"model": AttentionAnswer, "description": "The chosen layer's matrix and its labels."},
+    400: {
+        "model": Problem,
+        "description": "The body is not JSON, or the model has no such attention (an export, "
+        "attention none, Seq2Seq beside cross).",
+    },
+    413: {"model": Problem, "description": "A line over --max-line-chars."},
+    422: {
+        "model": Problem,
+        "description": "A missing, unknown or mistyped field; no such layer or head.",
+    },  # fmt: skip
 }

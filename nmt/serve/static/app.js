@@ -1,10 +1,19 @@
 // nmt serve page: POST /translate with attention (beam search, or sampling with a temperature
 // and seed), list the translations with their alternatives, draw the chosen sentence's attention
-// (target rows x source columns) on a canvas. No libraries, no build step.
+// on a canvas: cross (target rows x source columns, from /translate), or through POST /attention
+// the encoder's self-attention (source x source) or the decoder's masked self-attention
+// (<s> + target x the same). No libraries, no build step.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 let answer = null; // the last /translate answer
+let selected = 0; // the sentence whose attention is shown
+let drawing = 0; // the latest heatmap asked for: an older /attention answer is not drawn
+const AXES = {
+  cross: "Rows: target pieces; columns: source pieces; last decoder layer",
+  self: "Rows and columns: source pieces; last encoder layer",
+  decoder: "Rows and columns: <s> and the target pieces, each row over itself and those before; last decoder layer",
+};
 
 async function loadInfo() {
   const res = await fetch("/info").catch(() => null);
@@ -25,6 +34,11 @@ async function loadInfo() {
   $("beam").value = info.decoding.beam_size;
   $("sample").disabled = !info.sampling; // an export's CTranslate2 does not sample
   if (!info.sampling) $("sample").parentElement.title = "sampling needs a model directory";
+  for (const option of $("attention-kind").options) {
+    if (option.value === "cross") continue; // /translate's attention
+    option.disabled = !info.attention_kinds.includes(option.value);
+    if (option.disabled) option.title = "this model does not have it";
+  }
   setStatus("ready");
 }
 
@@ -136,15 +150,44 @@ function span(cls, text) {
 
 function select(i) {
   document.querySelectorAll("#results > li").forEach((li) => li.classList.toggle("selected", +li.dataset.index === i));
-  const record = answer.translations[i];
-  const hyp = record.hypotheses[0];
-  $("attention").hidden = false;
-  $("attention-title").textContent = `(sentence ${i + 1})`;
-  drawHeatmap($("heatmap"), record.source_tokens, [...hyp.tokens, "</s>"], hyp.attention);
+  selected = i;
+  showAttention();
 }
 
-// Rows are target pieces, columns source pieces; darker = more weight (0..1, row sums are 1).
-function drawHeatmap(canvas, cols, rows, weights) {
+// The selected sentence's attention of the chosen kind, for its shown (best) translation: cross
+// as /translate gave it, the other kinds from POST /attention with that translation as target.
+async function showAttention() {
+  const record = answer.translations[selected];
+  const hyp = record.hypotheses[0];
+  const kind = $("attention-kind").value;
+  const ticket = ++drawing;
+  $("attention").hidden = false;
+  $("attention-title").textContent = `(sentence ${selected + 1})`;
+  $("attention-axes").textContent = AXES[kind];
+  if (kind === "cross") {
+    return drawHeatmap($("heatmap"), record.source_tokens, [...hyp.tokens, "</s>"], hyp.attention, kind);
+  }
+  const body = { text: record.source, kind };
+  if (hyp.translation) body.target = hyp.translation; // else the search finds the same nothing
+  try {
+    const res = await fetch("/attention", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const data = await res.json().catch(() => ({ detail: res.statusText }));
+    if (ticket !== drawing) return; // another sentence or kind was chosen meanwhile
+    if (!res.ok) return showError(`${res.status}: ${data.detail}`);
+    showError("");
+    drawHeatmap($("heatmap"), data.columns, data.rows, data.weights, kind);
+  } catch (e) {
+    if (ticket === drawing) showError(`request failed: ${e.message}`);
+  }
+}
+
+// Rows attend over columns; darker = more weight (0..1, row sums are 1). The canvas says what it
+// shows in data- attributes: kind, rows, cols, and where the cells are (left, top, cell size).
+function drawHeatmap(canvas, cols, rows, weights, kind) {
   const ctx = canvas.getContext("2d");
   const font = "12px system-ui, sans-serif";
   ctx.font = font;
@@ -184,8 +227,7 @@ function drawHeatmap(canvas, cols, rows, weights) {
     }),
   );
   $("scale").textContent = `white = 0, darkest = ${top1.toFixed(3)}`;
-  canvas.dataset.rows = rows.length;
-  canvas.dataset.cols = cols.length;
+  Object.assign(canvas.dataset, { kind, rows: rows.length, cols: cols.length, left, top, cell });
   canvas.onmousemove = (e) => {
     const box = canvas.getBoundingClientRect();
     const c = Math.floor((e.clientX - box.left - left) / cell);
@@ -197,6 +239,7 @@ function drawHeatmap(canvas, cols, rows, weights) {
 
 $("translate").addEventListener("click", translate);
 $("sample").addEventListener("change", toggleSampling);
+$("attention-kind").addEventListener("change", () => answer && showAttention());
 $("source").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) translate();
 });
