@@ -88,3 +88,83 @@ def write_json(path: str | Path, data: Any) -> None:
 
     with atomic_write(Path(path), "w") as f:
         f.write(json.dumps(data, indent=2) + "\n")
+
+
+def process_tree(pid: int) -> list[int]:
+    """A process and all its descendants (Linux /proc; processes that end meanwhile are skipped)."""
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children", encoding="ascii") as f:
+                todo += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return tree
+
+
+def status_kb(pid: int, field: str, file: str = "status") -> int:
+    """A size field of /proc/PID/status (VmRSS, VmHWM) or of another such file (smaps_rollup:
+    Pss) in KB; 0 for a process that has ended."""
+    try:
+        with open(f"/proc/{pid}/{file}", encoding="ascii") as f:
+            return next((int(x.split()[1]) for x in f if x.startswith(field + ":")), 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def run_measured(
+    cmd: list[str],
+    on_sample: Callable[[float], None] | None = None,
+    interval: float = 0.05,
+    **popen: Any,
+) -> dict[str, float]:
+    """Run `cmd` to its end and measure what a benchmark reports of it, sampling every `interval`
+    seconds (`on_sample(seconds since start)` is called with each sample).
+
+    seconds: wall time; returncode; cpu_seconds: user + system time of the process and the
+    descendants it waited for; largest_mb: the largest single process's peak (the kernel's
+    maxrss of the process and its reaped descendants, exact); main_mb: the command process's own
+    peak (VmHWM at its last sample); tree_mb, children_mb: the peak sampled sum of VmRSS over the
+    whole tree and over its descendants alone (worker processes; shared pages count once per
+    process, so a sum overstates the memory they use together).
+    """
+    import os
+    import subprocess
+    import threading
+
+    peaks = {"main": 0, "tree": 0, "children": 0, "pss": 0}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, **popen)
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(interval):
+            pids = process_tree(proc.pid)
+            rss = [status_kb(p, "VmRSS") for p in pids]
+            peaks["tree"] = max(peaks["tree"], sum(rss))
+            peaks["children"] = max(peaks["children"], sum(rss[1:]))
+            pss = sum(status_kb(p, "Pss", "smaps_rollup") for p in pids)
+            peaks["pss"] = max(peaks["pss"], pss)
+            peaks["main"] = max(peaks["main"], status_kb(proc.pid, "VmHWM"))
+            if on_sample is not None:
+                on_sample(time.perf_counter() - t0)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {
+        "seconds": seconds,
+        "returncode": proc.returncode,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "largest_mb": usage.ru_maxrss / 1024,
+        "main_mb": peaks["main"] / 1024,
+        "tree_mb": peaks["tree"] / 1024,
+        "children_mb": peaks["children"] / 1024,
+        "tree_pss_mb": peaks["pss"] / 1024,
+    }
