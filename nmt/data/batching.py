@@ -7,7 +7,8 @@ where S and T count the eos/bos that collation adds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,82 @@ def keep_mask(
     return keep
 
 
+_CHUNK = 1 << 16  # sentences per step of the chunked passes: bounds their temporary arrays
+
+
+def _shuffled(indices: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
+    """The indices in a seeded random order (the tie-break between equal lengths), drawn with the
+    same generator calls as a plain `indices[rng.permutation(n)]` so later draws do not move."""
+    indices = np.asarray(indices, dtype=np.int64)
+    if rng is None:
+        return indices
+    order = rng.permutation(len(indices))
+    for c in range(0, len(order), _CHUNK):
+        order[c : c + _CHUNK] = indices[order[c : c + _CHUNK]]
+    return order
+
+
+def _sort_keys(src: np.ndarray, tgt: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(longer side, rank of (target, source) among pairs of that longer side): the order by
+    longer side, then target, then source as two numbers (each side + its eos/bos)."""
+    s, t = src[idx] + 1, tgt[idx] + 1
+    longest = np.maximum(s, t).astype(np.int64)
+    return longest, np.where(t < longest, t, longest + s).astype(np.int64)
+
+
+def _length_runs(sorted_keys: np.ndarray, shift: int) -> list[tuple[int, int, int]]:
+    """(start, end, longer side) of each run of one longer side in keys sorted by `key >> shift`."""
+    runs, start = [], 0
+    while start < len(sorted_keys):
+        length = int(sorted_keys[start]) >> shift
+        end = int(np.searchsorted(sorted_keys, (length + 1) << shift))
+        runs.append((start, end, length))
+        start = end
+    return runs
+
+
+def _length_order(
+    idx: np.ndarray, src: np.ndarray, tgt: np.ndarray
+) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+    """`idx` stably sorted by (longer side, target, source), and its runs of one longer side.
+
+    The two sort keys and the position pack into one int64 sorted in place (no index arrays);
+    lengths too long to pack fall back to a lexsort."""
+    bound = max(int(src.max(initial=0)), int(tgt.max(initial=0))) + 2
+    sub_bits, pos_bits = (2 * bound).bit_length(), max(len(idx) - 1, 1).bit_length()
+    if bound.bit_length() + sub_bits + pos_bits > 63:
+        longest, sub = _sort_keys(src, tgt, idx)
+        order = np.lexsort((sub, longest))
+        return idx[order], _length_runs(longest[order], 0)
+    shift = sub_bits + pos_bits
+    key = np.empty(len(idx), dtype=np.int64)
+    for c in range(0, len(idx), _CHUNK):
+        longest, sub = _sort_keys(src, tgt, idx[c : c + _CHUNK])
+        key[c : c + _CHUNK] = (longest << shift) | (sub << pos_bits)
+        key[c : c + _CHUNK] |= np.arange(c, c + len(longest))
+    key.sort()
+    runs = _length_runs(key, shift)
+    for c in range(0, len(key), _CHUNK):  # the key's position part becomes the sentence index
+        key[c : c + _CHUNK] = idx[key[c : c + _CHUNK] & ((1 << pos_bits) - 1)]
+    return key, runs
+
+
+def _batch_starts(runs: list[tuple[int, int, int]], max_tokens: int) -> list[np.ndarray]:
+    """Where each batch starts in the sorted order, filling each to `max_tokens` padded tokens.
+
+    Sorted by the longer side, a batch's widest sentence is its last, so a batch ending in a run
+    of length L holds at most max(max_tokens // L, 1) sentences: within a run batches are evenly
+    spaced, and only the one that crosses into the run needs working out."""
+    starts, start = [np.zeros(1, dtype=np.int64)], 0
+    for first, end, length in runs:
+        size = max(max_tokens // length, 1)
+        cut = max(first, start + size)  # the first sentence that no longer fits the open batch
+        if cut < end:
+            starts.append(np.arange(cut, end, size, dtype=np.int64))
+            start = int(starts[-1][-1])
+    return starts
+
+
 def bucket(
     indices: np.ndarray,
     src_lengths: np.ndarray,
@@ -62,25 +139,14 @@ def bucket(
     Sorting by the longer side first (it sets the batch size), then target, then source length
     keeps both sides tight (4.5% padding on Multi30k at 4096 tokens). A random permutation
     before the stable sort breaks ties differently every epoch, so batches differ between epochs.
+    The batches are views into one sorted index array.
     """
-    indices = np.asarray(indices, dtype=np.int64)
-    if rng is not None:
-        indices = indices[rng.permutation(len(indices))]
-    s_len = np.asarray(src_lengths)[indices] + 1  # + eos
-    t_len = np.asarray(tgt_lengths)[indices] + 1  # + bos / eos
-    order = np.lexsort((s_len, t_len, np.maximum(s_len, t_len)))  # longer side, target, source
-    indices, s_len, t_len = indices[order], s_len[order], t_len[order]
-    batches: list[np.ndarray] = []
-    start, max_s, max_t = 0, 0, 0
-    for i in range(len(indices)):
-        ms, mt = max(max_s, int(s_len[i])), max(max_t, int(t_len[i]))
-        if i > start and (i - start + 1) * max(ms, mt) > max_tokens:
-            batches.append(indices[start:i])
-            start, ms, mt = i, int(s_len[i]), int(t_len[i])
-        max_s, max_t = ms, mt
-    if start < len(indices):
-        batches.append(indices[start:])
-    return batches
+    src, tgt = np.asarray(src_lengths), np.asarray(tgt_lengths)
+    order, runs = _length_order(_shuffled(indices, rng), src, tgt)
+    if not len(order):
+        return []
+    bounds = np.concatenate([*_batch_starts(runs, max_tokens), [len(order)]]).tolist()
+    return [order[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def epoch_batches(
@@ -140,15 +206,32 @@ def collate(
     )
 
 
+def _groups(batches: Sequence[np.ndarray]) -> Iterator[Sequence[np.ndarray]]:
+    """Consecutive batches of about `_CHUNK` sentences together, to measure them a group at a time."""
+    first, size = 0, 0
+    for i, b in enumerate(batches):
+        size += len(b)
+        if size >= _CHUNK:
+            yield batches[first : i + 1]
+            first, size = i + 1, 0
+    if first < len(batches):
+        yield batches[first:]
+
+
 def padding_ratio(
     batches: Sequence[np.ndarray], src_lengths: np.ndarray, tgt_lengths: np.ndarray
 ) -> float:
     """Share of padded positions (both sides) that hold padding: compute spent on nothing."""
+    src, tgt = np.asarray(src_lengths), np.asarray(tgt_lengths)
     real = padded = 0
-    for b in batches:
-        s, t = np.asarray(src_lengths)[b] + 1, np.asarray(tgt_lengths)[b] + 1
+    for group in _groups(batches):
+        sizes = np.fromiter(map(len, group), dtype=np.int64, count=len(group))
+        starts = np.cumsum(sizes) - sizes
+        flat = np.concatenate(group)
+        s, t = src[flat] + 1, tgt[flat] + 1
         real += int(s.sum() + t.sum())
-        padded += len(b) * int(s.max() + t.max())
+        widths = np.maximum.reduceat(s, starts) + np.maximum.reduceat(t, starts)
+        padded += int((sizes * widths).sum())
     return 1.0 - real / padded if padded else 0.0
 
 

@@ -6,6 +6,7 @@ numpy arrays, and filtered by length and length ratio; valid/test splits keep ev
 
 from __future__ import annotations
 
+import array
 import collections
 import dataclasses
 import functools
@@ -90,32 +91,33 @@ def encode_chunk(job: ChunkJob) -> Encoded:
     )
 
 
-def _write_offsets(path: Path, lengths: np.ndarray) -> None:
-    """Write n+1 int64 offsets so sentence i is ids[idx[i]:idx[i+1]]."""
-    offsets = np.zeros(len(lengths) + 1, dtype="<i8")
-    np.cumsum(lengths, out=offsets[1:])
-    offsets.tofile(path)
-
-
 class SplitWriter:
-    """Appends encoded sentences of one split and language to `.ids`, collecting lengths for `.idx`."""
+    """Appends encoded sentences of one split and language to `.ids` and their end offsets to
+    `.idx` as they come, keeping only the lengths (4 bytes a sentence) in memory."""
 
     def __init__(self, out_dir: Path, split: str, lang: str, dtype: str) -> None:
         self.ids_name, self.idx_name = f"{split}.{lang}.ids", f"{split}.{lang}.idx"
         self.out_dir, self.dtype = out_dir, dtype
         self.f: BinaryIO = open(out_dir / self.ids_name, "wb")
-        self.lengths: list[np.ndarray] = []
+        self.idx: BinaryIO = open(out_dir / self.idx_name, "wb")
+        np.zeros(1, dtype="<i8").tofile(self.idx)  # n+1 offsets: sentence i is ids[idx[i]:idx[i+1]]
+        self.end = 0
+        self.lengths = array.array("I")  # C unsigned int: numpy's uintc
 
     def append(self, flat: np.ndarray, lengths: np.ndarray) -> None:
         """Add a block of already-flattened ids with their per-sentence lengths."""
         flat.astype(self.dtype, copy=False).tofile(self.f)
-        self.lengths.append(lengths)
+        ends = np.cumsum(lengths, dtype="<i8")
+        ends += self.end
+        ends.tofile(self.idx)
+        self.end = int(ends[-1]) if len(ends) else self.end
+        self.lengths.frombytes(np.asarray(lengths, dtype=np.uintc).tobytes())
 
     def close(self) -> tuple[int, np.ndarray]:
-        """Finish the files; return (sentences, lengths)."""
+        """Finish the files; return (sentences, lengths as uintc, a view of the kept array)."""
         self.f.close()
-        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, dtype=np.int64)
-        _write_offsets(self.out_dir / self.idx_name, lengths)
+        self.idx.close()
+        lengths = np.frombuffer(self.lengths, dtype=np.uintc)
         return len(lengths), lengths
 
 
