@@ -115,11 +115,16 @@ def emulated_bf16_warning(
     return None
 
 
-# Narrower models decode in fp32 on a CPU under `auto`. At d_model 128, with the step attention
-# elementwise and the weights packed (AMD EPYC with avx512_bf16, bench_translate.py --rounds 5) bf16 ran
-# greedy 1.10x and beam 5 1.32x fp32 at d128, BLEU 39.85 against 39.88, whole beam-5 command 5.47
-# against 6.27 s. Narrower than 128 is unmeasured and stays fp32.
-CPU_BF16_MIN_WIDTH = 128
+def decode_precision(precision: str, device: torch.device) -> str:
+    """The precision a translation decodes in: `auto` is fp32 on every device, because fp32 alone
+    keeps a line's translation independent of the lines batched with it; bf16 and fp16 are the
+    faster explicit choices that do not promise it (DESIGN.md)."""
+    resolved = resolve_precision(precision, device) if precision != "auto" else "fp32"
+    if resolved == "fp16" and device.type == "cpu":
+        raise NmtError("--precision fp16 needs a GPU; use bf16 or fp32 on CPU")
+    return resolved
+
+
 # Validation keeps fp32 below 256 on a CPU: its greedy shapes, new at every validation, are new
 # oneDNN kernels in bf16, and they grew a 25-minute run's kernel cache to 6.3 GB (3.6 in fp32).
 VALID_BF16_MIN_WIDTH = 256
@@ -129,10 +134,10 @@ def inference_precision(
     precision: str,
     device: torch.device,
     width: int | None = None,
-    min_width: int = CPU_BF16_MIN_WIDTH,
+    min_width: int = VALID_BF16_MIN_WIDTH,
 ) -> str:
-    """The resolved precision a model of `width` (d_model) decodes in (weights and cache are
-    cast to it); under `auto` on a CPU, models narrower than `min_width` decode in fp32."""
+    """The resolved precision validation decodes a model of `width` (d_model) in: training's,
+    except fp32 on a CPU under `auto` for models narrower than `min_width`."""
     resolved = resolve_precision(precision, device)
     narrow = width is not None and width < min_width
     if precision == "auto" and device.type == "cpu" and narrow:

@@ -1,6 +1,8 @@
 """Load-test `nmt serve` on 127.0.0.1: requests/s, sentences/s, p50/p99 latency and errors for one
 client at a time and for N concurrent clients (single-sentence requests), every answer checked
-against `nmt translate` on the same line, and the batching gain (sentences/s, N clients / 1).
+against `nmt translate` on the same line (both at their defaults, precision auto: a served line
+shares its batch with other clients' lines and must still come back the same), and the batching
+gain (sentences/s, N clients / 1).
 
     .venv/bin/python scripts/bench_serve.py -m MODEL_DIR                 # 16 clients, 10 s per phase
     .venv/bin/python scripts/bench_serve.py -m MODEL_DIR --clients 8 --seconds 5 --json
@@ -189,6 +191,7 @@ def main() -> None:
     want = reference(args.model, lines, args.beam_size, env)
     proc, url = start_server(args.model, args, env)
     try:
+        precision = httpx.get(url + "/info", timeout=10).json().get("precision")
         load(url, lines[:8], want, 1, min(2.0, args.seconds), args.beam_size)  # warm-up
         one = load(url, lines, want, 1, args.seconds, args.beam_size)
         many = load(url, lines, want, args.clients, args.seconds, args.beam_size)
@@ -202,6 +205,7 @@ def main() -> None:
         "model": args.model,
         "server_threads": args.threads,
         "max_wait_ms": args.max_wait_ms,
+        "precision": precision,
         "one_client": one.summary(),
         "concurrent": many.summary(),
         "batching_gain": round(many.sentences / many.seconds / (one.sentences / one.seconds), 2),
@@ -214,7 +218,8 @@ def main() -> None:
             print(f"{s['clients']:>3} client(s): {s['requests_per_s']:7.1f} req/s "
                   f"{s['sentences_per_s']:7.1f} sent/s  p50 {s['p50_ms']:7.1f} ms  "
                   f"p99 {s['p99_ms']:7.1f} ms  errors {s['errors']}  mismatches {s['mismatches']}")  # fmt: skip
-        print(f"batching gain ({args.clients} clients vs 1): {report['batching_gain']}x")
+        print(f"batching gain ({args.clients} clients vs 1): {report['batching_gain']}x, "
+              f"precision {precision}")  # fmt: skip
     for msg in (one.errors + many.errors + one.mismatches + many.mismatches)[:5]:
         print("  " + msg, file=sys.stderr)
     if one.errors or many.errors or one.mismatches or many.mismatches:

@@ -1,5 +1,7 @@
-"""Decoding precision (`--precision`): bf16 (Transformer: cast weights and cache; Seq2Seq: autocast
-around fp32 recurrences) gives the fp32 translations on almost every line, scores stay fp32, an emulated-bf16 CPU is warned about, fp16 on CPU is refused."""
+"""Decoding precision (`--precision`): auto decodes in fp32 on every device (native bf16 or not);
+explicit bf16 (Transformer: cast weights and cache; Seq2Seq: autocast around fp32 recurrences)
+gives the fp32 translations on almost every line, scores stay fp32, an emulated-bf16 CPU is warned
+about, fp16 on CPU is refused. Validation keeps its own rule (`inference_precision`)."""
 
 from __future__ import annotations
 
@@ -73,23 +75,37 @@ def test_bf16_decoding_matches_fp32(model_dirs, arch, beam):
     assert all(close)
 
 
-def test_auto_is_fp32_without_native_bf16_and_bf16_with_it_from_d128(
-    model_dirs, monkeypatch, tmp_path
-):
+def test_auto_decodes_in_fp32_with_or_without_native_bf16(model_dirs, monkeypatch, tmp_path):
     wide = build_tiny_model_dir(tmp_path, d_model=128)
     assert Translator.from_dir(wide, device="cpu").precision == "fp32"
     monkeypatch.setenv("NMT_CPU_BF16", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # native: no warning
         tr = Translator.from_dir(wide, device="cpu")
-        narrow = Translator.from_dir(model_dirs["transformer"], device="cpu")
         explicit = Translator.from_dir(model_dirs["transformer"], device="cpu", precision="bf16")
-    assert tr.precision == "bf16"
-    assert {p.dtype for p in tr.model.parameters()} == {torch.bfloat16}
-    assert narrow.precision == "fp32"  # d_model 32: fp32 decodes faster on a CPU
+    assert tr.precision == "fp32"  # batch-invariant: the default on every CPU
+    assert {p.dtype for p in tr.model.parameters()} == {torch.float32}
     assert explicit.precision == "bf16"  # an explicit choice is kept
-    # Seq2Seq has no d_model: the hardware alone decides
-    assert Translator.from_dir(model_dirs["seq2seq"], device="cpu").precision == "bf16"
+    assert {p.dtype for p in explicit.model.parameters()} == {torch.bfloat16}
+    assert Translator.from_dir(model_dirs["seq2seq"], device="cpu").precision == "fp32"
+
+
+def test_decode_precision_rules(monkeypatch):
+    from nmt.device import decode_precision
+
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("NMT_CPU_BF16", "1")
+    assert [decode_precision(p, cpu) for p in ("auto", "fp32", "bf16")] == ["fp32", "fp32", "bf16"]
+    with pytest.raises(NmtError, match=r"^--precision fp16 needs a GPU; use bf16 or fp32 on CPU$"):
+        decode_precision("fp16", cpu)
+    with pytest.raises(
+        NmtError, match=r"^precision 'fp8': expected one of auto, fp32, bf16, fp16$"
+    ):
+        decode_precision("fp8", cpu)
+    # CUDA: auto is fp32 whatever the GPU; bf16 and fp16 stay explicit choices
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (9, 0))
+    gpu = torch.device("cuda:0")
+    assert [decode_precision(p, gpu) for p in ("auto", "bf16", "fp16")] == ["fp32", "bf16", "fp16"]
 
 
 def test_fp16_on_cpu_is_refused(model_dirs):
@@ -131,15 +147,18 @@ def test_resolve_precision_rules(monkeypatch):
     assert [resolve_precision("auto", d) for d in gpus] == ["fp16", "bf16"]
 
 
-def test_translation_and_validation_draw_the_bf16_line_at_different_widths(monkeypatch):
-    from nmt.device import VALID_BF16_MIN_WIDTH, inference_precision
+def test_validation_draws_the_bf16_line_at_d_model_256(monkeypatch):
+    from nmt.device import VALID_BF16_MIN_WIDTH, decode_precision, inference_precision
 
     monkeypatch.setenv("NMT_CPU_BF16", "1")
     cpu = torch.device("cpu")
-    assert [inference_precision("auto", cpu, w) for w in (64, 128, 256)] == ["fp32", "bf16", "bf16"]
-    valid = [inference_precision("auto", cpu, w, VALID_BF16_MIN_WIDTH) for w in (128, 256)]
-    assert valid == ["fp32", "bf16"]  # validation: new shapes every time, kept out of oneDNN
+    assert VALID_BF16_MIN_WIDTH == 256
+    widths = (64, 128, 256, 512)
+    assert [inference_precision("auto", cpu, w) for w in widths] == ["fp32", "fp32", "bf16", "bf16"]
+    assert inference_precision("auto", cpu, 128, min_width=128) == "bf16"
+    assert inference_precision("auto", cpu) == "bf16"  # Seq2Seq: no d_model, the hardware decides
     assert inference_precision("bf16", cpu, 64) == "bf16"  # explicit: kept
+    assert decode_precision("auto", cpu) == "fp32"  # translation: fp32 at every width
     monkeypatch.setenv("NMT_CPU_BF16", "0")
     assert inference_precision("auto", cpu, 512) == "fp32"
 

@@ -36,8 +36,8 @@ PrecisionOpt = Annotated[
     str,
     typer.Option(
         "--precision",
-        help="auto (bf16 on GPUs, and on native-bf16 CPUs for d_model >= 128; else fp32), fp32, "
-        "bf16 or fp16 (GPU).",
+        help="auto (= fp32: a line translates the same whatever it is batched with), fp32, or "
+        "bf16 / fp16 (GPU only): faster, but a line may translate differently next to other lines.",
     ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]

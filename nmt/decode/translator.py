@@ -41,8 +41,8 @@ from nmt.decode.workers import (
 from nmt.device import (
     autocast_for,
     compute_dtype,
+    decode_precision,
     emulated_bf16_warning,
-    inference_precision,
     resolve_device,
 )
 from nmt.errors import NmtError
@@ -110,9 +110,10 @@ class Translator:
         """Load MODEL_DIR (config, SentencePiece, weights) for translation; several directories
         load as one ensemble (`nmt.models.ensemble`), with the first one's decoding defaults.
 
-        `precision` auto: bf16 on GPUs, and on native-bf16 CPUs from d_model 128 up (narrower
-        ones stay fp32, unmeasured), else fp32. bf16/fp16 cast the weights once (so the decoder
-        cache follows); scores stay fp32 (log-softmax in fp32). `workers` batches are decoded at
+        `precision` auto: fp32 on every device, so a line translates the same whatever it is
+        batched with; bf16 (fp16 on GPUs) is faster but not batch-invariant: padding and batch
+        size move its roundings enough to flip near-ties. bf16/fp16 cast the weights once (so the
+        decoder cache follows); scores stay fp32 (log-softmax in fp32). `workers` batches run at
         once (0: one per intra-op thread, at most 4), on forked processes where `processes`
         (None: on Linux CPUs, `nmt.decode.workers`), else on threads; `close` stops the processes.
         """
@@ -122,14 +123,11 @@ class Translator:
         if not dirs:
             raise NmtError("no model directory given")
         dev = resolve_device(device)
-        inference_precision(precision, dev)  # refuses fp16 on a CPU before any weights load
+        prec = decode_precision(precision, dev)  # fp16 on a CPU: refused before any weights load
         src_tok, tgt_tok = model_tokenizers(Path(dirs[0]), read_meta(dirs[0])[2])
         for d in dirs[1:]:  # a member with other pieces fails before any weights load
             check_same_vocabulary(Path(dirs[0]), (src_tok, tgt_tok), Path(d), read_meta(d)[2])
         loaded = [load_model(d, checkpoint=checkpoint, device=str(dev)) for d in dirs]
-        widths = [getattr(cfg.model, "d_model", None) for _, cfg, _, _ in loaded]
-        known = [w for w in widths if w is not None]
-        prec = inference_precision(precision, dev, min(known) if known else None)
         if message := emulated_bf16_warning(prec, dev, fix="--precision fp32"):
             _warn(message)
         models = []
