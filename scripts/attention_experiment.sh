@@ -6,7 +6,7 @@
 # system's 0-10-word bucket (docs/attention_relative.png), the validation curves
 # (docs/attention_curves.png) and the tables to $WORK/attention_table.md.
 #
-#   scripts/attention_experiment.sh                   # BUDGET=25m per system, JOBS=2 THREADS=1 (~90 min)
+#   scripts/attention_experiment.sh                   # BUDGET=20m per system, JOBS=2 THREADS=1 (~75 min)
 #   BUDGET=20s TINY=1 WORK=/tmp/att DOCS=/tmp/att scripts/attention_experiment.sh   # smoke run
 #
 # Environment: BUDGET (per system, nmt's duration syntax), JOBS (systems trained at once; default 2),
@@ -15,13 +15,14 @@
 # DEVICE (default auto), TRAIN_ARGS (extra `nmt train` options, the same for all five), VOCAB
 # (default 8000), MIRROR (a folder of corpora or of wmt-news-de-en's .gz files; default
 # $NMT_CORPUS_MIRROR, else ../shared/corpora). A system whose test translation exists in $WORK is
-# reused, not retrained: remove $WORK/NAME to run it again.
+# reused, not retrained: remove $WORK/NAME to run it again. ONLY="name name" trains only those
+# systems; the scores and figures cover every system whose translation is in $WORK.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
 WORK=${WORK:-work/attention}
 DOCS=${DOCS:-docs}
-BUDGET=${BUDGET:-25m}
+BUDGET=${BUDGET:-20m}
 JOBS=${JOBS:-2}
 export OMP_NUM_THREADS=${THREADS:-1}
 BEAM=${BEAM:-5}
@@ -83,6 +84,7 @@ run_system() {
 echo "== 3/5 train and translate $TEST: ${#SYSTEMS[@]} systems, $JOBS at a time"
 for sys in "${SYSTEMS[@]}"; do
   read -r name preset set <<<"$sys"
+  [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]] && continue
   while (($(jobs -rp | wc -l) >= JOBS)); do wait -n; done
   run_system "$name" "$preset" "$set" &
 done
@@ -93,6 +95,7 @@ LABELS=()
 HYPS=()
 for sys in "${SYSTEMS[@]}"; do
   read -r name _ <<<"$sys"
+  [[ -f "$WORK/$name/$TEST.hyp.$TGT" ]] || continue
   MODELS+=("$WORK/$name")
   LABELS+=(--label "$name")
   HYPS+=("$WORK/$name/$TEST.hyp.$TGT")

@@ -11,7 +11,8 @@ import torch
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # precision `auto` means fp32 in the suite on every CPU, so bitwise tests hold on bf16 machines
-# too; bf16 paths have their own explicit tests. NMT_CPU_BF16=1 make test runs auto as bf16.
+# too; bf16 paths have their own explicit tests. NMT_CPU_BF16=1 make test trains
+# under auto in bf16 (decoding's auto is fp32 everywhere).
 os.environ.setdefault("NMT_CPU_BF16", "0")
 
 

@@ -64,10 +64,9 @@ class Precisions:
 
 
 def precisions(cfg: Config, device: torch.device) -> Precisions:
-    """`auto` resolved for training; validation decodes as `nmt translate` does by default,
-    except that on a CPU it keeps fp32 below d_model 256 (`nmt translate` from 128): its
-    decoding shapes, new at every validation, would otherwise fill oneDNN's kernel cache by GBs
-    over a run (DESIGN.md)."""
+    """`auto` resolved for training; validation decodes in training's precision, except that on
+    a CPU under `auto` it keeps fp32 below d_model 256: its decoding shapes, new at every
+    validation, would otherwise fill oneDNN's kernel cache by GBs over a run (DESIGN.md)."""
     configured = cfg.training.precision
     train = resolve_precision(configured, device)
     autocast = autocast_for(train, device)  # fp16 on a CPU: training's error comes first
