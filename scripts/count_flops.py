@@ -25,17 +25,23 @@ sys.path.insert(0, str(REPO))
 
 
 @contextlib.contextmanager
-def meta_truthiness() -> Iterator[None]:
-    """Let code that asks a meta tensor for a bool or an int (is there padding? how many
-    targets?) take its general path: meta tensors hold no values to answer with."""
+def meta_values(pending: list) -> Iterator[None]:
+    """Answer what code asks of a meta tensor's values, which it does not hold: True for a bool
+    (is there padding?), 1 for an int, and for `.cpu()` the batch's real source lengths, queued
+    in `pending` (an RNN packs its input by them). Later `.cpu()` calls are the packing's index
+    permutations: the identity keeps their shapes, and the FLOPs do not depend on their order."""
     import torch
 
-    saved = {name: getattr(torch.Tensor, name) for name in ("__bool__", "__int__")}
-    answers = {"__bool__": True, "__int__": 1}
+    saved = {name: getattr(torch.Tensor, name) for name in ("__bool__", "__int__", "cpu")}
+
+    def values(x: torch.Tensor) -> torch.Tensor:
+        return pending.pop() if pending else torch.arange(x.numel()).view(x.shape)
+
+    answers = {"__bool__": lambda x: True, "__int__": lambda x: 1, "cpu": values}
     try:
         for name, real in saved.items():
-            value = answers[name]
-            setattr(torch.Tensor, name, lambda x, r=real, v=value: v if x.is_meta else r(x))
+            answer = answers[name]
+            setattr(torch.Tensor, name, lambda x, r=real, a=answer: a(x) if x.is_meta else r(x))
         yield
     finally:
         for name, real in saved.items():
@@ -57,14 +63,19 @@ def count(data_dir: str, preset: str, max_tokens: int, device: str = "meta") -> 
     s, t = train.src.lengths, train.tgt.lengths
     keep = batching.keep_mask(s, t, max_tokens, cfg.model.max_positions)
     batches = batching.epoch_batches(s, t, max_tokens, 1, 1, keep)
-    model = build(cfg.model, vocab, init=device != "meta").to(device)
+    with torch.device(device):  # built in place: moving to meta would untie shared weights
+        model = build(cfg.model, vocab, init=device != "meta")
     trainer = SimpleNamespace(
         data=SimpleNamespace(train=train), device=torch.device(device), model=model,
         autocast=contextlib.nullcontext, tc=cfg.training,
     )  # fmt: skip
     tokens = sum(int((t[b] + 1).sum()) for b in batches)
-    with meta_truthiness() if device == "meta" else contextlib.nullcontext():
-        flops = sum(step_flops(trainer, [b]) for b in batches)
+    pending: list = []
+    flops = 0
+    with meta_values(pending) if device == "meta" else contextlib.nullcontext():
+        for b in batches:
+            pending[:] = [batching.collate(train.src, train.tgt, b).src_lengths]
+            flops += step_flops(trainer, [b])
     return {
         "preset": preset,
         "parameters": count_parameters(model),
