@@ -112,7 +112,9 @@ REF="$C/$TEST.$TGT"
 
 echo "== 5/5 validation curves and the tables"
 "$BIN/nmt" plot "${MODELS[@]}" -o "$DOCS/attention_curves.png" --x minutes --y bleu
-"$BIN/python" scripts/attention_table.py "$WORK" "${MODELS[@]}" >"$WORK/attention_table.md"
+"$BIN/python" scripts/attention_table.py "$WORK" "${MODELS[@]}" --source "$C/$TEST.$SRC" \
+  --hyp "$TEST.hyp.$TGT" >"$WORK/attention_table.md.tmp"
+mv "$WORK/attention_table.md.tmp" "$WORK/attention_table.md"
 cat "$WORK/attention_table.md"
 echo "wrote $WORK/attention_table.md, $DOCS/attention_by_length.png, $DOCS/attention_relative.png," \
   "$DOCS/attention_curves.png"

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """The attention experiment's tables in Markdown, from its outputs (scripts/attention_experiment.sh):
 each system's run (parameters, updates, epochs, speed, validation BLEU), its test scores, and per
-source-length bucket BLEU, BLEU as % of the 0-10 bucket, chrF and the output/reference length ratio.
+source-length bucket BLEU, BLEU as % of the 0-10 bucket, chrF and the output/reference length ratio;
+with --source, also the share of translations per bucket that run to the decoder's length limit
+(floor(max_len_a * n + max_len_b) subwords for a source of n subwords), which is how a model that has
+not learnt to stop shows itself.
 
     python scripts/attention_table.py WORK MODEL_DIR [MODEL_DIR ...] > table.md
+    python scripts/attention_table.py WORK MODEL_DIR ... --source test.de --hyp test.hyp.en
 
 WORK holds scores.json (`nmt score --json`) and by_length.json (`nmt score --by-length --json`);
 the systems are named by their MODEL_DIR's folder name, in the order given."""
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import struct
 from pathlib import Path
 from typing import Any
@@ -102,11 +107,49 @@ def bucket_tables(by_length: list[dict[str, Any]], names: list[str]) -> str:
     return "\n\n".join(f"{title}:\n\n{table(head, rows)}" for title, rows in parts)
 
 
+def limit_table(
+    work: Path, models: list[Path], names: list[str], source: Path, hyp: str, buckets: list[str]
+) -> str:
+    """Per system and bucket, the % of translations whose length (re-encoded subwords) reaches
+    the decoding length limit: such a translation ended because the limit cut it, not at eos."""
+    import yaml
+
+    from nmt.data.vocab import Tokenizer
+    from nmt.eval.bylength import assign, parse_buckets, source_spm
+
+    src = source.read_text(encoding="utf-8").splitlines()
+    bks = parse_buckets(",".join(buckets))
+    groups, _ = assign([len(line.split()) for line in src], bks)
+    tok = Tokenizer.load(*source_spm(work / "data"))
+    n_src = [len(tok.encode(line)) for line in src]
+    manifest = json.loads((work / "data" / "manifest.json").read_text(encoding="utf-8"))
+    tok = Tokenizer.load(work / "data" / manifest["spm"]["tgt"], tok.lowercase)
+    rows = []
+    for name, model in zip(names, models, strict=True):
+        dec = yaml.safe_load((model / "config.yaml").read_text(encoding="utf-8"))["decoding"]
+        out = (model / hyp).read_text(encoding="utf-8").splitlines()
+        hit = [
+            len(tok.encode(h)) >= max(1, math.floor(dec["max_len_a"] * n + dec["max_len_b"]))
+            for n, h in zip(n_src, out, strict=True)
+        ]
+        rows.append(
+            [name] + [f"{100 * sum(hit[i] for i in g) / max(1, len(g)):.0f}" for g in groups]
+        )
+    head = ["system"] + [f"{b} (n={len(g)})" for b, g in zip(buckets, groups, strict=True)]
+    return "Translations that run to the length limit, % of the bucket's lines:\n\n" + table(
+        head, rows
+    )
+
+
 def main() -> None:
     """Print the tables."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("work", type=Path, help="the experiment's WORK folder")
     p.add_argument("models", type=Path, nargs="+", help="the systems' MODEL_DIRs, in order")
+    p.add_argument("--source", type=Path, help="the test source: adds the length-limit table")
+    p.add_argument(
+        "--hyp", default="newstest2014.hyp.en", help="translation file in each MODEL_DIR"
+    )
     args = p.parse_args()
     names = [m.name for m in args.models]
     whole = json.loads((args.work / "scores.json").read_text(encoding="utf-8"))
@@ -120,7 +163,12 @@ def main() -> None:
     rows = [run_row(n, m, s) for n, m, s in zip(names, args.models, scores, strict=True)]
     print(table(head, rows))
     print()
-    print(bucket_tables(json.loads((args.work / "by_length.json").read_text()), names))
+    by_length = json.loads((args.work / "by_length.json").read_text(encoding="utf-8"))
+    print(bucket_tables(by_length, names))
+    if args.source:
+        buckets = list(dict.fromkeys(r["bucket"] for r in by_length))
+        print()
+        print(limit_table(args.work, args.models, names, args.source, args.hyp, buckets))
 
 
 if __name__ == "__main__":

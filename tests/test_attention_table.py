@@ -88,3 +88,41 @@ def test_tables_from_real_scores(tmp_path):
     assert bleu["A", "0-10"] == 100 and bleu["B", "10+"] == 100  # B: over 100% on long lines
     ratio = block("Output length / reference length (BLEU's ratio) by source length")
     assert "| A | 1.00 | 0.57 |" in ratio and "| B | 1.00 | 1.00 |" in ratio
+
+
+def test_length_limit_table_counts_translations_cut_by_the_limit(tmp_path):
+    """A translation as long as the limit (a=1, b=0: the source's subword count) was cut by it;
+    a shorter one ended at eos. The share is per source-length bucket."""
+    import sentencepiece as spm
+
+    data = tmp_path / "data"
+    data.mkdir()
+    corpus = write(tmp_path / "spm.txt", ["abc def ghi jkl", "xyz uvw"] * 50)
+    spm.SentencePieceTrainer.train(input=corpus, model_prefix=str(data / "spm"), vocab_size=20,
+                                   model_type="char", pad_id=0, unk_id=1, bos_id=2, eos_id=3,
+                                   minloglevel=2)  # fmt: skip
+    manifest = {"spm": {"src": "spm.model", "tgt": "spm.model"}}
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    src = ["abc def", "ghi jkl xyz", "abc def ghi jkl xyz uvw abc def ghi jkl xyz uvw"]
+    by_length = [{"system": s, "bucket": b, "name": m, "score": 1.0, "ratio": 1.0, "lines": 1,
+                  "mean_length": 1.0} for s in "AB" for b in ("0-3", "3+")
+                 for m in ("BLEU", "chrF2")]  # fmt: skip
+    (tmp_path / "by_length.json").write_text(json.dumps(by_length))
+    scores = [{"name": m, "score": 1.0, "ratio": 1.0} for _ in "AB" for m in ("BLEU", "chrF2")]
+    (tmp_path / "scores.json").write_text(json.dumps(scores))
+    hyps = {"A": src, "B": ["abc", "ghi jkl xyz", "abc"]}  # A always at the limit; B once
+    for name, hyp in hyps.items():
+        fake_run(tmp_path / name, 10, [], (2, 2))
+        write(tmp_path / name / "test.hyp", hyp)
+        (tmp_path / name / "config.yaml").write_text(
+            "decoding:\n  max_len_a: 1.0\n  max_len_b: 0\n"
+        )
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts/attention_table.py"), str(tmp_path),
+         str(tmp_path / "A"), str(tmp_path / "B"), "--source", write(tmp_path / "src", src),
+         "--hyp", "test.hyp"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    limit = out.split("Translations that run to the length limit, % of the bucket's lines:\n\n")[1]
+    assert "| system | 0-3 (n=1) | 3+ (n=2) |" in limit
+    assert "| A | 100 | 100 |" in limit and "| B | 0 | 50 |" in limit
