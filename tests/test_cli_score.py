@@ -317,7 +317,7 @@ def fake_translator(monkeypatch):
         tgt_tok = types.SimpleNamespace(lowercase=False)  # a cased model: BLEU stays cased
 
         @classmethod
-        def from_dir(cls, model_dir, device="auto", checkpoint="best", precision="auto"):
+        def from_dir(cls, model_dir, device="auto", checkpoint="best", precision="auto", workers=0):
             calls["from_dir"] = (str(model_dir), device, checkpoint, precision)
             return cls()
 

@@ -1,10 +1,12 @@
-"""The deployment path never imports torch: `nmt translate`, `nmt rescore` and `nmt serve` on an
-`nmt export` directory decode through CTranslate2 alone, so they start in a fraction of a second
-and run where torch is not installed. Each command runs in its own process under
-`python -X importtime`, which names every module the process imports."""
+"""The deployment path never imports torch: `nmt translate`, `rescore`, `evaluate` and `serve` on
+an `nmt export` directory decode through CTranslate2 alone, so they start in a fraction of a
+second and run where torch is not installed (nor safetensors and matplotlib, the rest of the
+`torch` extra). Each command runs in its own process under `python -X importtime`, which names
+every module the process imports."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -44,7 +46,8 @@ def imported(importtime: str) -> set[str]:
 
 
 def torch_modules(modules: set[str]) -> set[str]:
-    return {m for m in modules if m == "torch" or m.startswith("torch.")}
+    """The modules of the `torch` extra's packages (torch, safetensors, matplotlib)."""
+    return {m for m in modules if m.partition(".")[0] in ("torch", "safetensors", "matplotlib")}
 
 
 def run_nmt(args: list[str], stdin: str = "") -> tuple[str, set[str]]:
@@ -81,6 +84,20 @@ def test_rescore_an_export_without_torch(export, tmp_path):
                             "--device", "cpu", "--format", "jsonl"])  # fmt: skip
     assert len(out.splitlines()) == 2
     assert "nmt.decode.rescore" in modules and "nmt.decode.ct2" in modules
+    assert not torch_modules(modules)
+
+
+def test_evaluate_an_export_without_torch(export, tmp_path):
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("a man in a blue shirt .\ntwo dogs play\n")
+    ref.write_text("ein mann\nzwei hunde\n")
+    args = ["evaluate", "-m", str(export), "--src", str(src), "-r", str(ref), "--device", "cpu",
+            "-q", "--json", "-o", str(tmp_path / "hyp.txt")]  # fmt: skip
+    out, modules = run_nmt(args)
+    assert [r["name"] for r in json.loads(out)] == ["BLEU"]
+    hyps, _ = run_nmt(["translate", "-m", str(export), "--device", "cpu", "-q", str(src)])
+    assert (tmp_path / "hyp.txt").read_text() == hyps  # what translate writes is what is scored
+    assert "nmt.eval.evaluate" in modules and "nmt.decode.ct2" in modules
     assert not torch_modules(modules)
 
 

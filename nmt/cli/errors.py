@@ -61,6 +61,26 @@ def cli_message(e: NmtError) -> str:
     return e.render(flag) if isinstance(e, OptionError) else str(e)
 
 
+# optional packages, by the name a failed import carries: what needs it, and the extra with it
+EXPORT_NOTE = " (an export from nmt export translates without it)"
+OPTIONAL = {
+    "torch": ("{command} needs PyTorch", "torch", EXPORT_NOTE),
+    "matplotlib": ("plots need matplotlib", "torch", ""),
+    "fastapi": ("{command} needs fastapi", "serve", ""),
+    "uvicorn": ("{command} needs uvicorn", "serve", ""),
+}
+
+
+def missing_package(e: ModuleNotFoundError, command: str) -> str | None:
+    """The line for an optional package that is not installed (which extra brings it), so a
+    deploy-only install says what it lacks; None for any other missing module."""
+    if e.name not in OPTIONAL:  # a missing package sets .name to its top-level name
+        return None
+    needs, extra, note = OPTIONAL[e.name]
+    needs = needs.format(command=command)
+    return f"{needs}, which is not installed: pip install 'nmt[{extra}]'{note}"
+
+
 def _warning_line(message: Warning | str, *_: Any, **__: Any) -> None:
     """Library warnings as one `warning: ...` line on stderr (no file:line, no source echo)."""
     sys.stderr.write(f"warning: {message}\n")
@@ -68,7 +88,8 @@ def _warning_line(message: Warning | str, *_: Any, **__: Any) -> None:
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Run a command: NmtError and file-system errors become one line (exit 2), a broken pipe
-    exits 141, Ctrl-C 130, and anything else one line naming the exception (exit 1)."""
+    exits 141, Ctrl-C 130, an optional package that is not installed one line naming its extra
+    (exit 1), and anything else one line naming the exception (exit 1)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -86,6 +107,10 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except (typer.Exit, typer.Abort, TyperException):
             raise  # typer reports these itself
         except Exception as e:
+            if isinstance(e, ModuleNotFoundError):  # commands are named `<name>_cmd`
+                missing = missing_package(e, "nmt " + fn.__name__.removesuffix("_cmd"))
+                if missing is not None:
+                    fail(missing, 1)
             if debugging():
                 raise
             message = os_error_message(e) if isinstance(e, OSError) else None

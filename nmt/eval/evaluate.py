@@ -67,13 +67,9 @@ def evaluate(
     dirs = model_dirs(model_dir)
     src_lines, refs = _check_inputs(dirs, src, ref_paths, opts)
 
-    from nmt.decode.translator import (
-        Translator,  # torch is imported only when a model is really used
-    )
+    from nmt.decode.engines import open_translator  # torch only for a model directory
 
-    translator = Translator.from_dir(
-        dirs[0] if len(dirs) == 1 else dirs, device, checkpoint, precision
-    )
+    translator = open_translator(dirs[0] if len(dirs) == 1 else dirs, device, checkpoint, precision)
     how = dataclasses.replace(decoding or DecodeOptions(), scores=False)  # only text is scored
     advance = None if progress is None else lambda n: progress(n, len(src_lines))
     with translator:  # its worker processes end with the translation

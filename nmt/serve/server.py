@@ -27,8 +27,18 @@ def translator_factory(
 
     if precision not in PRECISIONS:
         raise NmtError(f"--precision must be {', '.join(PRECISIONS)}, got {precision!r}")
-    checked_export(model_dirs(model_dir), checkpoint, precision)
+    if checked_export(model_dirs(model_dir), checkpoint, precision) is None:
+        require_torch()  # a model directory decodes with PyTorch: fail before listening
     return lambda: open_translator(model_dir, device, checkpoint, precision)
+
+
+def require_torch() -> None:
+    """ModuleNotFoundError now, without importing torch, when it is not installed (the command
+    line names the extra that brings it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
 
 
 def check_port(host: str, port: int) -> None:
