@@ -152,6 +152,12 @@ class PairFilter:
     seen: HashSet64 = field(default_factory=HashSet64)
     usable: int = 0
 
+    @property
+    def simple(self) -> bool:
+        """Whether only the UTF-8, trimming and empty-side rules apply (no rule needs the pair's
+        text as a Python object)."""
+        return not (self.dedupe or self.held or self.test_sources or self.lowercase)
+
     def usable_pair(self, n: int, a: bytes, b: bytes) -> tuple[bytes, bytes] | None:
         """The trimmed pair, or None when it is invalid UTF-8 or has an empty side."""
         try:
@@ -216,7 +222,7 @@ def _utf8(lines: tuple[bytes, ...]) -> bool:
 
 
 @dataclass
-class _Chunker:
+class Chunker:
     """Tracks byte positions in the cleaned files and closes a chunk every `size` pairs."""
 
     size: int
@@ -225,9 +231,10 @@ class _Chunker:
     start: tuple[int, int] = (0, 0)
     n: int = 0
 
-    def add_block(self, src: list[bytes], tgt: list[bytes]) -> None:
-        """Account for written pairs (each line plus its newline), closing a chunk every `size`."""
-        ends = [np.cumsum([len(x) + 1 for x in side], dtype=np.int64) for side in (src, tgt)]
+    def add_lengths(self, src: np.ndarray, tgt: np.ndarray) -> None:
+        """Account for written pairs by their lines' bytes (newline included), closing a chunk
+        every `size` pairs."""
+        ends = (np.cumsum(src, dtype=np.int64), np.cumsum(tgt, dtype=np.int64))
         base, done = self.pos, 0
         while len(src) - done >= self.size - self.n:
             done += self.size - self.n
@@ -259,7 +266,7 @@ def clean_train(
 
     Returns the counts (drop reasons and `read`) and the byte ranges of `chunk_pairs`-line chunks.
     """
-    chunker = _Chunker(chunk_pairs)
+    chunker = Chunker(chunk_pairs)
     read = 0
     with open(outputs[0], "wb") as ws, open(outputs[1], "wb") as wt:
         while block := list(itertools.islice(pairs, _BLOCK_PAIRS)):
@@ -268,13 +275,18 @@ def clean_train(
                 src, tgt = map(list, zip(*kept, strict=True))
                 ws.write(b"\n".join(src) + b"\n")
                 wt.write(b"\n".join(tgt) + b"\n")
-                chunker.add_block(src, tgt)
+                chunker.add_lengths(*(_line_bytes(side) for side in (src, tgt)))
             if block[-1][0] // _REPORT_EVERY > read // _REPORT_EVERY:
                 report(block[-1][0])
             read = block[-1][0]
     read = max(read, keep.counts.get("read", 0))  # a TSV reader counts lines it left out too
     report(read)
     return {**keep.counts, "read": read}, chunker.close()
+
+
+def _line_bytes(lines: list[bytes]) -> np.ndarray:
+    """Bytes each line takes in a cleaned file (its newline included)."""
+    return np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)) + 1
 
 
 def no_pairs_message(train_in: tuple[Path, Path], counts: dict[str, int]) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from nmt import __version__
+from nmt.data.bulk_clean import clean_files
 from nmt.data.cleaning import (
     DROP_REASONS,
     Chunk,
@@ -274,10 +275,15 @@ class _Run:
             self.report("hold out valid/test", 1, 1)
         step = "clean train"
         self.report(step, 0, None)
-        counts, chunks = clean_train(
-            train_pairs(train, cfg.tsv_order, cfg.skip_invalid, keep.counts), keep, clean,
-            CHUNK_PAIRS, lambda n: self.report(step, n, None),
-        )  # fmt: skip
+        if cfg.tsv_order is None and keep.simple:
+            counts, chunks = clean_files(
+                train, keep, clean, CHUNK_PAIRS, lambda n: self.report(step, n, None)
+            )
+        else:
+            counts, chunks = clean_train(
+                train_pairs(train, cfg.tsv_order, cfg.skip_invalid, keep.counts), keep, clean,
+                CHUNK_PAIRS, lambda n: self.report(step, n, None),
+            )  # fmt: skip
         self.report(step, counts["read"], counts["read"])
         if not chunks:
             raise NmtError(no_pairs_message(self.inputs["train"], counts))
