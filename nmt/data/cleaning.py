@@ -56,6 +56,8 @@ class Chunk:
     n: int
 
 
+_BLOCK_PAIRS = 8192  # pairs cleaned at a time
+_REPORT_EVERY = 100_000  # progress is reported each time this many more lines are read
 _U64 = (1 << 64) - 1
 _PAD = 1024  # slots past the last home slot, where probes run on instead of wrapping round
 _STEP = 1 << 16  # keys laid out per numpy step: bounds the temporary arrays of a doubling
@@ -150,6 +152,12 @@ class PairFilter:
     seen: HashSet64 = field(default_factory=HashSet64)
     usable: int = 0
 
+    @property
+    def simple(self) -> bool:
+        """Whether only the UTF-8, trimming and empty-side rules apply (no rule needs the pair's
+        text as a Python object)."""
+        return not (self.dedupe or self.held or self.test_sources or self.lowercase)
+
     def usable_pair(self, n: int, a: bytes, b: bytes) -> tuple[bytes, bytes] | None:
         """The trimmed pair, or None when it is invalid UTF-8 or has an empty side."""
         try:
@@ -186,9 +194,35 @@ class PairFilter:
             return None
         return a, b
 
+    def block(self, pairs: list[tuple[int, bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """The kept pairs of a block, as `self` keeps them one by one; a block of valid UTF-8
+        with no held-out, test-source or lowercase rule is trimmed and filtered in bulk."""
+        _, src, tgt = zip(*pairs, strict=True)
+        if self.held or self.test_sources or self.lowercase or not _utf8(src) or not _utf8(tgt):
+            return [p for n, a, b in pairs if (p := self(n, a, b)) is not None]
+        stripped = zip([a.strip() for a in src], [b.strip() for b in tgt], strict=True)
+        kept = [(a, b) for a, b in stripped if a and b]
+        self.counts["empty"] += len(pairs) - len(kept)
+        self.usable += len(kept)
+        if self.dedupe:
+            seen, distinct = self.seen, len(kept)
+            kept = [p for p in kept if seen.add(hash(p))]
+            self.counts["duplicate"] += distinct - len(kept)
+        return kept
+
+
+def _utf8(lines: tuple[bytes, ...]) -> bool:
+    """Whether every line is valid UTF-8 (newlines between them: a cut sequence cannot join the
+    next line's bytes, so the whole is valid exactly when each line is)."""
+    try:
+        b"\n".join(lines).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
 
 @dataclass
-class _Chunker:
+class Chunker:
     """Tracks byte positions in the cleaned files and closes a chunk every `size` pairs."""
 
     size: int
@@ -197,12 +231,19 @@ class _Chunker:
     start: tuple[int, int] = (0, 0)
     n: int = 0
 
-    def add(self, a: bytes, b: bytes) -> None:
-        """Account for one written pair (each line plus its newline)."""
-        self.pos = (self.pos[0] + len(a) + 1, self.pos[1] + len(b) + 1)
-        self.n += 1
-        if self.n == self.size:
+    def add_lengths(self, src: np.ndarray, tgt: np.ndarray) -> None:
+        """Account for written pairs by their lines' bytes (newline included), closing a chunk
+        every `size` pairs."""
+        ends = (np.cumsum(src, dtype=np.int64), np.cumsum(tgt, dtype=np.int64))
+        base, done = self.pos, 0
+        while len(src) - done >= self.size - self.n:
+            done += self.size - self.n
+            self.pos = (base[0] + int(ends[0][done - 1]), base[1] + int(ends[1][done - 1]))
+            self.n = self.size
             self.close()
+        if done < len(src):
+            self.pos = (base[0] + int(ends[0][-1]), base[1] + int(ends[1][-1]))
+            self.n += len(src) - done
 
     def close(self) -> list[Chunk]:
         """Close the pending chunk, if any; return all chunks."""
@@ -225,19 +266,27 @@ def clean_train(
 
     Returns the counts (drop reasons and `read`) and the byte ranges of `chunk_pairs`-line chunks.
     """
-    chunker = _Chunker(chunk_pairs)
+    chunker = Chunker(chunk_pairs)
     read = 0
     with open(outputs[0], "wb") as ws, open(outputs[1], "wb") as wt:
-        for read, a, b in pairs:
-            if read % 100_000 == 0:
-                report(read)
-            if (pair := keep(read, a, b)) is not None:
-                ws.write(pair[0] + b"\n")
-                wt.write(pair[1] + b"\n")
-                chunker.add(*pair)
+        while block := list(itertools.islice(pairs, _BLOCK_PAIRS)):
+            kept = keep.block(block)
+            if kept:
+                src, tgt = map(list, zip(*kept, strict=True))
+                ws.write(b"\n".join(src) + b"\n")
+                wt.write(b"\n".join(tgt) + b"\n")
+                chunker.add_lengths(*(_line_bytes(side) for side in (src, tgt)))
+            if block[-1][0] // _REPORT_EVERY > read // _REPORT_EVERY:
+                report(block[-1][0])
+            read = block[-1][0]
     read = max(read, keep.counts.get("read", 0))  # a TSV reader counts lines it left out too
     report(read)
     return {**keep.counts, "read": read}, chunker.close()
+
+
+def _line_bytes(lines: list[bytes]) -> np.ndarray:
+    """Bytes each line takes in a cleaned file (its newline included)."""
+    return np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)) + 1
 
 
 def no_pairs_message(train_in: tuple[Path, Path], counts: dict[str, int]) -> str:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from nmt import __version__
+from nmt.data.bulk_clean import clean_files
 from nmt.data.cleaning import (
     DROP_REASONS,
     Chunk,
@@ -29,6 +31,7 @@ from nmt.data.cleaning import (
     no_pairs_message,
     resolve_input,
 )
+from nmt.data.corpus import sha256_file
 from nmt.data.dataset import FORMAT, MANIFEST
 from nmt.data.encoding import ChunkJob, check_eval, encode_eval, encode_train
 from nmt.data.holdout import Held, HoldOut, hold_out
@@ -237,15 +240,18 @@ class _Run:
     reused: SpmSource | None = None  # --spm-from: the SentencePiece models to copy, not learn
     extension: dict[str, Any] | None = None  # --extend-vocab: what was appended, per side
     held: Held | None = None  # --split-valid / --split-test: the pairs drawn out of train
+    sums: dict[Path, Future[str]] = field(default_factory=dict)  # train's input checksums
 
     def build(self) -> dict[str, Any]:
         """All steps in order; returns the manifest, also written into `tmp`."""
         clean = (self.tmp / f".clean.{self.cfg.src_lang}", self.tmp / f".clean.{self.cfg.tgt_lang}")
-        counts, chunks = self.clean_train(clean)
-        models = self.learn_sentencepiece(clean)
-        toks = (Tokenizer.load(models[0]), Tokenizer.load(models[1]))
-        dtype = "<u2" if max(t.vocab_size for t in toks) <= 65535 else "<i4"
-        splits = {"train": self.encode_train(clean, chunks, models, dtype, counts)}
+        with ThreadPoolExecutor(1) as hasher:  # train's checksums, read while the steps run
+            self.sums = {p: hasher.submit(sha256_file, p) for p in set(self.inputs["train"])}
+            counts, chunks = self.clean_train(clean)
+            models = self.learn_sentencepiece(clean)
+            toks = (Tokenizer.load(models[0]), Tokenizer.load(models[1]))
+            dtype = "<u2" if max(t.vocab_size for t in toks) <= 65535 else "<i4"
+            splits = {"train": self.encode_train(clean, chunks, models, dtype, counts)}
         for split, paths in self.inputs.items():
             if split != "train":
                 splits[split] = self.encode_eval(split, paths, toks, dtype)
@@ -269,10 +275,15 @@ class _Run:
             self.report("hold out valid/test", 1, 1)
         step = "clean train"
         self.report(step, 0, None)
-        counts, chunks = clean_train(
-            train_pairs(train, cfg.tsv_order, cfg.skip_invalid, keep.counts), keep, clean,
-            CHUNK_PAIRS, lambda n: self.report(step, n, None),
-        )  # fmt: skip
+        if cfg.tsv_order is None and keep.simple:
+            counts, chunks = clean_files(
+                train, keep, clean, CHUNK_PAIRS, lambda n: self.report(step, n, None)
+            )
+        else:
+            counts, chunks = clean_train(
+                train_pairs(train, cfg.tsv_order, cfg.skip_invalid, keep.counts), keep, clean,
+                CHUNK_PAIRS, lambda n: self.report(step, n, None),
+            )  # fmt: skip
         self.report(step, counts["read"], counts["read"])
         if not chunks:
             raise NmtError(no_pairs_message(self.inputs["train"], counts))
@@ -352,7 +363,8 @@ class _Run:
         kept = len(lengths[0])
         if kept == 0:
             raise NmtError(no_pairs_message(self.inputs["train"], counts))
-        entry = split_entry(self.cfg.langs, self.inputs["train"], lengths, False, "train")
+        sums = {path: future.result() for path, future in self.sums.items()}
+        entry = split_entry(self.cfg.langs, self.inputs["train"], lengths, False, "train", sums)
         cfg = self.cfg
         reasons = (
             DROP_REASONS

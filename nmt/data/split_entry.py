@@ -3,6 +3,7 @@ statistics (the numbers `nmt preprocess` reports per split)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +70,13 @@ def split_entry(
     lengths: tuple[np.ndarray, np.ndarray],
     text: bool,
     split: str,
+    sums: Mapping[Path, str] | None = None,
 ) -> dict[str, Any]:
-    """The manifest record of one split: files, input checksums, token counts, length stats."""
+    """The manifest record of one split: files, input checksums (`sums`, else computed here),
+    token counts, length stats."""
     files: dict[str, dict[str, str]] = {}
-    sums = {path: sha256_file(path) for path in set(inputs)}  # a TSV file holds both sides
+    if sums is None:
+        sums = {path: sha256_file(path) for path in set(inputs)}  # a TSV file holds both sides
     for lang, path in zip(langs, inputs, strict=True):
         files[lang] = {
             "input": str(path),

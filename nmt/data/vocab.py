@@ -6,11 +6,12 @@ import os
 import random
 import re
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import sentencepiece as spm
 
 from nmt.errors import NmtError
@@ -119,23 +120,60 @@ def _count_lines(path: str) -> int:
     return count + (last != b"\n")
 
 
+def _python_rng(seed: int) -> np.random.Generator:
+    """numpy's generator on the very Mersenne Twister state `random.Random(seed)` starts from:
+    its `random()` draws the same doubles (two 32-bit outputs each, combined alike)."""
+    _, state, _ = random.Random(seed).getstate()
+    bits = np.random.MT19937()
+    bits.state = {
+        "bit_generator": "MT19937",
+        "state": {"key": np.array(state[:-1], dtype=np.uint32), "pos": state[-1]},
+    }
+    return np.random.Generator(bits)
+
+
+def _line_blocks(path: str) -> Iterator[tuple[bytes, np.ndarray]]:
+    """A file's whole lines a block at a time, with the offset where each starts and the last
+    ends (a last line without newline is a line, as a binary line iterator sees it)."""
+    with open(path, "rb") as f:
+        tail = b""
+        while block := f.read(_BLOCK):
+            data = tail + block
+            cut = data.rfind(b"\n") + 1
+            data, tail = data[:cut], data[cut:]
+            if cut:
+                newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+                yield data, np.concatenate(([0], newlines + 1))
+        if tail:
+            yield tail, np.array([0, len(tail)])
+
+
 def _sampled_input(files: list[str], size: int, tmp_dir: Path) -> tuple[list[str], str | None]:
     """`files`, or, when they hold more than `size` lines, a temporary file of `size` of their
-    lines drawn with a fixed seed (selection sampling: streaming, corpus order, no lines held)."""
+    lines drawn with a fixed seed (selection sampling: streaming, corpus order, no lines held).
+
+    Line i of `total` is kept when u * (total - i) < wanted, u being the i-th `random.Random`
+    double: drawn a block at a time, only the lines under the block's first `wanted` are looked
+    at one by one (wanted only falls, so no other line can be kept)."""
     total = sum(_count_lines(path) for path in files)
     if size <= 0 or total <= size:
         return files, None
-    rng, wanted, left = random.Random(SAMPLE_SEED), size, total
+    rng, wanted, left = _python_rng(SAMPLE_SEED), size, total
     fd, tmp = tempfile.mkstemp(prefix=".spm-sample.", suffix=".txt", dir=tmp_dir)
     try:
         with os.fdopen(fd, "wb") as out:
             for path in files:
-                with open(path, "rb") as f:
-                    for line in f:
-                        if rng.random() * left < wanted:
-                            out.write(line if line.endswith(b"\n") else line + b"\n")
+                for data, starts in _line_blocks(path):
+                    n = len(starts) - 1
+                    r = rng.random(n) * np.arange(left, left - n, -1, dtype=np.int64)
+                    kept = []
+                    for i in np.flatnonzero(r < wanted).tolist():
+                        if r[i] < wanted:
+                            line = data[starts[i] : starts[i + 1]]
+                            kept.append(line if line.endswith(b"\n") else line + b"\n")
                             wanted -= 1
-                        left -= 1
+                    out.write(b"".join(kept))
+                    left -= n
     except BaseException:
         os.unlink(tmp)
         raise
