@@ -1,5 +1,6 @@
-"""nmt.data.dataset: the binary format reloading to exactly the ids the tokenizer produces, memory-mapped
-token arrays, and clear errors on a wrong or corrupt data folder."""
+"""nmt.data.dataset: the binary format reloading to exactly the ids the tokenizer produces, token
+arrays read by sentence (threads, pickling, memory that does not grow), and clear errors on a wrong or
+corrupt data folder."""
 
 from __future__ import annotations
 
@@ -50,8 +51,10 @@ def test_binary_format_reloads_to_encoded_ids(multi30k, tmp_path):
             assert arr.num_tokens == m["splits"][split]["tokens"][lang]
     train = dataset.load(tmp_path / "d", "train")
     assert len(train) == m["splits"]["train"]["kept"]
-    assert isinstance(train.src.ids, np.memmap)
-    assert train.src[3].base is not None  # a view into the mapped file, not a copy
+    assert isinstance(train.src.ids, np.memmap)  # bulk reads still map the file
+    assert train.src.lengths.dtype == np.int32
+    got = [g.tolist() for g in train.src.rows([3, 0, 3])]
+    assert got == [train.src[3].tolist(), train.src[0].tolist(), train.src[3].tolist()]
     info = dataset.vocab_info(tmp_path / "d")
     assert (info.src_size, info.tgt_size, info.joint) == (400, 400, True)
     sha = hashlib.sha256((tmp_path / "tr.en").read_bytes()).hexdigest()
@@ -112,3 +115,59 @@ def test_read_manifest_invalid_json_and_format(tmp_path):
     (tmp_path / "manifest.json").write_text('{"format": "nmt-data/0"}', encoding="utf-8")
     with pytest.raises(NmtError, match=r"unsupported data format 'nmt-data/0' \(need nmt-data/1\)"):
         dataset.read_manifest(tmp_path)
+
+
+def _random_array(
+    tmp_path: Path, n: int, seed: int = 0
+) -> tuple[dataset.TokenArray, list[list[int]]]:
+    """A TokenArray of n random sentences (uint16 ids) and the sentences as lists."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 60, n)
+    ids = rng.integers(0, 8000, int(lengths.sum())).astype("<u2")
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype("<i8")
+    ids.tofile(tmp_path / "r.ids")
+    offsets.tofile(tmp_path / "r.idx")
+    sents = [ids[a:b].tolist() for a, b in itertools.pairwise(offsets.tolist())]
+    return dataset.TokenArray(tmp_path / "r.ids", tmp_path / "r.idx", "<u2"), sents
+
+
+def test_token_array_threads_and_pickling_read_the_same_sentences(tmp_path):
+    """Validation reads batches on several threads; a pickled array opens its own files on first
+    use, and threads racing to open them must not close a descriptor another one reads from."""
+    import pickle
+    from concurrent.futures import ThreadPoolExecutor
+
+    arr, sents = _random_array(tmp_path, 2000)
+    for _ in range(5):
+        fresh = pickle.loads(pickle.dumps(arr))  # no open files yet
+        assert fresh._files == {}
+        chunks = [list(range(k, 2000, 8)) for k in range(8)]
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(fresh.rows, chunks))
+        for chunk, rows in zip(chunks, results, strict=True):
+            assert [r.tolist() for r in rows] == [sents[i] for i in chunk]
+        fresh.close()
+    assert arr.lengths.tolist() == [len(x) for x in sents]
+    with pytest.raises(NmtError, match=r"r.idx: no sentence 2000"):
+        arr.rows([2000])
+
+
+def _rss_file_kb() -> int:
+    """File-backed resident memory of this process (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1])
+    raise AssertionError("no RssFile")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="Linux /proc only")
+def test_random_reads_do_not_grow_resident_memory(tmp_path):
+    """Training reads random sentences all run long; a memory map would keep every page it
+    touched resident and counted in RSS (here nearly all 27 MB of the two files)."""
+    arr, sents = _random_array(tmp_path, 400_000, seed=1)  # ~24 MB of ids, 3 MB of offsets
+    before = _rss_file_kb()
+    rng = np.random.default_rng(2)
+    picks = rng.integers(0, len(arr), 20_000).tolist()
+    rows = arr.rows(picks)
+    assert [r.tolist() for r in rows[:100]] == [sents[i] for i in picks[:100]]
+    assert _rss_file_kb() - before < 2_000  # kB: nothing of the files stays mapped

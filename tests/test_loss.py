@@ -218,3 +218,26 @@ def test_real_models_fused_loss_and_grads_equal_the_logits_path(arch):
     assert float(fused.detach()) == pytest.approx(float(ref.detach()), rel=1e-5)
     assert float(nll) == pytest.approx(float(ref_nll), rel=1e-5)
     torch.testing.assert_close(g_fused, g_ref, rtol=1e-4, atol=1e-6)
+
+
+def test_chunked_nll_equals_the_whole_logits_nll():
+    """Validation's chunked loss is the full (B, T, V) loss's NLL, padding skipped, over more rows
+    than one chunk holds, in float32 and under bf16 autocast (the dtype the model runs in)."""
+    from nmt.train.loss import CHUNK_ROWS, chunked_nll
+
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(3, CHUNK_ROWS // 2 + 7, 16, generator=g)  # 3 * 263 rows: 2 chunks
+    weight = torch.randn(50, 16, generator=g)
+    target = torch.randint(1, 50, (3, hidden.size(1)), generator=g)
+    target[0, -5:] = 0
+    target[2, -100:] = 0
+    _, want, want_n = label_smoothed_nll(hidden @ weight.t(), target, 0.0, pad_id=0)
+    got, n = chunked_nll(hidden, weight, target, pad_id=0)
+    assert n == want_n == target.numel() - 105
+    assert torch.allclose(got, want, rtol=1e-5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = F.linear(hidden, weight)
+        got16, _ = chunked_nll(hidden, weight, target, pad_id=0)
+    _, want16, _ = label_smoothed_nll(logits, target, 0.0, pad_id=0)
+    assert logits.dtype == torch.bfloat16 and got16.dtype == torch.float32
+    assert torch.allclose(got16, want16, rtol=1e-5)

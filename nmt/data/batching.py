@@ -181,8 +181,8 @@ def collate(
 
     `max_positions` > 0 cuts longer sentences so each side fits (validation never crashes)."""
     cut = max_positions - 1 if max_positions > 0 else None
-    srcs = [src[int(i)][:cut] for i in indices]
-    tgts = [tgt[int(i)][:cut] for i in indices]
+    srcs = [s[:cut] for s in _rows(src, indices)]
+    tgts = [t[:cut] for t in _rows(tgt, indices)]
     s_lens = np.fromiter((len(s) + 1 for s in srcs), dtype=np.int64, count=len(srcs))
     t_lens = np.fromiter((len(t) + 1 for t in tgts), dtype=np.int64, count=len(tgts))
     n = len(indices)
@@ -204,6 +204,12 @@ def collate(
         torch.from_numpy(tout),
         int(t_lens.sum()),
     )
+
+
+def _rows(arr: Any, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
+    """Sentences `indices` of a token array: its batch read where it has one (TokenArray.rows)."""
+    rows = getattr(arr, "rows", None)
+    return rows(indices) if rows is not None else [arr[int(i)] for i in indices]
 
 
 def _groups(batches: Sequence[np.ndarray]) -> Iterator[Sequence[np.ndarray]]:

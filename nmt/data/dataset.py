@@ -1,4 +1,4 @@
-"""Reading a preprocessed DATA_DIR: its manifest, memory-mapped token arrays, and tokenizers.
+"""Reading a preprocessed DATA_DIR: its manifest, token arrays read by sentence, and tokenizers.
 
 DATA_DIR layout (see DESIGN.md): manifest.json, spm.model (or spm.<lang>.model), and per split and
 language `<split>.<lang>.ids` (token ids, no bos/eos) and `<split>.<lang>.idx` (int64 offsets, n+1), so
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
+import os
+import struct
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,37 +29,142 @@ MANIFEST = "manifest.json"
 
 
 class TokenArray:
-    """Variable-length token sequences over one memory-mapped id file: arr[i] is a view, not a copy."""
+    """Variable-length token sequences in one id file, read a sentence at a time (pread).
+
+    Only the lengths live in memory (int32, 4 bytes a sentence). A memory map would be simpler,
+    but its pages count towards the process's RSS as they are touched, 64 KiB at a time: 15,000
+    random sentences of a 10M-pair corpus took 1.2 GB, and a long run would hold the whole corpus.
+    """
 
     def __init__(self, ids_path: Path, idx_path: Path, dtype: npt.DTypeLike) -> None:
-        self.ids_path = ids_path
-        self.offsets = _memmap(idx_path, "<i8")
-        self.ids = _memmap(ids_path, dtype)
-        if len(self.offsets) == 0 or int(self.offsets[-1]) != len(self.ids):
+        self.ids_path, self.idx_path = ids_path, idx_path
+        self.dtype = np.dtype(dtype)
+        self._n_ids = _count(ids_path, self.dtype)
+        self._n_offsets = _count(idx_path, _OFFSET)
+        self._files: dict[str, Any] = {}
+        if self._n_offsets == 0 or self._offsets(self._n_offsets - 1, 1)[0] != self._n_ids:
             raise NmtError(f"{ids_path}: corrupt (offsets in {idx_path.name} do not match the ids)")
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its open files (each process opens its own)."""
+        return {**self.__dict__, "_files": {}}
+
+    def close(self) -> None:
+        """Close the files (reading again reopens them)."""
+        files, self._files = getattr(self, "_files", {}), {}
+        for f in files.values():
+            if hasattr(f, "close"):
+                f.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def _file(self, path: Path) -> Any:
+        """One of the two files, opened on first use; without pread (Windows), a read-only map.
+        Threads may race to open it: setdefault keeps one, and the loser closes its own."""
+        f = self._files.get(path.name)
+        if f is None:
+            new = open(path, "rb") if _PREAD is not None else _memmap(path, np.uint8)  # noqa: SIM115
+            f = self._files.setdefault(path.name, new)
+            if f is not new and hasattr(new, "close"):
+                new.close()
+        return f
+
+    def _reader(self, path: Path) -> Callable[[int, int], bytes]:
+        """read(nbytes, byte_offset) on one of the two files (holding the file, so its
+        descriptor stays open while the reader lives)."""
+        f = self._file(path)
+        pread = _PREAD
+        if pread is not None:
+            fd = f.fileno()
+
+            def read(nbytes: int, at: int, _file: Any = f) -> bytes:
+                return pread(fd, nbytes, at)
+
+            return read
+
+        def read_map(nbytes: int, at: int) -> bytes:
+            return bytes(f[at : at + nbytes].tobytes())
+
+        return read_map
+
+    def _offsets(self, first: int, count: int) -> np.ndarray:
+        """Offsets first .. first+count-1 from the index file."""
+        data = self._reader(self.idx_path)(count * 8, first * 8)
+        if len(data) != count * 8:
+            raise NmtError(f"{self.idx_path}: truncated while reading (run nmt preprocess again)")
+        return np.frombuffer(data, dtype=_OFFSET)
+
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return self._n_offsets - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
         if i < 0:
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(f"sentence {i} out of range ({len(self)} sentences)")
-        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+        return self.rows([i])[0]
+
+    def rows(self, indices: Iterable[int]) -> list[np.ndarray]:
+        """Sentences `indices` (0 <= i < len), two reads each: what one batch reads, so the loop
+        is kept tight (a batch of 150 pairs takes about 2 ms)."""
+        read_idx, read_ids = self._reader(self.idx_path), self._reader(self.ids_path)
+        unpack, size, dtype, n_ids = _PAIR.unpack, self.dtype.itemsize, self.dtype, self._n_ids
+        out = []
+        for i in indices:
+            raw = read_idx(16, int(i) * 8)
+            if len(raw) != 16:
+                raise NmtError(f"{self.idx_path}: no sentence {i} (truncated?)")
+            start, end = unpack(raw)
+            if not 0 <= start <= end <= n_ids:
+                raise NmtError(f"{self.idx_path}: corrupt offsets at sentence {i}")
+            data = read_ids((end - start) * size, start * size)
+            if len(data) != (end - start) * size:
+                raise NmtError(f"{self.ids_path}: truncated (run nmt preprocess again)")
+            out.append(np.frombuffer(data, dtype))
+        return out
 
     def __iter__(self) -> Iterator[np.ndarray]:
         return (self[i] for i in range(len(self)))
 
     @functools.cached_property
     def lengths(self) -> np.ndarray:
-        """Token count of every sentence (int64), for length bucketing without touching the ids."""
-        return np.diff(self.offsets)
+        """Token count of every sentence (int32), for length bucketing without touching the ids;
+        read in blocks, so only the result stays in memory."""
+        out = np.empty(len(self), dtype=np.int32)
+        for a in range(0, len(self), _BLOCK):
+            b = min(a + _BLOCK, len(self))
+            out[a:b] = np.diff(self._offsets(a, b - a + 1))
+        return out
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The whole id file, memory-mapped: for bulk reads only (training reads by sentence)."""
+        return _memmap(self.ids_path, self.dtype)
 
     @property
     def num_tokens(self) -> int:
         """Total tokens in the array."""
-        return len(self.ids)
+        return self._n_ids
+
+
+_OFFSET = np.dtype("<i8")
+_PAIR = struct.Struct("<qq")  # two consecutive offsets: a sentence's start and end
+_BLOCK = 1 << 20  # offsets per block when reading the lengths (8 MiB)
+_PREAD = getattr(os, "pread", None)
+
+
+def _count(path: Path, dtype: np.dtype) -> int:
+    """Values in a raw array file; a missing or cut file is a user error naming it."""
+    if not path.is_file():
+        raise NmtError(f"{path}: missing from the data folder")
+    size = path.stat().st_size
+    if size % dtype.itemsize:  # a cut copy
+        raise NmtError(
+            f"{path}: corrupt ({size} bytes is not a whole number of {dtype.itemsize}-byte values; "
+            "run nmt preprocess again)"
+        )
+    return size // dtype.itemsize
 
 
 @dataclass
@@ -74,15 +181,7 @@ class Split:
 
 def _memmap(path: Path, dtype: npt.DTypeLike) -> np.ndarray:
     """Map a raw little-endian array read-only; numpy cannot map an empty file, so use an empty array."""
-    if not path.is_file():
-        raise NmtError(f"{path}: missing from the data folder")
-    size, itemsize = path.stat().st_size, np.dtype(dtype).itemsize
-    if size % itemsize:  # a cut copy: numpy's error would name no file
-        raise NmtError(
-            f"{path}: corrupt ({size} bytes is not a whole number of {itemsize}-byte values; "
-            "run nmt preprocess again)"
-        )
-    if size == 0:
+    if _count(path, np.dtype(dtype)) == 0:
         return np.empty(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r")
 
@@ -106,7 +205,7 @@ def read_manifest(data_dir: str | Path) -> dict[str, Any]:
 
 
 def load(data_dir: str | Path, split: str) -> Split:
-    """Memory-map one split (train, valid, or a test name) without reading the corpus into memory."""
+    """Open one split (train, valid, or a test name) without reading the corpus into memory."""
     data_dir = Path(data_dir)
     m = read_manifest(data_dir)
     if split not in m["splits"]:

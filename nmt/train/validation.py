@@ -22,7 +22,7 @@ from nmt.data.vocab import Tokenizer, VocabInfo
 from nmt.decode.workers import decode_workers, map_batches
 from nmt.errors import NmtError
 from nmt.models.base import Decoder
-from nmt.train.loss import label_smoothed_nll
+from nmt.train.loss import chunked_nll, label_smoothed_nll
 
 
 @dataclass
@@ -114,6 +114,19 @@ def over_limit(valid: ValidSet, max_positions: int) -> int:
     return int(((src > max_positions) | (tgt > max_positions)).sum())
 
 
+def teacher_forced_nll(model: nn.Module, batch: batching.Batch) -> tuple[torch.Tensor, int]:
+    """Summed NLL of a batch's targets and their count: through the model's features and chunks
+    of logits where it has them (a whole (B, T, V) float32 logits tensor and its log-softmax
+    were most of validation's peak memory), else through its logits."""
+    net: Any = model
+    if hasattr(net, "features"):
+        hidden = net.features(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, d)
+        return chunked_nll(hidden, net.output.weight, batch.tgt_out)
+    logits = net(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+    _, nll, count = label_smoothed_nll(logits, batch.tgt_out, 0.0)
+    return nll, count
+
+
 def validate(
     model: nn.Module,
     valid: ValidSet,
@@ -155,9 +168,8 @@ def validate(
         batch = batching.collate(src, tgt, idx, limit).to(device)
         with torch.no_grad():  # grad mode and autocast are thread-local: set on this thread
             with autocast():
-                logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+                nll, count = teacher_forced_nll(model, batch)
                 out = greedy_search(decoder, batch.src, batch.src_lengths, options)
-            _, nll, count = label_smoothed_nll(logits, batch.tgt_out, 0.0)
         return float(nll), count, [valid.tgt_tok.decode(h.tokens) for h in out]
 
     was_training = model.training
