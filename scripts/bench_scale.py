@@ -14,10 +14,14 @@ kernel), of the command's own process, and the sampled sums of RSS and of PSS ov
   in metrics.jsonl), and rss_mb of the first and last update events;
 - `nmt translate` greedy of 10,000 corpus sources with that model: lines/s and the output count.
 
+With `--long 30m`, `nmt train` then runs on the largest size for that budget (validation every
+500 updates), and the median rss_mb of its first and last 10% of update events shows whether
+memory stays flat.
+
 It prints a table, the slope of preprocessing's peak RSS against corpus size, and the targets:
 preprocess >= 50k pairs/s at the largest size, every largest-process peak <= 2 GB, first update
-<= 60 s at the largest size, training's peak within 1.2x of the smallest size's; `--json` writes
-every row. Outputs stay in --work/<size>/ (data, model, the commands' logs) and the corpora in
+<= 60 s at the largest size, training's peak within 1.2x of the smallest size's, and with --long
+its last 10% within 1.1x of its first; `--json` writes every row. Outputs stay in --work/<size>/ (data, model, the commands' logs) and the corpora in
 --work/corpus-<size>-seed<S>-noise<P>.{de,en}, reused by later runs. `--quick` checks that it runs.
 """
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -46,7 +51,7 @@ QUICK = {
     "steps": 5, "translate_lines": 200,
 }  # fmt: skip
 QUICK_HELP = "20k and 50k pairs, BPE 1000, transformer-tiny, 5 updates, 200 lines: that it runs"
-TARGETS = {"pairs_per_s": 50_000, "first_update_s": 60.0, "train_growth": 1.2}
+TARGETS = {"pairs_per_s": 50_000, "first_update_s": 60.0, "train_growth": 1.2, "long_growth": 1.1}
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,7 @@ def train(s: Settings, data: Path, model: Path) -> dict[str, Any]:
     for key in ("valid_every=0", "log_every=1", f"valid_max_sentences={s.valid_sentences}"):
         cmd += ["--set", f"training.{key}"]
     seen: dict[str, float] = {}
+    shutil.rmtree(model, ignore_errors=True)  # a previous run's metrics.jsonl is not this one's
 
     def watch(seconds: float) -> None:
         if "first" not in seen and first_train_event(model / "metrics.jsonl") is not None:
@@ -174,6 +180,30 @@ def train(s: Settings, data: Path, model: Path) -> dict[str, Any]:
         "train_rss_first_mb": events[0].get("rss_mb"),
         "train_rss_last_mb": events[-1].get("rss_mb"),
     }
+
+
+def long_run(s: Settings, data: Path, model: Path, budget: str) -> dict[str, Any]:
+    """`nmt train` for a wall-clock budget with validation every 500 updates: whether its
+    memory stays flat (median rss_mb of the first and the last 10% of its update events)."""
+    cmd = [str(NMT), "train", "-d", str(data), "-o", str(model), "--preset", s.preset]
+    cmd += ["--max-time", budget, "--device", s.device, "--force", "--quiet"]
+    for key in ("valid_every=500", "log_every=10", f"valid_max_sentences={s.valid_sentences}"):
+        cmd += ["--set", f"training.{key}"]
+    shutil.rmtree(model, ignore_errors=True)
+    m = run(cmd, model.parent / "train-long.log")
+    lines = (model / "metrics.jsonl").read_text("utf-8").splitlines()
+    rss = [row["rss_mb"] for row in map(json.loads, lines)
+           if row.get("event") == "train" and row.get("rss_mb")]  # fmt: skip
+    if not rss:
+        sys.exit(f"error: {model}/metrics.jsonl has no train event with rss_mb")
+    tenth = max(1, len(rss) // 10)
+    first, last = float(np.median(rss[:tenth])), float(np.median(rss[-tenth:]))
+    return {
+        "long_budget": budget, "long_s": m["seconds"], "long_events": len(rss),
+        "long_steps": json.loads(lines[-1]).get("steps") or len(rss),
+        "long_peak_mb": m["largest_mb"], "long_rss_first10_mb": first,
+        "long_rss_last10_mb": last, "long_growth": last / first,
+    }  # fmt: skip
 
 
 def translate(s: Settings, prefix: Path, model: Path) -> dict[str, Any]:
@@ -215,12 +245,24 @@ def slope_mb_per_million(rows: list[dict[str, Any]], key: str) -> float | None:
     return float(np.polyfit(x, np.array([r[key] for r in rows], dtype=float), 1)[0])
 
 
-def targets(rows: list[dict[str, Any]]) -> dict[str, tuple[bool, str]]:
+def targets(
+    rows: list[dict[str, Any]], long: dict[str, Any] | None = None
+) -> dict[str, tuple[bool, str]]:
     """Each target: met or not, and the figure that decides it."""
     big, small = max(rows, key=lambda r: r["pairs"]), min(rows, key=lambda r: r["pairs"])
-    peak = max(r[f"{step}_peak_mb"] for r in rows for step in ("preprocess", "train", "translate"))
+    steps = ("preprocess", "train", "translate")
+    peak = max(r[f"{step}_peak_mb"] for r in rows for step in steps)
+    if long is not None:
+        peak = max(peak, long["long_peak_mb"])
     growth = big["train_peak_mb"] / small["train_peak_mb"]
-    return {
+    flat = {}
+    if long is not None:
+        flat[f"RSS flat over {long['long_budget']} at {big['size']} (last / first 10%) <= 1.1x"] = (
+            long["long_growth"] <= TARGETS["long_growth"],
+            f"{long['long_rss_first10_mb']:,.0f} -> {long['long_rss_last10_mb']:,.0f} MB, "
+            f"{long['long_growth']:.2f}x over {long['long_steps']:,} updates",
+        )
+    return flat | {
         f"preprocess >= 50k pairs/s at {big['size']}": (
             big["pairs_per_s"] >= TARGETS["pairs_per_s"],
             f"{big['pairs_per_s']:,.0f} pairs/s",
@@ -247,7 +289,7 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def report(rows: list[dict[str, Any]]) -> list[str]:
+def report(rows: list[dict[str, Any]], long: dict[str, Any] | None = None) -> list[str]:
     """The table, the slopes and the targets as lines."""
     cells = [[head for head, _, _ in COLUMNS]]
     for r in rows:
@@ -262,7 +304,7 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
         slope = slope_mb_per_million(rows, key)
         if slope is not None:
             lines.append(f"preprocess peak RSS ({what}) slope: {slope:+,.1f} MB per million pairs")
-    for name, (ok, figure) in targets(rows).items():
+    for name, (ok, figure) in targets(rows, long).items():
         lines.append(f"{'met ' if ok else 'MISS'}  {name}: {figure}")
     return lines
 
@@ -285,6 +327,7 @@ def main() -> None:
     p.add_argument("--translate-lines", type=int, default=10_000)
     p.add_argument("--device", default="auto", help="for nmt train and translate")
     p.add_argument("--json", type=Path, default=None, help="write every row here")
+    p.add_argument("--long", default=None, help="also train the largest size this long (e.g. 30m)")
     args = p.parse_args()  # fmt: skip
     if args.quick:
         vars(args).update(QUICK)
@@ -309,10 +352,15 @@ def main() -> None:
             sys.exit(f"error: {e}")
         secs = sum(rows[-1][k] for k in ("corpus_s", "preprocess_s", "train_s", "translate_s"))
         print(f"{label(n)}: measured in {secs:.0f} s", flush=True)
-    for line in report(rows):
+    long = None
+    if args.long:
+        big = s.work / label(max(args.sizes))
+        long = long_run(s, big / "data", big / "model-long", args.long)
+        print(f"{label(max(args.sizes))}: trained for {args.long}", flush=True)
+    for line in report(rows, long):
         print(line)
     if args.json is not None:
-        write_json(args.json, {"machine": machine_line(threads), "rows": rows})
+        write_json(args.json, {"machine": machine_line(threads), "rows": rows, "long": long})
 
 
 if __name__ == "__main__":

@@ -164,6 +164,14 @@ def test_the_slope_is_least_squares_in_mb_per_million_pairs_and_targets_name_the
     assert got["peak RSS <= 2 GB (largest process)"] == (False, "2,100 MB")
     assert got["train peak RSS within 1.2x of 1M's"] == (False, "1.30x")
     assert got["first update <= 60 s at 10M"] == (True, "20.0 s")
+    long = {"long_budget": "30m", "long_peak_mb": 1500.0, "long_rss_first10_mb": 1000.0,
+            "long_rss_last10_mb": 1150.0, "long_growth": 1.15, "long_steps": 1234}  # fmt: skip
+    got = bench.targets(rows, long)
+    assert got["RSS flat over 30m at 10M (last / first 10%) <= 1.1x"] == (
+        False, "1,000 -> 1,150 MB, 1.15x over 1,234 updates"
+    )  # fmt: skip
+    long["long_peak_mb"] = 2500.0
+    assert bench.targets(rows, long)["peak RSS <= 2 GB (largest process)"] == (False, "2,500 MB")
     assert [bench.label(n) for n in (20_000, 1_500_000, 10**7, 999)] == [
         "20k",
         "1.5M",
@@ -175,21 +183,27 @@ def test_the_slope_is_least_squares_in_mb_per_million_pairs_and_targets_name_the
 def test_quick_run_measures_every_size(wmt, tmp_path):
     out = tmp_path / "scale.json"
     cmd = [sys.executable, str(REPO / "scripts/bench_scale.py"), "--quick", "--work"]
-    cmd += [str(tmp_path / "w"), "--corpus", str(wmt), "--json", str(out)]
+    cmd += [str(tmp_path / "w"), "--corpus", str(wmt), "--json", str(out), "--long", "15s"]
+    stale = tmp_path / "w/20k/model/metrics.jsonl"  # an earlier run's: not this run's first update
+    stale.parent.mkdir(parents=True)
+    stale.write_text('{"event": "train", "step": 1, "rss_mb": 1}\n', encoding="utf-8")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
-    rows = json.loads(out.read_text("utf-8"))["rows"]
+    result = json.loads(out.read_text("utf-8"))
+    rows, long = result["rows"], result["long"]
     assert [(row["size"], row["pairs"]) for row in rows] == [("20k", 20_000), ("50k", 50_000)]
     for row in rows:
         assert row["pairs_per_s"] > 0 and row["lines_per_s"] > 0 and row["bytes_per_pair"] > 0
         assert 0.9 * row["pairs"] < row["kept_pairs"] <= row["pairs"]
         assert row["translate_lines_in"] == row["translate_lines_out"] == 200
         assert row["train_steps"] == 5
-        assert 0 < row["train_first_update_s"] <= row["train_s"]
+        assert row["train_first_event_elapsed_s"] < row["train_first_update_s"] <= row["train_s"]
         assert row["train_rss_first_mb"] > 0 and row["train_rss_last_mb"] > 0
         for step in ("preprocess", "train", "translate"):
             assert row[f"{step}_peak_mb"] > 0
     lines = r.stdout.splitlines()
     assert re.fullmatch(r".+; flags: .+; threads \d+", lines[0])
     assert any(line.startswith("preprocess peak RSS (largest process) slope: ") for line in lines)
-    assert sum(line.startswith(("met ", "MISS")) for line in lines) == 4
+    assert long["long_budget"] == "15s" and long["long_events"] >= 1 and long["long_peak_mb"] > 0
+    assert long["long_growth"] == long["long_rss_last10_mb"] / long["long_rss_first10_mb"]
+    assert sum(line.startswith(("met ", "MISS")) for line in lines) == 5
