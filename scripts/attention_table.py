@@ -114,22 +114,20 @@ def limit_table(
     the decoding length limit: such a translation ended because the limit cut it, not at eos."""
     import yaml
 
-    from nmt.data.vocab import Tokenizer
-    from nmt.eval.bylength import assign, parse_buckets, source_spm
+    from nmt.data.dataset import tokenizers
+    from nmt.eval.bylength import assign, parse_buckets
 
     src = source.read_text(encoding="utf-8").splitlines()
     bks = parse_buckets(",".join(buckets))
     groups, _ = assign([len(line.split()) for line in src], bks)
-    tok = Tokenizer.load(*source_spm(work / "data"))
-    n_src = [len(tok.encode(line)) for line in src]
-    manifest = json.loads((work / "data" / "manifest.json").read_text(encoding="utf-8"))
-    tok = Tokenizer.load(work / "data" / manifest["spm"]["tgt"], tok.lowercase)
+    src_tok, tgt_tok = tokenizers(work / "data")
+    n_src = [len(src_tok.encode(line)) for line in src]
     rows = []
     for name, model in zip(names, models, strict=True):
         dec = yaml.safe_load((model / "config.yaml").read_text(encoding="utf-8"))["decoding"]
         out = (model / hyp).read_text(encoding="utf-8").splitlines()
         hit = [
-            len(tok.encode(h)) >= max(1, math.floor(dec["max_len_a"] * n + dec["max_len_b"]))
+            len(tgt_tok.encode(h)) >= max(1, math.floor(dec["max_len_a"] * n + dec["max_len_b"]))
             for n, h in zip(n_src, out, strict=True)
         ]
         rows.append(

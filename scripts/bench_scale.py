@@ -21,8 +21,8 @@ memory stays flat.
 It prints a table, the slope of preprocessing's peak RSS against corpus size, and the targets:
 preprocess >= 50k pairs/s at the largest size, every largest-process peak <= 2 GB, first update
 <= 60 s at the largest size, training's peak within 1.2x of the smallest size's, and with --long
-its last 10% within 1.1x of its first; `--json` writes every row. Outputs stay in --work/<size>/ (data, model, the commands' logs) and the corpora in
---work/corpus-<size>-seed<S>-noise<P>.{de,en}, reused by later runs. `--quick` checks that it runs.
+its last 10% within 1.1x of its first; `--json` writes every row. Outputs stay in --work/<size>/
+(data, model, the commands' logs) and the corpora in --work/corpus-<size>-seed<S>-noise<P>.{de,en}, reused by later runs. `--quick` checks that it runs.
 """
 
 from __future__ import annotations
@@ -151,14 +151,22 @@ def first_train_event(metrics: Path) -> dict[str, Any] | None:
     return None
 
 
+def train_cmd(s: Settings, data: Path, model: Path, limit: list[str], sets: list[str]) -> list[str]:
+    """An `nmt train` command line into a removed `model` (a previous run's metrics.jsonl is
+    not this one's), with a limit (--max-steps N or --max-time T) and training.* settings."""
+    shutil.rmtree(model, ignore_errors=True)
+    cmd = [str(NMT), "train", "-d", str(data), "-o", str(model), "--preset", s.preset, *limit]
+    cmd += ["--device", s.device, "--force", "--quiet"]
+    for key in [*sets, f"valid_max_sentences={s.valid_sentences}"]:
+        cmd += ["--set", f"training.{key}"]
+    return cmd
+
+
 def train(s: Settings, data: Path, model: Path) -> dict[str, Any]:
     """The start of `nmt train`: seconds to the first update, peak RSS, rss_mb first vs last."""
-    cmd = [str(NMT), "train", "-d", str(data), "-o", str(model), "--preset", s.preset]
-    cmd += ["--max-steps", str(s.steps), "--device", s.device, "--force", "--quiet"]
-    for key in ("valid_every=0", "log_every=1", f"valid_max_sentences={s.valid_sentences}"):
-        cmd += ["--set", f"training.{key}"]
+    limit, sets = ["--max-steps", str(s.steps)], ["valid_every=0", "log_every=1"]
+    cmd = train_cmd(s, data, model, limit, sets)
     seen: dict[str, float] = {}
-    shutil.rmtree(model, ignore_errors=True)  # a previous run's metrics.jsonl is not this one's
 
     def watch(seconds: float) -> None:
         if "first" not in seen and first_train_event(model / "metrics.jsonl") is not None:
@@ -185,11 +193,7 @@ def train(s: Settings, data: Path, model: Path) -> dict[str, Any]:
 def long_run(s: Settings, data: Path, model: Path, budget: str) -> dict[str, Any]:
     """`nmt train` for a wall-clock budget with validation every 500 updates: whether its
     memory stays flat (median rss_mb of the first and the last 10% of its update events)."""
-    cmd = [str(NMT), "train", "-d", str(data), "-o", str(model), "--preset", s.preset]
-    cmd += ["--max-time", budget, "--device", s.device, "--force", "--quiet"]
-    for key in ("valid_every=500", "log_every=10", f"valid_max_sentences={s.valid_sentences}"):
-        cmd += ["--set", f"training.{key}"]
-    shutil.rmtree(model, ignore_errors=True)
+    cmd = train_cmd(s, data, model, ["--max-time", budget], ["valid_every=500", "log_every=10"])
     m = run(cmd, model.parent / "train-long.log")
     lines = (model / "metrics.jsonl").read_text("utf-8").splitlines()
     rss = [row["rss_mb"] for row in map(json.loads, lines)

@@ -101,7 +101,7 @@ def test_length_limit_table_counts_translations_cut_by_the_limit(tmp_path):
     spm.SentencePieceTrainer.train(input=corpus, model_prefix=str(data / "spm"), vocab_size=20,
                                    model_type="char", pad_id=0, unk_id=1, bos_id=2, eos_id=3,
                                    minloglevel=2)  # fmt: skip
-    manifest = {"spm": {"src": "spm.model", "tgt": "spm.model"}}
+    manifest = {"format": "nmt-data/1", "spm": {"src": "spm.model", "tgt": "spm.model"}}
     (data / "manifest.json").write_text(json.dumps(manifest))
     src = ["abc def", "ghi jkl xyz", "abc def ghi jkl xyz uvw abc def ghi jkl xyz uvw"]
     by_length = [{"system": s, "bucket": b, "name": m, "score": 1.0, "ratio": 1.0, "lines": 1,
