@@ -99,6 +99,23 @@ def retain_freed_memory(env: Mapping[str, str] | None = None) -> bool:
     return all(mallopt(param, value) == 1 for param, value in HEAP_SETTINGS.items())
 
 
+def release_freed_memory() -> int | None:
+    """Hand freed heap back to the OS now (glibc's malloc_trim), wherever it lies: kept by
+    `retain_freed_memory` between steps, and scattered between live blocks, where it would
+    otherwise stay resident for good. Training calls it at each log event and after each
+    validation, so a long run's RSS follows what it uses, not every shape it ever met.
+    Returns the MB released (None: not glibc, nothing done)."""
+    if sys.platform != "linux" or not _glibc():
+        return None
+    before = rss_mb()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        return None
+    after = rss_mb()
+    return None if before is None or after is None else max(0, before - after)
+
+
 def _glibc() -> bool:
     """Whether this process runs on glibc (musl and others have no such mallopt)."""
     try:

@@ -3,6 +3,7 @@ wins), the allocator's freed memory, and the quick exit after a command."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -132,6 +133,42 @@ def test_freed_memory_is_retained_unless_the_user_tuned_malloc():
         "glibc"
     )
     assert retain_freed_memory({}) is on_glibc
+
+
+RELEASE_SCRIPT = """
+import ctypes, json
+from nmt.runtime import release_freed_memory, retain_freed_memory, rss_mb
+retain_freed_memory({})
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+blocks = [libc.malloc(64 * 1024) for _ in range(2400)]  # 150 MB, heap (under the mmap threshold)
+for b in blocks:
+    libc.memset(b, 1, 64 * 1024)  # resident
+before = rss_mb()
+for b in blocks[:-1]:
+    libc.free(b)  # the last block stays: the freed ones lie below a live one, never trimmed
+kept = rss_mb()
+released = release_freed_memory()
+print(json.dumps([before, kept, rss_mb(), released]))
+"""
+
+
+def test_release_hands_freed_heap_back():
+    """Freed heap kept by retain_freed_memory (or stuck below a live block) stays resident until
+    release_freed_memory: training's RSS would otherwise keep every shape's high-water mark."""
+    if not (sys.platform == "linux" and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith(
+        "glibc"
+    )):
+        pytest.skip("malloc_trim is glibc's")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_"))}
+    run = subprocess.run(
+        [sys.executable, "-c", RELEASE_SCRIPT], capture_output=True, text=True, env=env, check=True
+    )
+    before, kept, after, released = json.loads(run.stdout)
+    assert kept > before - 20  # freeing alone gave nothing back
+    assert kept - after >= 120 and released >= 120  # of the 150 MB freed
 
 
 def _exit_script(body: str, tmp_path) -> subprocess.CompletedProcess:

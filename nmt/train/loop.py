@@ -32,6 +32,7 @@ from nmt.errors import NmtError
 from nmt.runtime import (
     KERNEL_CACHE_VARIABLES,
     peak_rss_mb,
+    release_freed_memory,
     retain_freed_memory,
     size_kernel_caches,
 )
@@ -265,6 +266,7 @@ class Trainer:
         tc, st = self.tc, self.state
         self.report.update_bar(st, self.budget)
         if st.step % max(1, tc.log_every) == 0:
+            release_freed_memory()  # rss_mb below: what the run holds, not its past shapes
             self.report.train_event(st, self.budget)
         if self._can_validate() and tc.valid_every > 0 and st.step % tc.valid_every == 0:
             self.validate()
@@ -323,6 +325,7 @@ class Trainer:
         self.stop_code = distributed.agree_max(max(self.stop_code, stop), self.dist, self.device)
         st.cooldown_end = distributed.share_from_main(st.cooldown_end, self.dist, self.device)
         self.save_last()  # every process: each contributes its RNG state
+        release_freed_memory()  # decoding's buffers and the checkpoint's serialization
 
     def _record_validation(self, result: ValidResult) -> int:
         """Write metrics and checkpoints; count validations without improvement."""
