@@ -158,9 +158,9 @@ print(json.dumps([before, kept, rss_mb(), released]))
 def test_release_hands_freed_heap_back():
     """Freed heap kept by retain_freed_memory (or stuck below a live block) stays resident until
     release_freed_memory: training's RSS would otherwise keep every shape's high-water mark."""
-    if not (sys.platform == "linux" and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith(
-        "glibc"
-    )):
+    if not (
+        sys.platform == "linux" and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    ):
         pytest.skip("malloc_trim is glibc's")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_"))}
     run = subprocess.run(

@@ -455,6 +455,55 @@ def test_the_token_budget_splits_batches(translator):
     assert all(r.status_code == 200 for r in answers)
 
 
+def test_two_slots_decode_side_by_side_and_split_only_large_batches():
+    """With 2 slots a batch decodes while another is held; a batch of SPLIT_LINES lines per
+    slot takes both free slots, a smaller one takes one."""
+    from nmt.serve.batcher import SPLIT_LINES, MicroBatcher
+
+    calls: list[tuple[list[str], int]] = []
+    gate = threading.Event()
+
+    def decode(items: list[Any], options: Any, keys: list[int], slots: int) -> list[Any]:
+        calls.append((list(items), slots))
+        if items == ["held"]:
+            assert gate.wait(10)
+        return [f"<{x}>" for x in items]
+
+    async def scenario() -> tuple[list[Any], list[Any], list[Any]]:
+        batcher = MicroBatcher(decode, 10_000, 5, slots=2)
+        batcher.start()
+        held = asyncio.ensure_future(batcher.submit(["held"], "o", [1]))
+        while not calls:
+            await asyncio.sleep(0.005)
+        small = await asyncio.wait_for(batcher.submit(["a", "b"], "o", [1, 1]), 10)
+        gate.set()
+        first = await asyncio.wait_for(held, 10)
+        big_lines = [f"l{i}" for i in range(2 * SPLIT_LINES)]
+        big = await asyncio.wait_for(batcher.submit(big_lines, "o", [1] * len(big_lines)), 10)
+        await batcher.stop()
+        return first.results, small.results, big.results
+
+    first, small, big = asyncio.run(scenario())
+    assert small == ["<a>", "<b>"] and first == ["<held>"]  # decoded while "held" was held
+    assert [n for _, n in calls] == [1, 1, 2]
+    assert big == [f"<l{i}>" for i in range(2 * SPLIT_LINES)]
+
+
+def test_served_batches_use_free_workers_only(model_dir):
+    """A server translator with 2 worker processes offers 2 slots, and a batch given one slot
+    is decoded as one batch with the same translations as the whole call."""
+    lines = [f"{w} dogs play in the snow ." for w in ("one", "two", "three", "four")]
+    with Translator.from_dir(model_dir, device="cpu", workers=2) as tr:
+        tr.start_workers()
+        assert tr.decode_slots() == 2
+        opts = tr.resolve_options(beam_size=2)
+        encoded = tr.encode_sources(lines, 1, lambda m: None)
+        assert len(tr._batches(encoded, [0, 1, 2, 3], opts, parts=1)) == 1
+        assert len(tr._batches(encoded, [0, 1, 2, 3], opts)) == 2
+        one = [t.text for t in tr.translate(lines, beam_size=2, parts=1)]
+        assert one == [t.text for t in tr.translate(lines, beam_size=2)]
+
+
 # ---- a real server process --------------------------------------------------------------------
 
 

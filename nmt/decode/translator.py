@@ -156,6 +156,7 @@ class Translator:
         on_warning: Callable[[str], None] | None = None,
         progress: Callable[[int], None] | None = None,
         keys: Sequence[int] | None = None,
+        parts: int | None = None,
         **fields: Any,
     ) -> list[Translation]:
         """Translate raw lines; one Translation per line, in input order.
@@ -166,7 +167,9 @@ class Translator:
         how lines are batched; `keys` gives each line its own key instead: `nmt serve` keys a
         line by its place in its request, so a request draws the same samples whatever it is
         batched with. `first_line` numbers the lines in warnings; `progress(n)` is called after
-        each batch with the number of lines it finished.
+        each batch with the number of lines it finished. `parts` caps how many batches the lines
+        are evenly cut into (None: one per decoding worker): `nmt serve` decodes several
+        requests' batches at once and gives each the workers that are free.
         """
         opts = self.resolve_options(options, **fields)
         lines = list(lines)
@@ -179,7 +182,7 @@ class Translator:
         results, todo = _blank_translations(lines, encoded)
         if progress and len(todo) < len(lines):
             progress(len(lines) - len(todo))
-        batches = self._batches(encoded, todo, opts)
+        batches = self._batches(encoded, todo, opts, parts)
         jobs = [
             _Job(
                 [lines[i] for i in batch], [encoded[i] for i in batch], opts,
@@ -199,6 +202,12 @@ class Translator:
         them (`nmt serve` does, before its server threads start); a no-op without them."""
         if self.worker_processes and self._pool_size() > 1:
             self._worker_pool().start()
+
+    def decode_slots(self) -> int:
+        """How many batches can decode at once, each on a worker process of its own (1 without
+        them): `nmt serve` keeps that many in flight."""
+        size = self._pool_size()
+        return size if self.worker_processes and size > 1 else 1
 
     def worker_peak_mb(self) -> int:
         """Memory the worker processes added at their peak (0 without them; nmt.decode.workers)."""
@@ -324,7 +333,11 @@ class Translator:
         """(i, translations of jobs[i]) as they finish: here, on worker processes or on worker
         threads (`nmt.decode.workers`)."""
         workers = decode_workers(self.workers, self.device, len(jobs))
-        if workers > 1 and self.worker_processes:
+        started = self._pool is not None and self._pool.started
+        if self.worker_processes and (workers > 1 or started):
+            # once the processes run, a lone batch goes to one too: one intra-op thread is
+            # faster at these sizes than a team of them (a team on a non-main thread, as the
+            # server's, took 2-3x as long for one sentence)
             return self._worker_pool().map(jobs)
         return map_batches(self._run, jobs, workers)
 
@@ -341,14 +354,19 @@ class Translator:
         return self._pool
 
     def _batches(
-        self, encoded: list[list[int]], todo: list[int], opts: ResolvedOptions
+        self,
+        encoded: list[list[int]],
+        todo: list[int],
+        opts: ResolvedOptions,
+        parts: int | None = None,
     ) -> list[list[int]]:
         """The lines `todo` (indices into `encoded`) cut into batches, longest first (memory
         peaks show up at once), within the token budget and MAX_BATCH_ROWS rows of search."""
         todo = sorted(todo, key=lambda i: -len(encoded[i]))
         max_rows = max(1, MAX_BATCH_ROWS // opts.rows)
         lengths = [len(encoded[i]) + 1 for i in todo]
-        parts = decode_workers(self.workers, self.device, len(todo))  # even runs for them
+        workers = decode_workers(self.workers, self.device, len(todo))  # even runs for them
+        parts = workers if parts is None else max(1, min(parts, workers))
         runs = decoding_runs(lengths, opts.batch_tokens, max_rows, parts)
         return [todo[start:end] for start, end in runs]
 

@@ -139,6 +139,11 @@ class DecodePool:
             raise NmtError(WORKER_DIED) from e
         self._baseline = {pid: _rss_kb(pid, "VmRSS") for pid in self.pids()}
 
+    @property
+    def started(self) -> bool:
+        """Whether the processes are running (`start` was called and `close` not since)."""
+        return self._executor is not None
+
     def pids(self) -> list[int]:
         """The worker processes' ids (empty before `start`)."""
         procs = getattr(self._executor, "_processes", None) or {}

@@ -114,7 +114,9 @@ class ServerState:
             budget = self.settings.max_batch_tokens or translator.decoding.batch_tokens
             self.info = model_info(translator, self.settings, budget, self.name)
             self.sampling_ok = self.info["sampling"] is not None
-            batcher = MicroBatcher(_decoder(translator, budget), budget, self.settings.max_wait_ms)
+            slots = translator.decode_slots() if hasattr(translator, "decode_slots") else 1
+            decode = _decoder(translator, budget, slots > 1)
+            batcher = MicroBatcher(decode, budget, self.settings.max_wait_ms, slots)
         except Exception as e:  # noqa: BLE001 - shown by /health and /translate instead of dying
             if translator is not None:
                 translator.close()  # its worker processes
@@ -180,12 +182,12 @@ def model_name(model_dir: str) -> str:
     return "/".join(Path(model_dir).resolve().parts[-2:]) if model_dir else "model"
 
 
-def _decoder(translator: Any, budget: int) -> Decode:
+def _decoder(translator: Any, budget: int, split: bool = False) -> Decode:
     """The worker thread's job: translate lines (or score pairs) into JSONL-shaped records, the
     records of `nmt translate --format jsonl` and `nmt rescore --format jsonl`; or a sentence's
     attention (a `Refusal` when the model cannot give it)."""
 
-    def decode(items: list[Any], options: Hashable, keys: list[int]) -> list[Any]:
+    def decode(items: list[Any], options: Hashable, keys: list[int], slots: int) -> list[Any]:
         if isinstance(options, AttentionQuery):
             return attention_records(translator, items, options)
         if not isinstance(options, DecodeOptions):  # SCORE
@@ -195,9 +197,11 @@ def _decoder(translator: Any, budget: int) -> Decode:
             scores = rescore(translator, sources, targets, budget, on_warning=log.warning)
             return [score.to_json() for score in scores]
         sampled = keys if options.sampling is not None else None
+        parts = {"parts": slots} if split else {}  # the workers this batch holds, no more
         out = translator.translate(
-            items, options=options, batch_tokens=budget, on_warning=log.warning, keys=sampled
-        )
+            items, options=options, batch_tokens=budget, on_warning=log.warning, keys=sampled,
+            **parts,
+        )  # fmt: skip
         return [tr.to_json(options.with_attention) for tr in out]
 
     return decode

@@ -1,6 +1,10 @@
 """Micro-batching: requests that arrive within `max_wait_ms` of each other are decoded in one
 `Translator.translate` call (grouped by decoding options, up to `max_batch_tokens` padded source
-tokens), on one worker thread, and the results are split back to their requests.
+tokens), and the results are split back to their requests.
+
+Up to `slots` batches decode at once (one per decoding worker process): a batch takes one free
+slot, or several (split between them) when it is large, and the next batch is gathered as soon as
+a slot is free, while the others still decode. With one slot, batches decode one after the other.
 
 The event loop only queues jobs and awaits futures; decoding never runs on it. A job whose caller
 went away (timeout, disconnect) is dropped before decoding and its result is never delivered.
@@ -15,8 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-# (items, options, keys) -> one result per item; an item's key is its place in its request
-Decode = Callable[[list[Any], Hashable, list[int]], list[Any]]
+# A batch is split between free slots only where each gets at least this many lines: a worker
+# decodes 8 sentences in about the time 2 take (a small search step is mostly fixed costs), so
+# small batches each on one worker, side by side, serve more than every batch split in halves.
+SPLIT_LINES = 8
+
+# (items, options, keys, slots) -> one result per item; an item's key is its place in its
+# request; slots: how many decoding workers the call may split its items between
+Decode = Callable[[list[Any], Hashable, list[int], int], list[Any]]
 
 
 @dataclass
@@ -52,26 +62,36 @@ class BatchResult:
 
 
 class MicroBatcher:
-    """Collects jobs for up to `max_wait_ms`, then decodes them group by group on one thread."""
+    """Collects jobs for up to `max_wait_ms`, then decodes them group by group, up to `slots`
+    batches at once."""
 
-    def __init__(self, decode: Decode, max_batch_tokens: int, max_wait_ms: float) -> None:
+    def __init__(
+        self, decode: Decode, max_batch_tokens: int, max_wait_ms: float, slots: int = 1
+    ) -> None:
         self.decode, self.max_batch_tokens = decode, max_batch_tokens
         self.max_wait = max_wait_ms / 1000
+        self.slots = max(1, slots)
         self.calls = 0  # decoder calls made (tests, /info)
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._held: Job | None = None  # taken from the queue but over the token budget
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="nmt-decode")
+        self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix="nmt-decode")
         self._task: asyncio.Task[None] | None = None
+        self._free = self.slots  # slots no batch holds
+        self._slot_freed: asyncio.Event | None = None
+        self._decoding: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         """Start the collecting task on the running loop."""
+        self._slot_freed = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        """Cancel the collector, fail whatever still waits, and let the worker finish its batch."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Cancel the collector and the batches decoding (their requests fail), fail whatever
+        still waits, and let the workers finish the batches they are on."""
+        tasks = [t for t in [self._task, *self._decoding] if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         left = [self._queue.get_nowait() for _ in range(self._queue.qsize())]
         _fail(
             left + ([self._held] if self._held else []), RuntimeError("the server is shutting down")
@@ -91,14 +111,32 @@ class MicroBatcher:
     # ---- the collector ------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        """Forever: gather one batch, decode its option groups one after the other."""
+        """Forever: once a slot is free, gather one batch and decode it on every free slot."""
+        assert self._slot_freed is not None
         while True:
+            while not self._free:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
             batch = await self._gather()
+            lines = sum(len(job.lines) for job in batch)
+            slots = max(1, min(self._free, lines // SPLIT_LINES))
+            self._free -= slots
+            task = asyncio.get_running_loop().create_task(self._decode_batch(batch, slots))
+            self._decoding.add(task)
+            task.add_done_callback(self._decoding.discard)
+
+    async def _decode_batch(self, batch: list[Job], slots: int) -> None:
+        """Decode a batch's option groups one after the other on `slots` slots, then free them."""
+        try:
             groups: dict[Hashable, list[Job]] = {}
             for job in batch:
                 groups.setdefault(job.key, []).append(job)
             for jobs in groups.values():
-                await self._decode_group(jobs)
+                await self._decode_group(jobs, slots)
+        finally:
+            self._free += slots
+            assert self._slot_freed is not None
+            self._slot_freed.set()
 
     async def _gather(self) -> list[Job]:
         """The first live job, then whatever arrives until it has waited `max_wait` or the
@@ -135,8 +173,8 @@ class MicroBatcher:
             if job.live:
                 return job
 
-    async def _decode_group(self, jobs: list[Job]) -> None:
-        """One decoder call for jobs with equal options, on the worker thread; results split."""
+    async def _decode_group(self, jobs: list[Job], slots: int) -> None:
+        """One decoder call for jobs with equal options, on a worker thread; results split."""
         jobs = [j for j in jobs if j.live]
         if not jobs:
             return
@@ -147,7 +185,7 @@ class MicroBatcher:
         self.calls += 1
         try:
             results = await loop.run_in_executor(
-                self._executor, self.decode, lines, jobs[0].options, keys
+                self._executor, self.decode, lines, jobs[0].options, keys, slots
             )
         except asyncio.CancelledError:
             _fail(jobs, RuntimeError("the server is shutting down"))
