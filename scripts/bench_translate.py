@@ -4,6 +4,7 @@
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --precision fp32,bf16 --export
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR  # an `nmt export`
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR --rounds 3
+    .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR --stop early
     .venv/bin/python scripts/bench_translate.py --quick                        # 200 sentences, 1 run
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --json            # one JSON object
 
@@ -188,6 +189,8 @@ def child(args: argparse.Namespace) -> None:
     # both engines take it, so CTranslate2 skips its scores too.
     kwargs = dict(MODES[args.child], batch_tokens=args.batch_tokens, scores=False)
     kwargs.update(max_len_a=args.max_len_a, max_len_b=args.max_len_b)
+    if args.stop and "beam_size" in kwargs:
+        kwargs["stop"] = args.stop  # CTranslate2 checks it and keeps its own rule
     tr.translate(lines[:16], **kwargs)  # warm-up (allocator, kernels)
     times = []
     for _ in range(args.repeats):
@@ -227,7 +230,7 @@ def run_child(
         "--repeats", str(args.repeats), "--sentences", str(args.sentences),
         "--batch-tokens", str(args.batch_tokens), "--device", args.device,
         "--workers", str(args.workers), "--hyp-out", str(hyp_path(args, engine, precision, mode)), *length_args(args),
-        *(["--gemm"] if gemm else []),
+        *(["--gemm"] if gemm else []), *(["--stop", args.stop] if args.stop else []),
     ]  # fmt: skip
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -434,6 +437,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--precision", default="fp32", help="comma-separated list: fp32,bf16,fp16")
     p.add_argument("--ct2", help="an `nmt export` directory to compare with (CTranslate2)")
     p.add_argument("--export", action="store_true", help="export the model to WORK/ct2-float32")
+    stop_help = "nmt's beam stopping rule, exact or early (default: the model's decoding.stop)"
+    p.add_argument("--stop", choices=["exact", "early"], help=stop_help)
     p.add_argument("--max-len-a", type=float, help="default: model config (random model: 1)")
     p.add_argument("--max-len-b", type=float, help="default: model config (random model: 0)")
     p.add_argument("--quick", action="store_true", help="200 sentences, 1 run, no command timing")

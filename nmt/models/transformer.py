@@ -50,9 +50,10 @@ class TransformerEncoderOut:
 class TransformerState:
     """Self-attention caches of every decoder layer and the number of steps taken.
 
-    `kv` (2 * layers, capacity, B, H, Dh) holds layer i's keys at 2i and values at 2i + 1, filled
-    up to `step`. Time-major, so reordering copies only the `step` filled positions, and a
-    layer's keys kv[2i, :t].permute(1, 2, 0, 3) are a (B, H, t, Dh) view whose (B, H) strides
+    `kv` (capacity, 2 * layers, B, H, Dh) holds at each position layer i's key at 2i and value
+    at 2i + 1, filled up to `step`. Position-major, so the filled part kv[:step] is one
+    contiguous block: reordering is one row gather over it (not one per layer and kind), and a
+    layer's keys kv[:t, 2i].permute(1, 2, 0, 3) are a (B, H, t, Dh) view whose (B, H) strides
     merge (matmul reads it without a copy). `spare` is a same-shaped buffer reordering writes
     into. The buffers are updated in place, so a state is used once: pass on the one
     decode_step / reorder_state returns (as search does), never an older one.
@@ -66,12 +67,12 @@ class TransformerState:
         """The cache, grown by CACHE_CHUNK positions when full; `like` (B, 1, d) is this step's
         input: its rows, device and dtype (bf16 weights: a bf16 cache)."""
         kv, t = self.kv, self.step
-        if kv is not None and t < kv.size(1):
+        if kv is not None and t < kv.size(0):
             return kv
         b, _, d = like.shape
-        grown = like.new_empty(2 * layers, t + CACHE_CHUNK, b, heads, d // heads)
+        grown = like.new_empty(t + CACHE_CHUNK, 2 * layers, b, heads, d // heads)
         if kv is not None:
-            grown[:, :t] = kv[:, :t]
+            grown[:t] = kv[:t]
         self.kv, self.spare = grown, None
         return grown
 
@@ -83,19 +84,17 @@ class TransformerState:
         kv, t = self.kv, self.step
         if kv is None:
             return TransformerState(None, t)
+        filled = kv[:t].view(t * kv.size(1), kv.size(2), -1)  # (t * 2L, B, H * Dh)
         if order.numel() == kv.size(2):
             moved = (order != torch.arange(order.numel(), device=order.device)).nonzero()
             if 2 * moved.numel() <= order.numel():
                 moved = moved.squeeze(1)
-                for slab in kv:  # (capacity, B, H, Dh), contiguous
-                    rows = slab[:t].flatten(2)  # (t, B, H*Dh)
-                    rows.index_copy_(1, moved, rows.index_select(1, order[moved]))
+                filled.index_copy_(1, moved, filled.index_select(1, order[moved]))
                 return TransformerState(kv, t, self.spare)
         shape = (kv.size(0), kv.size(1), order.numel(), *kv.shape[3:])
         spare = self.spare
         out = spare if spare is not None and spare.shape == shape else kv.new_empty(shape)
-        for src, dst in zip(kv, out, strict=True):  # (capacity, B, H, Dh) each, contiguous
-            torch.index_select(src[:t].flatten(2), 1, order, out=dst[:t].view(t, shape[2], -1))
+        torch.index_select(filled, 1, order, out=out[:t].view(t * shape[1], shape[2], -1))
         return TransformerState(out, t, kv if kv.shape == shape else None)
 
 
@@ -344,7 +343,7 @@ class Transformer(nn.Module):
         kv = state.ensure_capacity(x, len(layers), self.cfg.heads)
         attns = []
         for i, layer in enumerate(layers):
-            cache = (kv[2 * i], kv[2 * i + 1])  # (capacity, B, H, Dh) each
+            cache = (kv[:, 2 * i], kv[:, 2 * i + 1])  # (capacity, B, H, Dh) each
             x, w = layer.step(
                 x, cache, t, encoder_out.cross_kv[i], encoder_out.mask, need_attn, encoder_out.group
             )
