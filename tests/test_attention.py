@@ -103,9 +103,10 @@ def test_incremental_self_attention_equals_causal_pass():
     mha = MultiHeadAttention(16, 4).eval()
     x = torch.randn(3, 6, 16)
     full, _ = mha(x, causal=True)
-    keys, values = torch.zeros(8, 3, 4, 4), torch.zeros(8, 3, 4, 4)  # (capacity, B, H, Dh)
-    steps = [mha.step(x[:, i : i + 1], keys, values, i) for i in range(6)]
-    assert keys[6:].abs().sum().item() == 0.0  # written in place, only positions 0..5
+    cache = torch.zeros(8, 2, 3, 4, 4)  # (capacity, keys / values, B, H, Dh)
+    steps = [mha.step(x[:, i : i + 1], cache, i) for i in range(6)]
+    assert cache[6:].abs().sum().item() == 0.0  # written in place, only positions 0..5
+    assert cache[:6].abs().min(dim=-1).values.gt(0).all()  # every key and value of 0..5
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-6, rtol=1e-5)
 
 

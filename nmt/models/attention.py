@@ -310,20 +310,20 @@ class MultiHeadAttention(nn.Module):
         weights = weights.transpose(1, 2).reshape(rows, self.heads, 1, -1)  # (rows, H, 1, S)
         return self.out_proj.forward(out.transpose(1, 2).reshape(rows, 1, d)), weights
 
-    def step(
-        self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, t: int
-    ) -> torch.Tensor:
+    def step(self, x: torch.Tensor, cache: torch.Tensor, t: int) -> torch.Tensor:
         """One incremental self-attention step from x (B, 1, d) at position t.
 
-        `keys` / `values` (capacity, B, H, Dh) are preallocated time-major caches: this step's
-        key and value are written in place at position t, and attention reads positions 0..t as
-        a (B, H, t + 1, Dh) view (no copy, no growing tensor).
+        `cache` (capacity, 2, B, H, Dh) is a preallocated position-major cache, keys at [:, 0]
+        and values at [:, 1]: this step's key and value are written in place at position t (one
+        copy), and attention reads positions 0..t as (B, H, t + 1, Dh) views (no copy, no
+        growing tensor).
         """
-        q, k, v = self._split(self.qkv_proj.forward(x), 3)  # (B, H, 1, Dh)
-        keys[t] = k[:, :, 0]
-        values[t] = v[:, :, 0]
+        b = x.size(0)
+        qkv = self.qkv_proj.forward(x).view(b, 3, self.heads, self.head_dim)
+        cache[t] = qkv[:, 1:].transpose(0, 1)  # (2, B, H, Dh)
+        q = qkv[:, 0].unsqueeze(2)  # (B, H, 1, Dh)
+        keys, values = cache[: t + 1].unbind(1)  # (t + 1, B, H, Dh) each
         if q.device.type == "cpu" and q.dtype == torch.bfloat16:
-            return self._merge(time_major_attention(q, keys[: t + 1], values[: t + 1]))
-        k_all = keys[: t + 1].permute(1, 2, 0, 3)  # (B, H, t + 1, Dh)
-        out, _ = dot_product_attention(q, k_all, values[: t + 1].permute(1, 2, 0, 3))
+            return self._merge(time_major_attention(q, keys, values))
+        out, _ = dot_product_attention(q, keys.permute(1, 2, 0, 3), values.permute(1, 2, 0, 3))
         return self._merge(out)

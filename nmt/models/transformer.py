@@ -221,16 +221,17 @@ class DecoderLayer(_Sublayers):
     def step(
         self,
         x: torch.Tensor,
-        cache: KV,
+        cache: torch.Tensor,
         t: int,
         kv: KV,
         mask: torch.Tensor | None,
         need_weights: bool,
         group: int = 1,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One position (B, 1, d) at step t; its key/value are written into `cache` in place;
-        every `group` consecutive rows attend to one row of the encoder keys/values `kv`."""
-        h = self.self_attn.step(self._in(x, 0), cache[0], cache[1], t)
+        """One position (B, 1, d) at step t; its key/value are written into `cache` (capacity,
+        2, B, H, Dh) in place; every `group` consecutive rows attend to one row of the encoder
+        keys/values `kv`."""
+        h = self.self_attn.step(self._in(x, 0), cache, t)
         x = self._out(x, h, 0)
         h, weights = self.cross_attn.step_cross(self._in(x, 1), kv, mask, group, need_weights)
         return self._feed_forward(self._out(x, h, 1)), weights
@@ -343,7 +344,7 @@ class Transformer(nn.Module):
         kv = state.ensure_capacity(x, len(layers), self.cfg.heads)
         attns = []
         for i, layer in enumerate(layers):
-            cache = (kv[:, 2 * i], kv[:, 2 * i + 1])  # (capacity, B, H, Dh) each
+            cache = kv[:, 2 * i : 2 * i + 2]  # (capacity, 2, B, H, Dh): keys, values
             x, w = layer.step(
                 x, cache, t, encoder_out.cross_kv[i], encoder_out.mask, need_attn, encoder_out.group
             )
