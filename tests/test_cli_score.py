@@ -348,7 +348,7 @@ def test_evaluate_translates_writes_and_scores(files, tmp_path, fake_translator)
         "evaluate", "-m", model, "--src", files["hyp"], "-r", files["ref"], "-o", out,
         "--beam-size", "3", "--length-penalty", "0.6", "--batch-tokens", "100",
         "--checkpoint", "last", "--device", "cpu", "--metric", "bleu", "--metric", "chrf",
-        "--precision", "bf16",
+        "--precision", "bf16", "--stop", "exact",
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert out.read_text(encoding="utf-8") == files["hyp"].read_text(encoding="utf-8")
@@ -358,6 +358,7 @@ def test_evaluate_translates_writes_and_scores(files, tmp_path, fake_translator)
         beam_size=3,
         greedy=False,
         length_penalty=0.6,
+        stop="exact",
         batch_tokens=100,
         scores=False,  # only the text is scored
     )

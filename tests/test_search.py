@@ -111,14 +111,14 @@ def late_table(sid, prefix):
 
 
 def test_length_penalty_searches_on_after_the_best_hypothesis_ended():
+    """The exact rule (the default is early: see test_early_stop_trades_exactness_for_steps)."""
     model = ToyDecoder(late_table)
     src, lens = toy_src([0])
     aaaa = math.log(0.35) + 4 * math.log(0.995)
     empty = math.log(0.45)
     for nbest in (1, 2):
-        (hyps,) = beam_search(
-            model, src, lens, ResolvedOptions(beam_size=2, length_penalty=1.0, nbest=nbest)
-        )
+        opts = ResolvedOptions(beam_size=2, length_penalty=1.0, nbest=nbest, stop="exact")
+        (hyps,) = beam_search(model, src, lens, opts)
         assert [h.tokens for h in hyps] == [[A, A, A, A], []][:nbest]
         assert hyps[0].log_prob == pytest.approx(aaaa, rel=1e-6)
         assert hyps[0].score == pytest.approx(aaaa / lp(5, 1.0), rel=1e-6)
@@ -149,6 +149,9 @@ def test_early_stop_trades_exactness_for_steps():
     model.steps.clear()
     beam_search(model, src, lens, ResolvedOptions(beam_size=2, length_penalty=1.0, stop="exact"))
     assert len(model.steps) == 5
+    model.steps.clear()
+    beam_search(model, src, lens, ResolvedOptions(beam_size=2, length_penalty=1.0))
+    assert len(model.steps) == 1  # early by default
     for stop in ("exact", "early"):
         (hyps,) = beam_search(
             model, src, lens, ResolvedOptions(beam_size=2, length_penalty=0.0, stop=stop)

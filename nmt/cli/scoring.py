@@ -17,6 +17,7 @@ from nmt.cli.options import (
     ModelDirsOpt,
     NoProgressOpt,
     PrecisionOpt,
+    StopOpt,
     decode_options,
 )
 from nmt.cli.progress import batch_progress
@@ -121,6 +122,7 @@ def evaluate_cmd(
     beam_size: BeamSizeOpt = None,
     greedy: GreedyOpt = False,
     length_penalty: LengthPenaltyOpt = None,
+    stop: StopOpt = None,
     batch_tokens: BatchTokensOpt = None,
     checkpoint: CheckpointOpt = "default",
     device: DeviceOpt = "auto",
@@ -149,7 +151,7 @@ def evaluate_cmd(
         raise NmtError(f"--width must be >= 0, got {width}")
     check_output(None)  # the scores go to stdout, whether or not -o keeps the translations
     decoding = decode_options(
-        beam_size=beam_size, greedy=greedy, length_penalty=length_penalty,
+        beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, stop=stop,
         batch_tokens=batch_tokens,
     )  # fmt: skip
     with contextlib.ExitStack() as stack:

@@ -183,7 +183,7 @@ class DecodingConfig:
     max_len_b: int = num(10, 0)
     min_len: int = num(0, 0)
     batch_tokens: int = num(4096, 1)
-    stop: str = choice("exact", "early")
+    stop: str = choice("early", "exact")
 
 
 @dataclass
