@@ -112,7 +112,8 @@ class MicroBatcher:
     # ---- the collector ------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        """Forever: once a slot is free, gather one batch and decode it on every free slot."""
+        """Forever: once a slot is free, gather one batch and decode it on a free slot (on several
+        when it has SPLIT_LINES lines for each)."""
         assert self._slot_freed is not None
         while True:
             while not self._free:
