@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""The joined-caption experiment's report (scripts/joined_experiment.py): tables and figures from
+its WORK folder.
+
+For every system whose test.k1 .. test.k6 translations exist: BLEU and chrF on each test.kN with
+95% percentile intervals from a bootstrap over the lines (each line one group of captions; the
+same resampled lines for every system, so the intervals are paired), the split oracle (the
+system's own test.k1 translations joined in groups of k, scored on test.kN), the output/reference
+length ratio, the share of translations that ran to the decoder's length limit, and the run:
+updates, epochs, minutes, best validation BLEU, whether the curve was flat.
+
+    python scripts/joined_report.py WORK [--docs DIR]
+
+Writes WORK/joined_table.md and WORK/joined_results.json, and the figures DOCS/joined_bleu.png
+(BLEU against k, the oracle dashed), DOCS/joined_relative.png (BLEU as % of each system's k1),
+DOCS/joined_length.png (length ratio against k) and DOCS/joined_curves.png (validation BLEU
+against updates)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from sacrebleu.metrics import BLEU, CHRF
+
+from nmt.data.dataset import tokenizers
+from nmt.plots.curves import read_events
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from make_joined_corpus import fixed_groups, join  # noqa: E402
+
+SRC, TGT = "en", "de"
+TEST_K = 6
+SAMPLES = 1000
+SEED = 12345
+
+
+def bootstrap(metric: Any, hyps: Sequence[str], refs: Sequence[str]) -> dict[str, float]:
+    """The corpus score and its 95% percentile interval over SAMPLES resamplings of the lines
+    (seeded, so equal-sized sets are resampled alike)."""
+    stats = np.array(metric._extract_corpus_statistics(hyps, [refs]))
+    score = metric._compute_score_from_stats(stats.sum(0))
+    rng = np.random.RandomState(SEED)
+    idx = rng.randint(0, len(hyps), size=(SAMPLES, len(hyps)))
+    values = sorted(metric._compute_score_from_stats(stats[i].sum(0)).score for i in idx)
+    out = {
+        "score": score.score,
+        "lo": values[int(0.025 * SAMPLES)],
+        "hi": values[int(0.975 * SAMPLES) - 1],
+    }
+    if hasattr(score, "sys_len"):
+        out["ratio"] = score.sys_len / score.ref_len
+    return out
+
+
+def read(path: Path) -> list[str]:
+    """A text file's lines."""
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def cut_share(model: Path, data: Path, sources: Sequence[str], hyps: Sequence[str]) -> float:
+    """% of translations at least as long (re-encoded subwords) as the decoder's length limit,
+    floor(max_len_a * source subwords + max_len_b): those ended at the limit, not at eos."""
+    dec = yaml.safe_load((model / "config.yaml").read_text(encoding="utf-8"))["decoding"]
+    src_tok, tgt_tok = tokenizers(data)
+    hit = 0
+    for s, h in zip(sources, hyps, strict=True):
+        limit = max(1, math.floor(dec["max_len_a"] * len(src_tok.encode(s)) + dec["max_len_b"]))
+        hit += len(tgt_tok.encode(h)) >= limit
+    return 100 * hit / len(hyps)
+
+
+def run_info(model: Path, data: Path) -> dict[str, Any]:
+    """Updates, epochs, minutes, best validation BLEU and flatness of one trained system."""
+    events = read_events(model)
+    valid = [e for e in events if e.get("event") == "valid" and e.get("bleu") is not None]
+    flat = json.loads((model / "flat.json").read_text(encoding="utf-8"))
+    manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
+    end = [e for e in events if e.get("event") == "end"][-1]
+    return {
+        "updates": flat["steps"],
+        "flat": flat["flat"],
+        "epochs": end["tgt_tokens"] / manifest["splits"]["train"]["tokens"][TGT],
+        "minutes": max(e["elapsed"] for e in valid) / 60,
+        "best_valid": max(e["bleu"] for e in valid),
+        "curve": [(e["step"], e["bleu"]) for e in valid],
+    }
+
+
+def score_system(work: Path, name: str, corpus: str) -> dict[str, Any] | None:
+    """Every number of one system (trained on WORK/data-CORPUS), or None when its translations
+    are not all there."""
+    model = work / name
+    hyp = {k: model / f"test.k{k}.hyp.{TGT}" for k in range(1, TEST_K + 1)}
+    if not (model / "flat.json").exists() or not all(p.exists() for p in hyp.values()):
+        return None
+    data, text = work / f"data-{corpus}", work / f"corpus-{corpus}"
+    bleu, chrf = BLEU(), CHRF()
+    k1 = read(hyp[1])
+    rows = []
+    for k in range(1, TEST_K + 1):
+        src, ref, out = (
+            read(text / f"test.k{k}.{SRC}"),
+            read(text / f"test.k{k}.{TGT}"),
+            read(hyp[k]),
+        )
+        oracle = join(k1, fixed_groups(len(k1), k))
+        rows.append(
+            {
+                "k": k,
+                "lines": len(src),
+                "mean_words": sum(len(s.split()) for s in src) / len(src),
+                "bleu": bootstrap(bleu, out, ref),
+                "chrf": bootstrap(chrf, out, ref),
+                "oracle_bleu": bootstrap(bleu, oracle, ref),
+                "cut": cut_share(model, data, src, out),
+            }
+        )
+    return {"name": name, "run": run_info(model, data), "by_k": rows}
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table."""
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def ci(cell: dict[str, float]) -> str:
+    """'score [lo, hi]'."""
+    return f"{cell['score']:.1f} [{cell['lo']:.1f}, {cell['hi']:.1f}]"
+
+
+def markdown(results: Sequence[dict[str, Any]]) -> str:
+    """The report's tables."""
+    first = results[0]["by_k"]
+    heads = ["system"] + [f"k{r['k']} (n={r['lines']}, {r['mean_words']:.0f} w)" for r in first]
+    run_rows = [
+        [
+            r["name"],
+            f"{r['run']['updates']:,}",
+            f"{r['run']['epochs']:.1f}",
+            f"{r['run']['minutes']:.0f}",
+            f"{r['run']['best_valid']:.2f}",
+            "yes" if r["run"]["flat"] else "**no**",
+        ]
+        for r in results
+    ]
+    bleu = [[r["name"]] + [ci(c["bleu"]) for c in r["by_k"]] for r in results]
+    oracle = [[r["name"]] + [ci(c["oracle_bleu"]) for c in r["by_k"]] for r in results]
+    rel = [
+        [r["name"]]
+        + [f"{100 * c['bleu']['score'] / r['by_k'][0]['bleu']['score']:.0f}%" for c in r["by_k"]]
+        for r in results
+    ]
+    chrf = [[r["name"]] + [ci(c["chrf"]) for c in r["by_k"]] for r in results]
+    ratio = [[r["name"]] + [f"{c['bleu']['ratio']:.2f}" for c in r["by_k"]] for r in results]
+    cut = [[r["name"]] + [f"{c['cut']:.1f}" for c in r["by_k"]] for r in results]
+    parts = [
+        (
+            "Training (updates and epochs to a flat curve; minutes on one thread)",
+            table(
+                ["system", "updates", "epochs", "minutes", "best valid BLEU (greedy)", "flat"],
+                run_rows,
+            ),
+        ),
+        ("BLEU on test.kN [95% bootstrap interval]", table(heads, bleu)),
+        (
+            "Split oracle: the system's test.k1 translations joined in groups of k",
+            table(heads, oracle),
+        ),
+        ("BLEU as % of the system's k1", table(heads, rel)),
+        ("chrF2 on test.kN [95% bootstrap interval]", table(heads, chrf)),
+        ("Output / reference length (BLEU's ratio)", table(heads, ratio)),
+        ("Translations that ran to the length limit, %", table(heads, cut)),
+    ]
+    return "\n\n".join(f"{title}:\n\n{body}" for title, body in parts) + "\n"
+
+
+def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
+    """BLEU against k (oracle dashed), relative BLEU, length ratio and validation curves."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    docs.mkdir(parents=True, exist_ok=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    ks = [c["k"] for c in results[0]["by_k"]]
+    words = [c["mean_words"] for c in results[0]["by_k"]]
+    xlabel = "captions joined per line, k (mean source words)"
+    ticks = [f"{k}\n({w:.0f})" for k, w in zip(ks, words, strict=True)]
+    out = []
+
+    def save(fig: Any, name: str) -> None:
+        path = docs / name
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        out.append(path)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r, col in zip(results, colours, strict=False):
+        y = [c["bleu"]["score"] for c in r["by_k"]]
+        err = [
+            [c["bleu"]["score"] - c["bleu"]["lo"] for c in r["by_k"]],
+            [c["bleu"]["hi"] - c["bleu"]["score"] for c in r["by_k"]],
+        ]
+        ax.errorbar(ks, y, yerr=err, marker="o", color=col, label=r["name"], capsize=3)
+        ax.plot(ks, [c["oracle_bleu"]["score"] for c in r["by_k"]], "--", color=col, alpha=0.6)
+    ax.set(
+        xlabel=xlabel,
+        ylabel="BLEU (test_2016_flickr)",
+        xticks=ks,
+        xticklabels=ticks,
+        title="BLEU against input length, same sentences (dashed: split oracle)",
+    )
+    ax.grid(alpha=0.3)
+    ax.legend()
+    save(fig, "joined_bleu.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r, col in zip(results, colours, strict=False):
+        base = r["by_k"][0]["bleu"]["score"]
+        ax.plot(
+            ks,
+            [100 * c["bleu"]["score"] / base for c in r["by_k"]],
+            marker="o",
+            color=col,
+            label=r["name"],
+        )
+    ax.axhline(100, color="grey", lw=0.8)
+    ax.set(xlabel=xlabel, ylabel="BLEU, % of the system's k1", xticks=ks, xticklabels=ticks)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    save(fig, "joined_relative.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r, col in zip(results, colours, strict=False):
+        ax.plot(ks, [c["bleu"]["ratio"] for c in r["by_k"]], marker="o", color=col, label=r["name"])
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set(xlabel=xlabel, ylabel="output / reference length", xticks=ks, xticklabels=ticks)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    save(fig, "joined_length.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r, col in zip(results, colours, strict=False):
+        steps, vals = zip(*r["run"]["curve"], strict=True)
+        ax.plot(steps, vals, color=col, label=r["name"])
+    ax.set(xlabel="updates", ylabel="validation BLEU (greedy)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    save(fig, "joined_curves.png")
+    return out
+
+
+def write_report(
+    work: Path, docs: Path, systems: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """Score every finished system of (name, corpus) `systems`, in order; write the tables, the
+    JSON and the figures."""
+    results = [r for n, c in systems if (r := score_system(work, n, c)) is not None]
+    if not results:
+        print(f"no finished system in {work}")
+        return []
+    md = markdown(results)
+    (work / "joined_table.md").write_text(md, encoding="utf-8")
+    (work / "joined_results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    print(md)
+    for path in figures(results, docs):
+        print(f"wrote {path}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments and write the report."""
+    from joined_experiment import SYSTEMS
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("work", type=Path, help="the experiment's WORK folder")
+    p.add_argument("--docs", type=Path, default=ROOT / "docs", help="where the figures go")
+    p.add_argument("--systems", nargs="+", default=None, help="these systems, in this order")
+    args = p.parse_args(argv)
+    order = args.systems or [s.name for s in SYSTEMS]
+    corpus = {s.name: s.corpus for s in SYSTEMS}
+    write_report(args.work, args.docs, [(n, corpus[n]) for n in order])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""The joined-caption experiment: scripts/make_joined_corpus.py (the k partition, the same captions
+in every test.kN, determinism), the flatness rule of scripts/joined_experiment.py, the bootstrap
+and oracle of scripts/joined_report.py, and the whole script's smoke mode, rerun to check that it
+reuses what is done."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sacrebleu.metrics import BLEU
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+import joined_report  # noqa: E402
+import make_joined_corpus as mjc  # noqa: E402
+from joined_experiment import flat_at  # noqa: E402
+
+
+def fake_multi30k(folder: Path, n_train: int = 57, n_val: int = 20, n_test: int = 13) -> None:
+    """A Multi30k-shaped folder whose every caption is unique and names its split and line."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("val", n_val), ("test_2016_flickr", n_test)):
+        for lang in ("en", "de"):
+            lines = [f"{lang} {split} caption {i} ." for i in range(n)]
+            (folder / f"{split}.{lang}").write_text("".join(x + "\n" for x in lines))
+
+
+def test_random_groups_partition_every_line_once_with_k_in_range():
+    for seed in range(20):
+        sizes = mjc.random_groups(1000, 6, random.Random(seed))
+        assert sum(sizes) == 1000
+        assert all(1 <= k <= 6 for k in sizes)
+    sizes = mjc.random_groups(29000, 6, random.Random(1))
+    assert {k for k in sizes[:-1]} == {1, 2, 3, 4, 5, 6}  # every k drawn
+    assert abs(sum(sizes) / len(sizes) - 3.5) < 0.1  # uniform 1..6: mean 3.5
+    assert mjc.random_groups(10, 1, random.Random(3)) == [1] * 10
+
+
+def test_fixed_groups_and_join():
+    assert mjc.fixed_groups(1000, 6) == [6] * 166 + [4]
+    assert mjc.fixed_groups(7, 1) == [1] * 7
+    assert mjc.join(["a b", " c ", "d"], [2, 1]) == ["a b c", "d"]
+    with pytest.raises(ValueError, match="add up to 2, not 3 lines"):
+        mjc.join(["a", "b", "c"], [1, 1])
+
+
+def test_corpus_holds_each_caption_once_in_order_and_the_same_test_captions(tmp_path):
+    src = tmp_path / "m30k"
+    fake_multi30k(src)
+    out = tmp_path / "joined"
+    assert mjc.main([str(src), "--dest", str(out), "--max-k", "6", "--seed", "1"]) == 0
+    for split, orig, n in (("train", "train", 57), ("val", "val", 20)):
+        for lang in ("en", "de"):
+            lines = (out / f"{split}.{lang}").read_text().splitlines()
+            assert len(lines) < n  # joined
+            captions = [f"{lang} {orig} caption {i} ." for i in range(n)]
+            assert " ".join(lines) == " ".join(captions)  # each once, in order
+        en = (out / f"{split}.en").read_text().splitlines()
+        de = (out / f"{split}.de").read_text().splitlines()
+        assert [x.count("caption") for x in en] == [x.count("caption") for x in de]
+    meta = json.loads((out / "joined.json").read_text())
+    assert sum(meta["groups"]["train"]) == 57 and max(meta["groups"]["train"]) <= 6
+    test = [f"en test_2016_flickr caption {i} ." for i in range(13)]
+    for k in range(1, 7):
+        lines = (out / f"test.k{k}.en").read_text().splitlines()
+        assert len(lines) == -(-13 // k)
+        assert " ".join(lines) == " ".join(test)  # the same 13 captions every time
+        assert [x.count("caption") for x in lines] == mjc.fixed_groups(13, k)
+        assert len((out / f"test.k{k}.de").read_text().splitlines()) == len(lines)
+
+
+def test_corpus_is_deterministic_and_seeded(tmp_path):
+    src = tmp_path / "m30k"
+    fake_multi30k(src, n_train=200)
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for out, seed in ((a, 1), (b, 1), (c, 2)):
+        assert mjc.main([str(src), "--dest", str(out), "--seed", str(seed)]) == 0
+    files = sorted(p.name for p in a.iterdir())
+    assert files == sorted(p.name for p in b.iterdir())
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+    assert (a / "train.en").read_bytes() != (c / "train.en").read_bytes()
+    assert (a / "test.k3.en").read_bytes() == (c / "test.k3.en").read_bytes()
+
+
+def test_max_k_1_is_plain_multi30k_and_limit_cuts(tmp_path):
+    src = tmp_path / "m30k"
+    fake_multi30k(src)
+    out = tmp_path / "plain"
+    assert mjc.main([str(src), "--dest", str(out), "--max-k", "1", "--limit", "30"]) == 0
+    assert (out / "train.de").read_text() == "".join(f"de train caption {i} .\n" for i in range(30))
+    assert len((out / "test.k1.en").read_text().splitlines()) == 13  # fewer than the limit
+
+
+def test_uneven_languages_are_one_line_error(tmp_path, capsys):
+    src = tmp_path / "m30k"
+    fake_multi30k(src)
+    (src / "val.de").write_text("one line\n")
+    assert mjc.main([str(src), "--dest", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {src}/val: the languages differ in line count (en 20, de 1)"
+
+
+def test_flat_rule():
+    rising = [(s, s / 100) for s in range(200, 4001, 200)]  # +2 BLEU per 200 updates
+    assert not flat_at(rising, 4000, 0.5)
+    plateau = [(s, min(s, 2000) / 100) for s in range(200, 4001, 200)]
+    assert flat_at(plateau, 4000, 0.5)  # best after 3000 = best before
+    # rising by 0.4 over the last quarter is flat, by 0.6 is not
+    assert flat_at(plateau[:-1] + [(4000, 20.4)], 4000, 0.5)
+    assert not flat_at(plateau[:-1] + [(4000, 20.6)], 4000, 0.5)
+    # only the points up to the step count; a step with no point after 0.75 of it is not flat
+    assert flat_at(plateau + [(4200, 30.0)], 4000, 0.5)
+    assert not flat_at([(200, 1.0), (400, 1.0)], 2000, 0.5)
+
+
+def test_bootstrap_interval_holds_the_score_and_oracle_joins_k1(tmp_path):
+    refs = [f"the cat number {i} sat on the mat" for i in range(60)]
+    hyps = [r if i % 3 else r.replace("cat", "dog") for i, r in enumerate(refs)]
+    cell = joined_report.bootstrap(BLEU(), hyps, refs)
+    assert cell["lo"] <= cell["score"] <= cell["hi"]
+    assert cell["score"] == pytest.approx(BLEU().corpus_score(hyps, [refs]).score)
+    assert cell["ratio"] == 1.0
+    assert joined_report.bootstrap(BLEU(), refs, refs)["lo"] == pytest.approx(100.0)
+    # the split oracle of perfect k1 translations is perfect at every k
+    for k in (2, 5):
+        joined = mjc.join(refs, mjc.fixed_groups(len(refs), k))
+        oracle = mjc.join(refs, mjc.fixed_groups(len(refs), k))
+        assert joined_report.bootstrap(BLEU(), oracle, joined)["score"] == pytest.approx(100.0)
+
+
+@pytest.mark.slow
+def test_smoke_run_end_to_end_then_reuses_everything(tmp_path, multi30k_mirror):
+    work = tmp_path / "work"
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts/joined_experiment.py"),
+        "--smoke",
+        "--work",
+        str(work),
+        "--docs",
+        str(tmp_path / "docs"),
+        "--mirror",
+        str(multi30k_mirror),
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for name in ("noattn", "bahdanau", "transformer"):
+        outcome = json.loads((work / name / "flat.json").read_text())
+        assert outcome["steps"] >= 20
+        assert [s for s, _ in outcome["points"]][:2] == [10, 20]
+        for k in range(1, 7):
+            hyp = (work / name / f"test.k{k}.hyp.de").read_text().splitlines()
+            assert len(hyp) == -(-120 // k)  # one line out per line in
+    table = (work / "joined_table.md").read_text()
+    assert "| noattn |" in table and "| transformer |" in table and "Split oracle" in table
+    for png in ("joined_bleu", "joined_relative", "joined_length", "joined_curves"):
+        assert (tmp_path / "docs" / f"{png}.png").stat().st_size > 10_000
+    results = json.loads((work / "joined_results.json").read_text())
+    assert [c["lines"] for c in results[0]["by_k"]] == [120, 60, 40, 30, 24, 20]
+
+    # A rerun trains and translates nothing; a lost outcome is recomputed from the curve.
+    before = (work / "bahdanau" / "flat.json").read_text()
+    (work / "bahdanau" / "flat.json").unlink()
+    (work / "noattn" / "test.k6.hyp.de").unlink()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "training to update" not in r.stdout
+    assert (work / "bahdanau" / "flat.json").read_text() == before
+    assert len((work / "noattn" / "test.k6.hyp.de").read_text().splitlines()) == 20
