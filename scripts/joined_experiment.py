@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -83,6 +84,46 @@ SMOKE_PRESETS = {
 CORPORA = {"k6": 6, "k4": 4, "k1": 1}
 
 
+class Children:
+    """The child processes running now, so that a signal to the script reaches them: `nmt train`
+    saves its state and stops on SIGTERM, and the next run resumes it."""
+
+    def __init__(self) -> None:
+        self.procs: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+
+    def run(self, cmd: Sequence[object], env: dict[str, str], log: Path | None = None) -> None:
+        """Run a command to its end; its output goes to `log` (appended) when given. A failure,
+        or a stop asked for before it starts, raises."""
+        args = [str(c) for c in cmd]
+        out = open(log, "a", encoding="utf-8") if log else None  # noqa: SIM115
+        try:
+            if out:
+                out.write("$ " + " ".join(args) + "\n")
+                out.flush()
+            with self.lock:
+                if self.stopping.is_set():
+                    raise RuntimeError("stopped")
+                proc = subprocess.Popen(args, env=env, stdout=out, stderr=out and subprocess.STDOUT)
+                self.procs.add(proc)
+            code = proc.wait()
+            with self.lock:
+                self.procs.discard(proc)
+            if code:
+                raise subprocess.CalledProcessError(code, args)
+        finally:
+            if out:
+                out.close()
+
+    def stop(self, signum: int, frame: object) -> None:
+        """Signal handler: pass SIGTERM on to every child and start nothing new."""
+        with self.lock:
+            self.stopping.set()
+            for proc in self.procs:
+                proc.terminate()
+
+
 @dataclass
 class Settings:
     """Where things go and how long each system trains."""
@@ -100,6 +141,7 @@ class Settings:
     smoke: bool = False
     limit: int = 0  # smoke: the first N captions of each split
     log_lock: threading.Lock = field(default_factory=threading.Lock)
+    children: Children = field(default_factory=Children)
 
     @property
     def bin(self) -> Path:
@@ -130,18 +172,6 @@ def valid_points(model_dir: Path) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
-def run(cmd: Sequence[str | Path], env: dict[str, str], log: Path | None = None) -> None:
-    """Run a command; its output goes to `log` (appended) when given. A failure raises."""
-    args = [str(c) for c in cmd]
-    if log is None:
-        subprocess.run(args, check=True, env=env)
-        return
-    with open(log, "a", encoding="utf-8") as f:
-        f.write("$ " + " ".join(args) + "\n")
-        f.flush()
-        subprocess.run(args, check=True, env=env, stdout=f, stderr=subprocess.STDOUT)
-
-
 def thread_env(threads: int) -> dict[str, str]:
     """The environment of a child process limited to `threads` CPU threads."""
     env = dict(os.environ)
@@ -157,20 +187,20 @@ def prepare(cfg: Settings, corpora: set[str]) -> None:
     py, nmt, env = cfg.bin / "python", cfg.bin / "nmt", thread_env(2)
     m30k = cfg.work / "multi30k"
     fetch = [py, ROOT / "scripts/fetch_corpus.py", "multi30k", "--dest", m30k, "--quiet"]
-    run(fetch + (["--mirror", cfg.mirror] if cfg.mirror else []), env)
+    cfg.children.run(fetch + (["--mirror", cfg.mirror] if cfg.mirror else []), env)
     for corpus, k in CORPORA.items():
         data = cfg.work / f"data-{corpus}"
         if corpus not in corpora | {"k6"} or (data / "manifest.json").exists():
             continue
         text = cfg.work / f"corpus-{corpus}"
         make = [py, ROOT / "scripts/make_joined_corpus.py", m30k, "--dest", text, "--max-k", k]
-        run(make + (["--limit", cfg.limit] if cfg.limit else []), env)
+        cfg.children.run(make + (["--limit", cfg.limit] if cfg.limit else []), env)
         tests = [a for i in range(1, TEST_K + 1) for a in ("--test", text / f"test.k{i}")]
         vocab = ["--spm-from", cfg.work / "data-k6"] if corpus != "k6" else ["--vocab-size", 8000]
         if cfg.smoke and corpus == "k6":
             vocab = ["--vocab-size", 1000]
         # --max-len 1000: no joined line is dropped (the longest is about 150 subwords)
-        run(
+        cfg.children.run(
             [
                 nmt,
                 "preprocess",
@@ -195,7 +225,7 @@ def prepare(cfg: Settings, corpora: set[str]) -> None:
         )
 
 
-def train_command(cfg: Settings, s: System, steps: int, resume: bool) -> list[str | Path]:
+def train_command(cfg: Settings, s: System, steps: int, resume: bool) -> list[object]:
     """`nmt train` for system s up to `steps` updates (no time limit, no patience)."""
     preset, sets = s.preset, s.sets
     if cfg.smoke:
@@ -207,7 +237,7 @@ def train_command(cfg: Settings, s: System, steps: int, resume: bool) -> list[st
         f"training.max_steps={steps}",
         *sets,
     ]
-    cmd: list[str | Path] = [
+    cmd: list[object] = [
         cfg.bin / "nmt",
         "train",
         "--preset",
@@ -244,7 +274,7 @@ def train_to_flat(cfg: Settings, s: System) -> dict:
         if steps > done:
             resume = (model / "checkpoints" / "last.state.pt").exists()
             cfg.say(f"   {s.name}: training to update {steps:,}" + (" (resumed)" if resume else ""))
-            run(train_command(cfg, s, steps, resume), env, log)
+            cfg.children.run(train_command(cfg, s, steps, resume), env, log)
             points = valid_points(model)
         flat = flat_at(points, steps, cfg.margin)
         if flat or steps >= cfg.max_steps:
@@ -267,7 +297,7 @@ def translate_tests(cfg: Settings, s: System) -> None:
         if hyp.exists():
             continue
         src = cfg.work / f"corpus-{s.corpus}" / f"test.k{k}.{SRC}"
-        run(
+        cfg.children.run(
             [
                 cfg.bin / "nmt",
                 "translate",
@@ -338,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg.smoke, cfg.limit, cfg.beam = True, 120, 2
     systems = choose(args.systems)
     cfg.work.mkdir(parents=True, exist_ok=True)
+    failed: list[str] = []
     if not args.report_only:
         print(f"== corpora and data in {cfg.work}", flush=True)
         prepare(cfg, {s.corpus for s in systems})
@@ -345,14 +376,24 @@ def main(argv: list[str] | None = None) -> int:
             f"== {len(systems)} systems, {args.jobs} at a time, {args.threads} thread(s) each",
             flush=True,
         )
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, cfg.children.stop)
         with ThreadPoolExecutor(args.jobs) as pool:
-            for f in [pool.submit(system_job, cfg, s) for s in systems]:
-                f.result()
+            jobs = {s.name: pool.submit(system_job, cfg, s) for s in systems}
+        failed = [name for name, job in jobs.items() if job.exception() is not None]
+        if cfg.children.stopping.is_set():
+            print("stopped: run the same command again to resume", file=sys.stderr)
+            return 1
+        for name in failed:
+            print(
+                f"error: {name}: {jobs[name].exception()} (see {cfg.work / name}.log)",
+                file=sys.stderr,
+            )
     import joined_report
 
     print("== report", flush=True)
     joined_report.write_report(cfg.work, cfg.docs, [(s.name, s.corpus) for s in SYSTEMS])
-    return 0
+    return 1 if not args.report_only and failed else 0
 
 
 if __name__ == "__main__":

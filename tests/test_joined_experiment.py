@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -135,7 +136,7 @@ def test_bootstrap_interval_holds_the_score_and_oracle_joins_k1(tmp_path):
 
 
 @pytest.mark.slow
-def test_smoke_run_end_to_end_then_reuses_everything(tmp_path, multi30k_mirror):
+def test_smoke_run_stops_on_sigterm_resumes_then_reuses_everything(tmp_path, multi30k_mirror):
     work = tmp_path / "work"
     cmd = [
         sys.executable,
@@ -148,6 +149,17 @@ def test_smoke_run_end_to_end_then_reuses_everything(tmp_path, multi30k_mirror):
         "--mirror",
         str(multi30k_mirror),
     ]
+    # SIGTERM while training: the children save and stop, the script exits 1 and says so.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "training to update" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out + err
+    assert "stopped: run the same command again to resume" in err
+
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     for name in ("noattn", "bahdanau", "transformer"):
