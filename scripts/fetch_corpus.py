@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Fetch a corpus, verify its checksums and decompress it: `fetch_corpus.py multi30k --dest DIR`.
 
-Known corpora are the manifests in corpora/: multi30k, wmt-news-de-en and tatoeba-de-en (the last
-two from a local mirror only)."""
+Known corpora are the manifests in corpora/: multi30k, and from a local mirror only wmt-news-de-en,
+tatoeba-de-en and justice-laws-en-fr."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument(
         "name",
-        help="corpus name (a manifest corpora/<name>.json): multi30k, wmt-news-de-en, tatoeba-de-en",
+        help="corpus name (a manifest corpora/<name>.json): multi30k, wmt-news-de-en, tatoeba-de-en, "
+        "justice-laws-en-fr",
     )
     p.add_argument("--dest", type=Path, required=True, help="folder for the plain-text files")
     p.add_argument("--mirror", type=Path, default=None, help="local folder holding the .gz files")

@@ -122,8 +122,9 @@ def test_file_system_errors_are_one_line_and_a_foreign_stamp_is_ignored(multi30k
         cwd=corpus.CORPORA_DIR.parent,
     )
     assert (proc.returncode, proc.stderr) == (
-        2, f"error: {dest}: not a folder (--dest names where the corpus goes)\n"
-    )  # fmt: skip
+        2,
+        f"error: {dest}: not a folder (--dest names where the corpus goes)\n",
+    )
     proc = subprocess.run(  # a file on the way: the file-system error, one line
         [sys.executable, "scripts/fetch_corpus.py", "multi30k", "--dest", str(dest / "sub")]
         + ["--mirror", str(multi30k_mirror), "--quiet"],
@@ -201,11 +202,13 @@ def test_a_full_disk_is_not_a_bad_archive(tmp_path, monkeypatch, capsys):
     assert (code, err) == (2, f"error: {dest / 'x'}: no space left on device\n")
     (mirror / "x.gz").write_bytes(gzip.compress(b"line\n" * 5000)[:-12])  # cut: no gzip trailer
     monkeypatch.setattr(
-        corpus, "load_manifest", lambda name: {
+        corpus,
+        "load_manifest",
+        lambda name: {
             "files": {"x.gz": hashlib.sha256((mirror / "x.gz").read_bytes()).hexdigest()},
             "url": "http://example.invalid/{file}",
         },
-    )  # fmt: skip
+    )
     (dest / "x").unlink()
     code, err = _fetch_script(capsys, "--dest", str(dest), "--mirror", str(mirror))
     assert code == 2 and err.startswith(f"error: {mirror / 'x.gz'}: cannot decompress x.gz (")
@@ -220,6 +223,14 @@ LOCAL = {
         for lang in ("en", "de")
     },
     "tatoeba-de-en": {"deu-eng.tsv"},
+    "justice-laws-en-fr": {
+        f"{split}.{lang}" for split in ("train", "dev", "test") for lang in ("en", "fr")
+    },
+}
+LINES = {
+    "tatoeba-de-en": ("deu-eng.tsv", 169813),
+    "wmt-news-de-en": ("train.de", 30935),
+    "justice-laws-en-fr": ("train.fr", 425473),
 }
 
 
@@ -251,14 +262,22 @@ def test_local_corpus_fetch_from_mirror_is_verified_and_idempotent(name, tmp_pat
     for file in corpus.load_manifest(name)["files"]:
         text = (dest / file.removesuffix(".gz")).read_bytes()
         assert text == gzip.decompress((mirror / file).read_bytes())
-    if name == "tatoeba-de-en":
-        assert (dest / "deu-eng.tsv").read_bytes().count(b"\n") == 169813
-    else:
-        assert (dest / "train.de").read_bytes().count(b"\n") == 30935
+    file, lines = LINES[name]
+    assert (dest / file).read_bytes().count(b"\n") == lines
     mtimes = {p.name: p.stat().st_mtime_ns for p in dest.iterdir()}
     corpus.fetch(name, dest, mirror=mirror.parent)  # a folder of mirrors, one per corpus
     assert {p.name: p.stat().st_mtime_ns for p in dest.iterdir()} == mtimes
     assert capsys.readouterr().err == f"fetch {name}: {len(mtimes) - 1} files verified in {dest}\n"
+
+
+def test_justice_laws_manifest_names_its_source_alignment_and_licence():
+    m = corpus.load_manifest("justice-laws-en-fr")
+    assert m["languages"] == ["en", "fr"] and m["splits"] == ["train", "dev", "test"]
+    assert "justicecanada/laws-lois-xml at commit d6853c4a" in m["source"]
+    assert "section / subsection / paragraph labels" in m["alignment"]
+    assert "Open Government Licence - Canada" in m["licence"]
+    readme = " ".join((corpus.CORPORA_DIR / "README.md").read_text().split())
+    assert '"Contains information licensed under the Open Government Licence - Canada."' in readme
 
 
 def test_a_corpus_without_public_address_needs_a_mirror(tmp_path, monkeypatch, capsys):
