@@ -263,6 +263,30 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
     return out
 
 
+def data_table(work: Path, corpora: Sequence[str]) -> str:
+    """Each training corpus: lines read and kept, what preprocessing dropped and why, and the
+    longest line in subwords (against max_positions 256: nothing is cut in training either)."""
+    rows = []
+    for corpus in corpora:
+        m = json.loads((work / f"data-{corpus}" / "manifest.json").read_text(encoding="utf-8"))
+        for split in ("train", "valid"):
+            e = m["splits"][split]
+            dropped = {k: v for k, v in e.get("dropped", {}).items() if v}
+            longest = max(e["lengths"][lang]["max"] for lang in (SRC, TGT))
+            rows.append(
+                [
+                    corpus,
+                    split,
+                    f"{e['lines_read']:,}",
+                    f"{e['kept']:,}",
+                    ", ".join(f"{k} {v}" for k, v in dropped.items()) or "none",
+                    str(longest),
+                ]
+            )
+    head = ["corpus", "split", "lines", "kept", "dropped", "longest (subwords)"]
+    return "Data (K=6 joined, K=4 joined, plain):\n\n" + table(head, rows) + "\n"
+
+
 def write_report(
     work: Path, docs: Path, systems: Sequence[tuple[str, str]]
 ) -> list[dict[str, Any]]:
@@ -272,7 +296,9 @@ def write_report(
     if not results:
         print(f"no finished system in {work}")
         return []
-    md = markdown(results)
+    scored = {r["name"] for r in results}
+    used = [c for c in ("k6", "k4", "k1") if any(n in scored and k == c for n, k in systems)]
+    md = data_table(work, used) + "\n" + markdown(results)
     (work / "joined_table.md").write_text(md, encoding="utf-8")
     (work / "joined_results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     print(md)
