@@ -21,14 +21,15 @@ Systems (--systems takes names, `core`, `all` or `extra`):
          training line)
   extra: noattn-seed2, bahdanau-seed2 (a second seed of the K=6 runs)
 
-Training to flat: every system validates every --valid-every updates and trains in chunks of
---chunk updates from --min-steps on (a fixed inverse-square-root schedule, so the budget never
-shapes the curve); after each chunk ending at update S, the curve is flat when the best validation
-BLEU after 0.75 S is less than --margin above the best up to 0.75 S. A system that reaches
---max-steps unflattened is reported as such. Every stage is resumable: a finished system is
-reused, an interrupted one resumes from its last save (`nmt train --resume`, bitwise equal to an
-uninterrupted run), and finished translations are kept. Two systems train at once (--jobs), one
-thread each (--threads)."""
+Training to flat: every system validates every 200 updates (greedy BLEU on the joined val set)
+and trains in chunks of 400 updates from 2,000 on, on its preset's inverse-square-root schedule
+(fixed in updates, so the budget never shapes the curve). After a chunk ending at update S, the
+curve is flat when the best validation BLEU after 0.75 S is less than 0.5 above the best up to
+0.75 S; a system still rising at 16,000 updates is reported as not flat. Every stage is
+resumable: a finished system is reused, an interrupted one resumes from its last save (`nmt train
+--resume`, bitwise equal to an uninterrupted run), finished translations are kept, and SIGTERM
+stops the running systems after a save. Two systems train at once (--jobs), one thread each
+(--threads)."""
 
 from __future__ import annotations
 
@@ -133,7 +134,7 @@ class Settings:
     mirror: Path | None
     threads: int = 1
     valid_every: int = 200
-    chunk: int = 1000
+    chunk: int = 400
     min_steps: int = 2000
     max_steps: int = 16000
     margin: float = 0.5
