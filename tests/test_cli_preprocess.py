@@ -192,3 +192,50 @@ def test_every_command_help(command):
     proc = subprocess.run([str(NMT), command, "--help"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "Usage:" in proc.stdout and command in proc.stdout
+
+
+def test_valid_sample_keeps_a_seeded_sample_in_file_order(tmp_path):
+    import random
+
+    p = _write(tmp_path / "c", GOOD, GUT)
+    v = _write(tmp_path / "v", [f"en {i}" for i in range(1, 51)], [f"de {i}" for i in range(1, 51)])
+    out = tmp_path / "out"
+    r = _run(
+        "--train", str(p), "--valid", str(v), "--valid-sample", "10", "--seed", "3", "-o", str(out)
+    )
+    assert r.exit_code == 0, r.output
+    expect = sorted(random.Random(3).sample(range(1, 51), 10))
+    assert (out / "valid.en.txt").read_text() == "".join(f"en {i}\n" for i in expect)
+    assert (out / "valid.de.txt").read_text() == "".join(f"de {i}\n" for i in expect)
+    entry = json.loads((out / "manifest.json").read_text())["splits"]["valid"]
+    assert entry["sample"] == {"lines": 10, "of": 50, "seed": 3}
+    assert (entry["lines_read"], entry["kept"]) == (50, 10)
+    ids = (out / "valid.en.idx").stat().st_size
+    # a sample as large as the file keeps every line and records no sample
+    r = _run(
+        "--train", str(p), "--valid", str(v), "--valid-sample", "50", "-o", str(out), "--force"
+    )
+    assert r.exit_code == 0, r.output
+    entry = json.loads((out / "manifest.json").read_text())["splits"]["valid"]
+    assert "sample" not in entry and entry["kept"] == 50
+    assert (out / "valid.en.idx").stat().st_size > ids
+    _fails(
+        tmp_path,
+        tmp_path / "o2",
+        "--valid-sample must be >= 0, got -1",
+        "--train",
+        str(p),
+        "--valid",
+        str(v),
+        "--valid-sample",
+        "-1",
+    )
+    _fails(
+        tmp_path,
+        tmp_path / "o2",
+        "--valid-sample samples the --valid files: give --valid",
+        "--train",
+        str(p),
+        "--valid-sample",
+        "5",
+    )

@@ -63,7 +63,15 @@ def preprocess_cmd(
         help="Hold N train pairs out as the test split (no --test); train pairs whose source is "
         "a test source are dropped.",
     ),
-    seed: int = typer.Option(1, "--seed", help="Seed that draws --split-valid/--split-test pairs."),
+    valid_sample: int = typer.Option(
+        0,
+        "--valid-sample",
+        help="Validate on a seeded sample of N --valid lines, kept in file order (a large dev "
+        "set, or one ordered by document); 0: every line.",
+    ),
+    seed: int = typer.Option(
+        1, "--seed", help="Seed that draws --split-valid/--split-test pairs and --valid-sample."
+    ),
     character_coverage: float = typer.Option(
         1.0, "--character-coverage", help="SentencePiece character coverage (0.9995 for CJK)."
     ),
@@ -111,7 +119,7 @@ def preprocess_cmd(
         spm_sample=spm_sample, spm_from=spm_from, extend_vocab=extend_vocab,
         extend_all=extend_all, lowercase=lowercase,
         columns=None if columns is None else parse_columns(columns), split_valid=split_valid,
-        split_test=split_test, seed=seed,
+        split_test=split_test, valid_sample=valid_sample, seed=seed,
     )  # fmt: skip
     with contextlib.ExitStack() as stack:
         progress = None if quiet else step_progress(stack)

@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import itertools
 import multiprocessing
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -185,10 +185,13 @@ def encode_train(
 
 
 def _blocks(
-    paths: tuple[Path, Path], size: int
+    paths: tuple[Path, Path], size: int, keep: Collection[int] | None = None
 ) -> Iterator[tuple[list[int], list[bytes], list[bytes]]]:
-    """Line numbers, source lines and target lines of an aligned pair of files, `size` at a time."""
-    pairs = read_pairs(*paths)
+    """Line numbers, source lines and target lines of an aligned pair of files, `size` at a time
+    (only the lines numbered in `keep`, when given)."""
+    pairs: Iterator[tuple[int, bytes, bytes]] = read_pairs(*paths)
+    if keep is not None:
+        pairs = (p for p in pairs if p[0] in keep)
     while block := list(itertools.islice(pairs, size)):
         nums, src, tgt = zip(*block, strict=True)
         yield list(nums), list(src), list(tgt)
@@ -199,12 +202,15 @@ def _decode_all(raws: Iterable[bytes], nums: list[int], path: Path) -> list[str]
     return [decode_line(r, path, n).rstrip("\r\n") for r, n in zip(raws, nums, strict=True)]
 
 
-def check_eval(paths: tuple[Path, Path], block: int) -> None:
+def check_eval(paths: tuple[Path, Path], block: int) -> int:
     """Raise the input errors encode_eval would (invalid UTF-8, line counts differ) before the
-    long steps run: valid and test files are small, train is not."""
+    long steps run: valid and test files are small, train is not. Returns the line count."""
+    n = 0
     for nums, *sides in _blocks(paths, block):
         for side, raws in enumerate(sides):
             _decode_all(raws, nums, paths[side])
+        n += len(nums)
+    return n
 
 
 def encode_eval(
@@ -217,13 +223,15 @@ def encode_eval(
     threads: int,
     block: int,
     lowercase: bool = False,
+    keep: Collection[int] | None = None,
 ) -> tuple[int, tuple[np.ndarray, np.ndarray]]:
-    """Encode a valid/test split without dropping lines, keeping its raw lines for scoring
-    (lowercased with `lowercase`, so validation BLEU compares like with like)."""
+    """Encode a valid/test split without dropping lines (or only the lines numbered in `keep`,
+    a sample), keeping its raw lines for scoring (lowercased with `lowercase`, so validation
+    BLEU compares like with like)."""
     writers = [SplitWriter(tmp, split, lang, dtype) for lang in langs]
     texts = [open(tmp / f"{split}.{lang}.txt", "w", encoding="utf-8") for lang in langs]
     try:
-        for nums, *sides in _blocks(paths, block):
+        for nums, *sides in _blocks(paths, block, keep):
             for side, raws in enumerate(sides):
                 raw = _decode_all(raws, nums, paths[side])
                 if lowercase:

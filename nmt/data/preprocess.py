@@ -11,6 +11,7 @@ processes over byte ranges of the cleaned files.
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -78,7 +79,8 @@ class PreprocessConfig:
     columns: Sequence[str] | None = None  # a TSV train's column languages (None: source, target)
     split_valid: int = 0  # hold this many train pairs out as valid (instead of a valid file)
     split_test: int = 0  # ... and this many as test, whose sources train then never contains
-    seed: int = 1  # draws the held-out pairs
+    seed: int = 1  # draws the held-out pairs and the valid sample
+    valid_sample: int = 0  # keep a seeded sample of this many valid lines (0: all of them)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tests", tuple(self.tests))
@@ -129,6 +131,10 @@ class PreprocessConfig:
             raise NmtError("--split-valid holds valid out of train: drop it or --valid")
         if self.split_test and self.tests:
             raise NmtError("--split-test holds test out of train: drop it or --test")
+        if self.valid_sample < 0:
+            raise NmtError(f"--valid-sample must be >= 0, got {self.valid_sample}")
+        if self.valid_sample and self.valid is None:
+            raise NmtError("--valid-sample samples the --valid files: give --valid")
 
     @property
     def holdout(self) -> HoldOut:
@@ -220,12 +226,35 @@ def preprocess(
     check_out_dir(out_dir, force)
     if force:
         _check_inputs_outside(out_dir, inputs)
+    sample: ValidSample | None = None
     for split, paths in inputs.items():  # a bad valid/test file fails now, not after train
         if split != "train":
-            check_eval(paths, CHUNK_PAIRS)
+            n = check_eval(paths, CHUNK_PAIRS)
+            if split == "valid" and 0 < cfg.valid_sample < n:
+                sample = ValidSample.draw(n, cfg.valid_sample, cfg.seed)
     with building_dir(out_dir, force) as tmp:  # a full disk or a read-only folder names DATA_DIR
-        manifest = _Run(cfg, tmp, inputs, cfg.threads or usable_cpus(), report, reused).build()
+        run = _Run(cfg, tmp, inputs, cfg.threads or usable_cpus(), report, reused, sample=sample)
+        manifest = run.build()
     return manifest
+
+
+@dataclass(frozen=True)
+class ValidSample:
+    """The valid lines kept by --valid-sample: a seeded draw without replacement, kept in file
+    order, so a dev set ordered by document is validated on all its documents, not its first."""
+
+    lines: frozenset[int]  # 1-based line numbers
+    of: int
+    seed: int
+
+    @classmethod
+    def draw(cls, n: int, k: int, seed: int) -> ValidSample:
+        """k of the lines 1..n, drawn with random.Random(seed)."""
+        return cls(frozenset(random.Random(seed).sample(range(1, n + 1), k)), n, seed)
+
+    def entry(self) -> dict[str, int]:
+        """What the manifest records of the sample."""
+        return {"lines": len(self.lines), "of": self.of, "seed": self.seed}
 
 
 @dataclass
@@ -241,6 +270,7 @@ class _Run:
     extension: dict[str, Any] | None = None  # --extend-vocab: what was appended, per side
     held: Held | None = None  # --split-valid / --split-test: the pairs drawn out of train
     sums: dict[Path, Future[str]] = field(default_factory=dict)  # train's input checksums
+    sample: ValidSample | None = None  # --valid-sample: the valid lines kept
 
     def build(self) -> dict[str, Any]:
         """All steps in order; returns the manifest, also written into `tmp`."""
@@ -384,15 +414,18 @@ class _Run:
         """Step 4: encode a valid/test split line for line, keeping its raw text; its entry."""
         step = f"encode {split}"
         self.report(step, 0, None)
+        sample = self.sample if split == "valid" else None
         n, lengths = encode_eval(
             self.tmp, split, self.cfg.langs, paths, toks, dtype, self.threads, CHUNK_PAIRS,
-            self.cfg.lowercase,
+            self.cfg.lowercase, None if sample is None else sample.lines,
         )  # fmt: skip
         self.report(step, n, n)
         held = self.held is not None and split in self.held.files
         inputs = self.inputs["train"] if held else paths  # what a held-out split was drawn from
         entry = split_entry(self.cfg.langs, inputs, lengths, True, split)
         entry.update(lines_read=n, kept=n, dropped={}, over_limits=over_limits(*lengths))
+        if sample is not None:
+            entry.update(lines_read=sample.of, sample=sample.entry())
         if held:
             entry["held_out_of"] = "train"
         return entry

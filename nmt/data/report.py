@@ -49,9 +49,12 @@ def summary_table(manifest: dict[str, Any]) -> Table:
 
 
 def held_out(split: dict[str, Any]) -> int:
-    """Pairs of a split (train) that went to valid/test: read, neither kept nor dropped."""
+    """Pairs of a split that were read but neither kept nor dropped: train's pairs that went to
+    valid/test, valid's lines left out of its --valid-sample."""
     held = split.get("held_out") or {}
-    return int(held.get("valid", 0)) + int(held.get("test", 0))
+    sample = split.get("sample") or {}
+    unsampled = int(sample["of"]) - int(sample["lines"]) if sample else 0
+    return int(held.get("valid", 0)) + int(held.get("test", 0)) + unsampled
 
 
 def summary_notes(manifest: dict[str, Any]) -> list[str]:
@@ -88,6 +91,11 @@ def summary_notes(manifest: dict[str, Any]) -> list[str]:
                 f"(--seed {held['seed']}); a test source never occurs in {name}"
                 if held["test"]
                 else f"{name}: {held['valid']:,} pairs held out as valid (--seed {held['seed']})"
+            )
+        if sample := s.get("sample"):
+            notes.append(
+                f"{name}: a sample of {sample['lines']:,} of its {sample['of']:,} lines "
+                f"(--valid-sample, --seed {sample['seed']}), in file order"
             )
         if any(s["dropped"].values()):
             reasons = ", ".join(f"{k} {v:,}" for k, v in s["dropped"].items() if v)
