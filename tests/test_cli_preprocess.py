@@ -182,6 +182,13 @@ def _command_names() -> list[str]:
     return sorted(c.name or c.callback.__name__ for c in app.registered_commands)
 
 
+def test_version():
+    import nmt
+
+    r = subprocess.run([str(NMT), "--version"], capture_output=True, text=True)
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"nmt {nmt.__version__}\n", "")
+
+
 def test_entry_point_help():
     proc = subprocess.run([str(NMT), "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "preprocess" in proc.stdout

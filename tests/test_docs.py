@@ -22,7 +22,10 @@ import typer.main
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 DOC_PAGES = sorted((REPO / "docs").rglob("*.md"))
-PROCESS_WORDS = r"[Ss]essions? [0-9]|[Ii]ssues? [0-9]|#1[0-9]\b|lent a GPU|left as is"
+PROCESS_WORDS = (
+    r"[Ss]essions? [0-9]|[Ii]ssues? [0-9]|#1[0-9]\b|lent a GPU|left as is|these machines"
+    r"|[Tt]he seed's|sandbox"
+)
 SEPARATORS = {"|", "||", "&&", ";", "&"}
 OUTPUT_OPTIONS = {"-o", "--output", "--out", "--dest"}
 READ_ROOTS = ("work/", "corpora/")
@@ -185,6 +188,16 @@ def test_no_work_process_words_in_tracked_files():
     assert found.returncode in (0, 1), found.stderr
     hits = found.stdout.splitlines()
     assert not hits, f"{len(hits)} lines about how the work went:\n" + "\n".join(hits)
+
+
+def test_citation_and_changelog_name_the_current_version():
+    """CITATION.cff's version is the package's; CHANGELOG.md has a section for unreleased work."""
+    import nmt
+
+    citation = (REPO / "CITATION.cff").read_text(encoding="utf-8")
+    assert f"\nversion: {nmt.__version__}\n" in citation
+    changelog = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert "\n## Unreleased\n" in changelog and f"\n## {nmt.__version__}\n" in changelog
 
 
 # ---- the commands ------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+import nmt
+
 pytest.importorskip("fastapi")
 import httpx  # noqa: E402
 
@@ -125,6 +127,7 @@ def test_health_info_and_openapi(client):
     assert name.endswith("/model") and name.count("/") == 1
     info = client.get("/info").json()
     assert info["model"] == name and info["languages"] == {"source": "en", "target": "de"}
+    assert info["nmt_version"] == nmt.__version__
     assert info["architecture"]["type"] == "transformer" and info["architecture"]["parameters"] > 0
     assert info["lowercase"] is False  # a cased model: input goes to SentencePiece as it is
     assert info["decoding"]["beam_size"] == 3 and info["limits"]["max_request_lines"] == 5

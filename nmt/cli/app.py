@@ -71,8 +71,21 @@ def usage_error(e: Any) -> int:
     return e.exit_code
 
 
+def show_version(value: bool) -> None:
+    """--version: print `nmt VERSION` and stop."""
+    if value:
+        from nmt import __version__
+
+        print(f"nmt {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(
+    version: bool = typer.Option(
+        False, "--version", callback=show_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     """Neural machine translation: preprocess, train, translate, score."""
     from nmt.runtime import retain_freed_memory
 

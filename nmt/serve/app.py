@@ -221,7 +221,10 @@ def model_info(translator: Any, settings: Settings, budget: int, name: str) -> d
         else:
             meta = read_meta(settings.model_dir)[2]
         languages = {"source": meta.get("src_lang"), "target": meta.get("tgt_lang")}
+    from nmt import __version__
+
     return {
+        "nmt_version": __version__,
         "model": name,
         "model_dir": str(Path(settings.model_dir).resolve()) if settings.model_dir else None,
         "checkpoint": settings.checkpoint,
