@@ -1,4 +1,5 @@
-"""Valid and test splits held out of the one corpus a user has (`--split-valid`, `--split-test`).
+"""Valid and test splits held out of the one corpus a user has (`--split-valid`, `--split-test`),
+and the sample of a valid file kept by `--valid-sample`.
 
 The pairs are drawn by seed among train's usable pairs (valid UTF-8, no empty side), so the same
 corpus and seed give the same splits. Train is read twice more for it, streamed each time: once to
@@ -100,3 +101,32 @@ def hold_out(
             ws.close()
             wt.close()
     return held
+
+
+@dataclass(frozen=True)
+class ValidSample:
+    """The valid lines kept by --valid-sample: a seeded draw without replacement, kept in file
+    order, so a dev set ordered by document is validated on all its documents, not its first."""
+
+    lines: frozenset[int]  # 1-based line numbers
+    of: int
+    seed: int
+
+    @staticmethod
+    def check(k: int, has_valid: bool) -> None:
+        """Refuse a negative --valid-sample, and one without --valid files to sample."""
+        if k < 0:
+            raise NmtError(f"--valid-sample must be >= 0, got {k}")
+        if k and not has_valid:
+            raise NmtError("--valid-sample samples the --valid files: give --valid")
+
+    @classmethod
+    def draw(cls, n: int, k: int, seed: int) -> ValidSample | None:
+        """k of the lines 1..n, drawn with random.Random(seed); None when k is 0 or keeps all."""
+        if not 0 < k < n:
+            return None
+        return cls(frozenset(random.Random(seed).sample(range(1, n + 1), k)), n, seed)
+
+    def entry(self) -> dict[str, int]:
+        """What the manifest records of the sample."""
+        return {"lines": len(self.lines), "of": self.of, "seed": self.seed}

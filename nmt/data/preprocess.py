@@ -11,7 +11,6 @@ processes over byte ranges of the cleaned files.
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,7 +34,7 @@ from nmt.data.cleaning import (
 from nmt.data.corpus import sha256_file
 from nmt.data.dataset import FORMAT, MANIFEST
 from nmt.data.encoding import ChunkJob, check_eval, encode_eval, encode_train
-from nmt.data.holdout import Held, HoldOut, hold_out
+from nmt.data.holdout import Held, HoldOut, ValidSample, hold_out
 from nmt.data.split_entry import over_limits, split_entry
 from nmt.data.spm_source import SpmSource, spm_source
 from nmt.data.tsv import column_order, is_tsv, train_pairs
@@ -131,10 +130,7 @@ class PreprocessConfig:
             raise NmtError("--split-valid holds valid out of train: drop it or --valid")
         if self.split_test and self.tests:
             raise NmtError("--split-test holds test out of train: drop it or --test")
-        if self.valid_sample < 0:
-            raise NmtError(f"--valid-sample must be >= 0, got {self.valid_sample}")
-        if self.valid_sample and self.valid is None:
-            raise NmtError("--valid-sample samples the --valid files: give --valid")
+        ValidSample.check(self.valid_sample, self.valid is not None)
 
     @property
     def holdout(self) -> HoldOut:
@@ -226,35 +222,14 @@ def preprocess(
     check_out_dir(out_dir, force)
     if force:
         _check_inputs_outside(out_dir, inputs)
-    sample: ValidSample | None = None
-    for split, paths in inputs.items():  # a bad valid/test file fails now, not after train
-        if split != "train":
-            n = check_eval(paths, CHUNK_PAIRS)
-            if split == "valid" and 0 < cfg.valid_sample < n:
-                sample = ValidSample.draw(n, cfg.valid_sample, cfg.seed)
+    # a bad valid/test file fails now, not after train
+    lines = {
+        split: check_eval(paths, CHUNK_PAIRS) for split, paths in inputs.items() if split != "train"
+    }
+    sample = ValidSample.draw(lines.get("valid", 0), cfg.valid_sample, cfg.seed)
     with building_dir(out_dir, force) as tmp:  # a full disk or a read-only folder names DATA_DIR
         run = _Run(cfg, tmp, inputs, cfg.threads or usable_cpus(), report, reused, sample=sample)
-        manifest = run.build()
-    return manifest
-
-
-@dataclass(frozen=True)
-class ValidSample:
-    """The valid lines kept by --valid-sample: a seeded draw without replacement, kept in file
-    order, so a dev set ordered by document is validated on all its documents, not its first."""
-
-    lines: frozenset[int]  # 1-based line numbers
-    of: int
-    seed: int
-
-    @classmethod
-    def draw(cls, n: int, k: int, seed: int) -> ValidSample:
-        """k of the lines 1..n, drawn with random.Random(seed)."""
-        return cls(frozenset(random.Random(seed).sample(range(1, n + 1), k)), n, seed)
-
-    def entry(self) -> dict[str, int]:
-        """What the manifest records of the sample."""
-        return {"lines": len(self.lines), "of": self.of, "seed": self.seed}
+        return run.build()
 
 
 @dataclass
