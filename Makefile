@@ -12,7 +12,7 @@ SRC ?= en
 TGT ?= de
 export NMT_CORPUS_MIRROR ?= $(abspath $(MIRROR))
 
-.PHONY: venv test demo lint bench fetch clean browser
+.PHONY: venv test test-fast demo lint bench fetch clean browser
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ browser:
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+# The tests not marked slow (no browser, torchrun, venv installs or multi-minute training): under a minute.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check nmt scripts tests

@@ -272,6 +272,7 @@ def test_translator_attention_kinds_have_the_right_shapes_and_pieces(model_dirs)
         tr.attention(SENTENCE, kind="x")
 
 
+@pytest.mark.slow
 def test_cli_attention_kind_self_and_decoder_write_pngs(model_dirs, tmp_path):
     from test_translate import png_size, run_cli
 
@@ -298,6 +299,7 @@ def test_cli_attention_kind_self_and_decoder_write_pngs(model_dirs, tmp_path):
     assert r.exit_code == 2 and "layer 1 is out of range: the model has 1 layers" in r.output
 
 
+@pytest.mark.slow
 def test_cli_attention_kinds_a_seq2seq_model_lacks_are_one_line(model_dirs, tmp_path):
     from test_translate import run_cli
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "bench_length.py"
 
@@ -32,6 +34,7 @@ def _module():
     return module
 
 
+@pytest.mark.slow
 def test_quick_run_times_every_model_at_every_length(tmp_path):
     out, png = tmp_path / "len.json", tmp_path / "len.png"
     proc = _bench(
@@ -99,6 +102,7 @@ def test_ratios_are_each_transformer_over_the_first_rnn_at_the_same_length():
     assert lines[-1].split() == ["tf", "/", "rnn", "fp32", "10", "3.00x", "0.50x"]
 
 
+@pytest.mark.slow
 def test_bad_lengths_are_one_line_errors():
     proc = _bench("--lengths", "10,x")
     assert (proc.returncode, proc.stderr) == (

@@ -68,6 +68,7 @@ def test_counts_read_as_people_write_them(gen):
             gen.parse_count(bad)
 
 
+@pytest.mark.slow
 def test_the_corpus_is_the_same_bytes_for_a_seed_and_other_bytes_for_another(
     gen, wmt, corpus20k, tmp_path
 ):
@@ -113,6 +114,7 @@ def test_without_noise_every_pair_is_a_real_pair(gen, wmt, tmp_path):
     assert len(pairs) == 2_000 and all(pair in real for pair in pairs)
 
 
+@pytest.mark.slow
 def test_gzip_holds_the_same_text_and_is_deterministic(gen, wmt, tmp_path):
     plain = gen.write_corpus(tmp_path / "p", 1_000, seed=5, corpus=wmt)
     gz = gen.write_corpus(tmp_path / "g", 1_000, seed=5, compress=True, corpus=wmt)
@@ -180,6 +182,7 @@ def test_the_slope_is_least_squares_in_mb_per_million_pairs_and_targets_name_the
     ]
 
 
+@pytest.mark.slow
 def test_quick_run_measures_every_size(wmt, tmp_path):
     out = tmp_path / "scale.json"
     cmd = [sys.executable, str(REPO / "scripts/bench_scale.py"), "--quick", "--work"]

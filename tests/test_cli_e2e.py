@@ -39,6 +39,7 @@ def corpus(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_preprocess_train_average_translate_score(corpus, tmp_path):
     data, model = tmp_path / "data", tmp_path / "model"
     _nmt(

@@ -85,6 +85,7 @@ def test_truncated_gzip_input_names_the_file(tmp_path):
     assert r.stderr.count("\n") == 1 and not out.exists()
 
 
+@pytest.mark.slow
 def test_disk_full_names_the_output(model_dir, tmp_path, monkeypatch):
     src = tmp_path / "in.txt"
     src.write_text("a man .\n")
@@ -126,6 +127,7 @@ def nmt_closed(redirect: str, *args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_or_stdin_is_one_line_and_output_files_still_work(model_dir, tmp_path):
     # A closed stdout made sys.stdout None: translating to it failed after the work was done, and
     # the quick exit's flush turned even a successful run into a traceback with exit 1.

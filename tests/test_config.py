@@ -157,6 +157,7 @@ def test_scientific_notation_without_a_dot_is_a_number(tmp_path):
         ("transformer-tiny", "training.lr=0", "error: --set: training.lr: must be > 0, got 0.0\n"),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_cli_reports_a_bad_key_in_one_line(tmp_path, preset, override, stderr):
     proc = subprocess.run(
         [sys.executable, "-m", "nmt", "train", "--data", str(tmp_path), "-o", str(tmp_path / "m"),

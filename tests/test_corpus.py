@@ -255,6 +255,7 @@ def test_local_corpus_manifest_matches_the_mirrors_checksums(name):
 
 
 @pytest.mark.parametrize("name", sorted(LOCAL))
+@pytest.mark.slow
 def test_local_corpus_fetch_from_mirror_is_verified_and_idempotent(name, tmp_path, capsys):
     mirror = _mirror_of(name)
     dest = corpus.fetch(name, tmp_path / name, mirror=mirror, quiet=True)

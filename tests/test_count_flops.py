@@ -20,6 +20,7 @@ def load_script():
 
 
 @pytest.mark.parametrize("preset", ["transformer-tiny", "seq2seq-tiny"])
+@pytest.mark.slow
 def test_meta_count_equals_real_count(tmp_path, preset):
     data = make_copy_data(tmp_path, 300, 20)
     script = load_script()

@@ -161,6 +161,7 @@ def _rss_file_kb() -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="Linux /proc only")
+@pytest.mark.slow
 def test_random_reads_do_not_grow_resident_memory(tmp_path):
     """Training reads random sentences all run long; a memory map would keep every page it
     touched resident and counted in RSS (here nearly all 27 MB of the two files)."""

@@ -192,6 +192,7 @@ def test_cli_ensemble_lines_and_refusals(dirs, tmp_path):
     assert res.exit_code == 0 and '"score"' in res.stdout
 
 
+@pytest.mark.slow
 def test_serve_an_ensemble(dirs):
     """`nmt serve -m A -m B` as a real process: /info names the members, /translate answers with
     the ensemble's translations (those of `nmt translate` with the same two models)."""

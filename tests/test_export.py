@@ -31,6 +31,8 @@ from nmt.decode.rescore import rescore  # noqa: E402
 from nmt.decode.translator import Translator  # noqa: E402
 from nmt.export.ctranslate2 import export_ctranslate2  # noqa: E402
 
+pytestmark = pytest.mark.slow  # each test exports and loads CTranslate2 models
+
 WORDS = "a man in blue shirt is riding his bike down the street two dogs play snow".split()
 WORDS += "eine frau mit roten hut sitzt auf der bank zwei kinder spielen im park".split()
 
@@ -145,6 +147,7 @@ def _same_tokens(a: list, b: list) -> int:
 TEST_LINES = sentences(200, seed=7)
 
 
+@pytest.mark.slow
 def test_greedy_is_token_identical(exported):
     ours, theirs, _, _ = exported
     a = ours.translate(TEST_LINES, greedy=True)
@@ -261,6 +264,7 @@ def model_dir(tmp_path_factory) -> Path:
     return build_model_dir(tmp_path_factory.mktemp("one"), VARIANTS["pre-tied-sin-relu"])
 
 
+@pytest.mark.slow
 def test_int8_loads_and_translates(model_dir, tmp_path):
     """int8 weights are a quarter of the size; a d=32 toy model loses too much to compare tokens."""
     f32 = export_ctranslate2(model_dir, tmp_path / "f32", quiet=True)

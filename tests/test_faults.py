@@ -147,6 +147,7 @@ def test_a_full_disk_names_the_weights(small_disk):
     assert list(disk.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_training_onto_a_full_disk_is_one_line_and_leaves_no_temporaries(little_data, small_disk):
     model_dir = small_disk("1m") / "m"  # room for config and SentencePiece, not the checkpoints
     cmd = [sys.executable, "-m", "nmt", "train", "-d", str(little_data), "-o", str(model_dir)]

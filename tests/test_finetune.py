@@ -128,6 +128,7 @@ def test_init_from_starts_from_the_models_weights_with_a_fresh_run(base, new_dat
     }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_fine_tuning_learns_the_new_task_and_resumes_bitwise(base, new_data, tmp_path):
     _, model = base
     full, cut = tmp_path / "full", tmp_path / "cut"
@@ -259,6 +260,7 @@ def test_init_from_without_a_config_takes_the_models_own(base, tmp_path):
                              {**flags, "init_from": str(tmp_path / "nowhere")})  # fmt: skip
 
 
+@pytest.mark.slow
 def test_cli_fine_tunes_and_translates(base, tmp_path):
     _, model = base
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

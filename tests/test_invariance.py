@@ -34,6 +34,7 @@ def translator(model_dir) -> Translator:
 
 
 @pytest.mark.parametrize("beam", [1, 5])
+@pytest.mark.slow
 def test_alone_equals_batched_at_the_defaults(translator, beam):
     lines = synthetic_lines(120, seed=11)
     report = check(translator, lines, beam_size=beam, batch_tokens=2048)
@@ -42,6 +43,7 @@ def test_alone_equals_batched_at_the_defaults(translator, beam):
 
 
 @pytest.mark.filterwarnings("ignore:this CPU has no native bf16")
+@pytest.mark.slow
 def test_the_check_runs_on_explicit_bf16(model_dir, monkeypatch):
     """bf16 may translate a line differently in a batch (no difference is asserted either way);
     the check counts every line once and reports each difference with both scores."""
@@ -57,6 +59,7 @@ def test_the_check_runs_on_explicit_bf16(model_dir, monkeypatch):
         assert d.score_alone == d.score_alone and d.score_batched == d.score_batched  # not NaN
 
 
+@pytest.mark.slow
 def test_cli_output_does_not_depend_on_batching(model_dir, tmp_path, monkeypatch):
     """`nmt translate` at the defaults: the same output byte for byte for a file or a pipe, one
     line at a time, tiny batches, several workers or small chunks."""

@@ -272,6 +272,7 @@ def test_tied_embeddings_are_one_tensor(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.slow
 def test_overfits_a_small_batch(arch):
     torch.manual_seed(0)
     cfg = model_config(**{**TINY[arch], "dropout": 0.0})

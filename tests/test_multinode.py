@@ -100,6 +100,7 @@ def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(str(model_dir / "checkpoints" / "last.safetensors"))
 
 
+@pytest.mark.slow
 def test_two_nodes_train_what_nproc_2_trains_bitwise(data_dir, tmp_path):
     ref, node0, node1 = tmp_path / "ref", tmp_path / "node0", tmp_path / "node1"
     port = _free_port()
@@ -142,6 +143,7 @@ def test_two_nodes_train_what_nproc_2_trains_bitwise(data_dir, tmp_path):
     [(signal.SIGKILL, (0, 10)), (signal.SIGSTOP, (8, 25))],  # killed: at once; hung: the timeout
     ids=["killed", "hung"],
 )
+@pytest.mark.slow
 def test_a_dead_node_ends_the_run_with_one_line_and_resume_continues(
     data_dir, tmp_path, how, limit
 ):

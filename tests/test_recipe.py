@@ -106,6 +106,7 @@ def test_an_average_needs_its_step_checkpoints_kept_and_one_rule(overrides, mess
     assert str(e.value) == message
 
 
+@pytest.mark.slow
 def test_average_best_averages_the_best_on_validation_not_the_newest(data, tmp_path, monkeypatch):
     # Validation BLEU made to fall, validation after validation: the three best are the oldest.
     import dataclasses
@@ -218,6 +219,7 @@ def test_early_stopping_on_bleu_stops_a_run_that_no_longer_improves(data, tmp_pa
     assert _events(tmp_path / "m", "averaged")[0]["steps"] == [4, 6]
 
 
+@pytest.mark.slow
 def test_out_of_patience_with_a_cooldown_anneals_before_stopping(data, tmp_path, monkeypatch):
     # BLEU never changes (lr 1e-30 leaves the weights as they are): patience runs out at step 6,
     # 15% of the 40-step budget, so the rate falls linearly over the next 50% (to 65%, step 26)

@@ -101,6 +101,7 @@ def _nmt(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_cli_writes_one_score_per_pair(dirs, tmp_path):
     src, tgt, out = tmp_path / "s.en", tmp_path / "t.de", tmp_path / "scores.txt"
     src.write_text("\n".join(synthetic_lines(9, seed=7)) + "\n\n", encoding="utf-8")
@@ -139,6 +140,7 @@ def test_cli_writes_one_score_per_pair(dirs, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_cli_stops_quietly_when_the_reader_goes_away(dirs, tmp_path):
     """A reader gone before the scores come (`| head` done early): exit 141, nothing on stderr."""
     src, tgt = tmp_path / "s.en", tmp_path / "t.de"

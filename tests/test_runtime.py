@@ -52,6 +52,7 @@ def test_cpu_flags_read_the_flags_line(tmp_path):
     assert cpu_flags(str(tmp_path / "missing")) == frozenset()
 
 
+@pytest.mark.slow
 def test_nmt_train_sizes_the_caches_before_torch_loads(tmp_path):
     # A real `nmt train` process (it fails on the missing data directory right after): the spy
     # records whether torch was already loaded when the caches were set.
@@ -79,6 +80,7 @@ print({{k: os.environ.get(k) for k in {KERNEL_CACHE_VARIABLES!r}}})
     assert "data directory not found" in out.stderr
 
 
+@pytest.mark.slow
 def test_the_cache_capacity_is_read_at_the_first_kernel_not_at_import():
     # Why trainer.train() can still set it: oneDNN reads the variable when it builds its first
     # kernel. Capacity 0 set after `import torch` turns the second product's cache hit into a miss.

@@ -139,6 +139,7 @@ def test_samples_do_not_depend_on_batching_or_other_lines():
     assert any(a[0].tokens != b[0].tokens for a, b in zip(other, whole, strict=True))
 
 
+@pytest.mark.slow
 def test_translator_samples_are_the_same_whatever_the_batches(tiny_model_dir):
     tr = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
     lines = synthetic_lines(40, seed=5)
@@ -170,6 +171,7 @@ def test_translator_samples_are_the_same_whatever_the_batches(tiny_model_dir):
             Sampling(**bad)
 
 
+@pytest.mark.slow
 def test_cli_sampling_writes_n_lines_per_input_and_refuses_stray_options(tiny_model_dir, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(synthetic_lines(6, seed=9)) + "\n\n", encoding="utf-8")

@@ -561,6 +561,7 @@ def server(served) -> str:
     return served[1]
 
 
+@pytest.mark.slow
 def test_server_answers_as_nmt_translate_jsonl(server, model_dir, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(LINES) + "\n")

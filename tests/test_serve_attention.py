@@ -59,6 +59,7 @@ def assert_distributions(weights: list[list[float]]) -> None:
         assert min(row) >= 0 and sum(row) == pytest.approx(1, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_decoder_attention_is_square_causal_and_labelled_by_its_inputs(server):
     got = attention(server, text=SOURCE, target=TARGET, kind="decoder")
     cross = attention(server, text=SOURCE, target=TARGET)
@@ -142,6 +143,7 @@ def test_bad_requests_get_one_line(server):
     assert httpx.get(server + "/info").json()["attention_kinds"] == ["cross", "self", "decoder"]
 
 
+@pytest.mark.slow
 def test_seq2seq_has_cross_attention_only(dirs):
     proc, url = start_server(dirs["seq2seq"])
     try:

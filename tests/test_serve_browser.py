@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a real Chromium
 pytest.importorskip("fastapi")
 selenium = pytest.importorskip("selenium")
 import httpx  # noqa: E402

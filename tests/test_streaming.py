@@ -35,6 +35,7 @@ def writer(fd: int, *chunks: bytes, pause: float = 0.0) -> threading.Thread:
     return thread
 
 
+@pytest.mark.slow
 def test_pipe_answers_each_line_before_the_next(model_dir):
     """A program writing one line and waiting for its translation is answered, without flags."""
     proc, answers = start_translate("-m", str(model_dir))  # no --buffer-size

@@ -70,6 +70,7 @@ def test_translate_an_export_without_torch(export, options):
     assert not torch_modules(modules)
 
 
+@pytest.mark.slow
 def test_the_check_sees_torch_where_it_is_used(model_dir):
     """A model directory decodes with PyTorch: the same check finds torch there."""
     _, modules = run_nmt(["translate", "-m", str(model_dir), "--device", "cpu"], stdin="a man\n")

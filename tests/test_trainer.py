@@ -76,6 +76,7 @@ def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(str(model_dir / "checkpoints" / "last.safetensors"))
 
 
+@pytest.mark.slow
 def test_resume_equals_uninterrupted_run_bitwise(copy_data, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     s_full = train(_tiny("training.max_steps=30"), copy_data, full, "cpu", quiet=True, threads=1)
@@ -264,6 +265,7 @@ def _cli(*args: str, **kw) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_sigint_saves_last_and_resume_continues(copy_data, tmp_path):
     out = tmp_path / "m"
     args = ["train", "--preset", "transformer-tiny", "--data", str(copy_data), "-o", str(out)]
@@ -289,6 +291,7 @@ def test_sigint_saves_last_and_resume_continues(copy_data, tmp_path):
     assert load_state(out / "checkpoints" / "last.state.pt")["train_state"]["step"] == step + 2
 
 
+@pytest.mark.slow
 def test_ddp_two_cpu_processes_write_one_model_dir(copy_data, tmp_path):
     out = tmp_path / "m"
     proc = _cli(
@@ -308,6 +311,7 @@ def test_ddp_two_cpu_processes_write_one_model_dir(copy_data, tmp_path):
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_ddp_processes_share_the_cooldown_that_rank_0_starts(copy_data, tmp_path):
     # Only rank 0 validates, so only it runs out of patience (step 6 of 40, lr 1e-30: BLEU never
     # changes); the cooldown it starts must reach rank 1 too, and both stop at step 26.
@@ -325,6 +329,7 @@ def test_ddp_processes_share_the_cooldown_that_rank_0_starts(copy_data, tmp_path
     assert st["train_state"]["step"] == 26 and st["train_state"]["cooldown_end"] == 0.65
 
 
+@pytest.mark.slow
 def test_ddp_resume_equals_an_uninterrupted_run_bitwise(copy_data, tmp_path):
     # Rank 1's dropout stream is saved with rank 0's state and restored on resume.
     def ddp(out: Path, steps: int, *extra: str) -> None:
@@ -345,6 +350,7 @@ def test_ddp_resume_equals_an_uninterrupted_run_bitwise(copy_data, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_ddp_processes_skip_an_update_together(copy_data, tmp_path):
     # Rank 1 alone sees a non-finite loss at step 2 (a constant NaN: its gradients stay finite,
     # so nothing else flags the step). Both replicas must skip it, or they drift apart (and
@@ -382,6 +388,7 @@ def test_ddp_processes_skip_an_update_together(copy_data, tmp_path):
     assert {float(v["step"]) for v in adam.values()} == {3.0}
 
 
+@pytest.mark.slow
 def test_tiny_transformer_learns_to_copy(copy_data, tmp_path):
     cfg = load_config(
         preset="transformer-tiny",
@@ -555,6 +562,7 @@ def test_validation_decodes_in_the_precision_translate_would_use(
     assert rss and min(rss) > 0 and end["peak_rss_mb"] >= max(rss) - 8
 
 
+@pytest.mark.slow
 def test_subword_sampling_trains_new_segmentations_and_resumes_bitwise(copy_data, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     sampled = ("training.subword_alpha=0.2",)
@@ -571,6 +579,7 @@ def test_subword_sampling_trains_new_segmentations_and_resumes_bitwise(copy_data
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_weight_average_is_what_checkpoints_hold_and_resumes_bitwise(copy_data, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     ema = ("training.ema_decay=0.9", "training.valid_every=10")

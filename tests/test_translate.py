@@ -134,6 +134,7 @@ line_st = st.one_of(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(lines=st.lists(line_st, min_size=0, max_size=12), beam=st.sampled_from([1, 2]))
+@pytest.mark.slow
 def test_one_result_per_line_in_order(echo, lines, beam):
     warned = []
     out = echo.translate(lines, beam_size=beam, batch_tokens=40, on_warning=warned.append)
@@ -232,6 +233,7 @@ def test_greedy_without_scores_same_text_nan_scores(tiny_model_dir, tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_worker_threads_same_output_in_order_and_threads_restored(tiny_model_dir):
     """Batches decoded on two worker threads: the same translations and scores in input order,
     progress for every line, and the caller's intra-op thread count back afterwards."""
@@ -259,6 +261,7 @@ def test_worker_threads_same_output_in_order_and_threads_restored(tiny_model_dir
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
+@pytest.mark.slow
 def test_worker_processes_same_output_attention_and_sampling(tiny_model_dir):
     """Batches decoded on two forked processes (the Linux default): the same translations,
     scores, attention and samples as one process, progress for every line, and the processes
@@ -335,6 +338,7 @@ def test_a_worker_process_that_dies_while_starting_is_one_error(monkeypatch):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
+@pytest.mark.slow
 def test_a_worker_process_that_dies_is_one_error(tiny_model_dir):
     two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2)
 
@@ -523,6 +527,7 @@ def start_translate(*args: str) -> tuple[subprocess.Popen, queue.Queue[bytes]]:
     return proc, lines
 
 
+@pytest.mark.slow
 def test_cli_streams_stdin_line_by_line(tiny_model_dir):
     """A subprocess gets each translation back before it sends the next line."""
     proc, lines = start_translate("-m", str(tiny_model_dir), "--buffer-size", "1")
@@ -545,6 +550,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.slow
 def test_cli_attention_png(tiny_model_dir, tmp_path):
     from nmt.plots.attention import DPI, figure_size
 

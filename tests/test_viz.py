@@ -167,6 +167,7 @@ def test_a_failed_plot_leaves_the_old_file(tmp_path):
     assert out.read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.slow
 def test_self_attention_kinds_label_their_axes(tmp_path):
     """`kind` self / decoder: a square map of one sequence, the same size as cross attention
     of the same pieces, its axes and colour bar named after the kind (in an SVG's text)."""
