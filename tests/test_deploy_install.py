@@ -1,4 +1,4 @@
-"""A deploy-only install: `pip install 'nmt[ct2]'` into a fresh virtual environment, without
+"""A deploy-only install: `pip install '.[ct2]'` into a fresh virtual environment, without
 PyTorch or matplotlib, preprocesses a corpus and translates with an `nmt export` exactly as the
 full install does, and a command that needs PyTorch says so in one line.
 
@@ -30,7 +30,7 @@ OFFLINE = (
 )  # fmt: skip
 LINES = "a man in a blue shirt .\n\ntwo dogs play in the snow\neine frau sitzt auf der bank\n"
 TRAIN_ERROR = (
-    "error: nmt train needs PyTorch, which is not installed: pip install 'nmt[torch]' "
+    "error: nmt train needs PyTorch, which is not installed: pip install -e '.[torch]' in nmt's source folder "
     "(an export from nmt export translates without it)\n"
 )
 # run by the deploy venv's python: where nmt comes from, its package data, what is missing
@@ -57,7 +57,7 @@ def copy_sources(dest: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def deploy_venv(tmp_path_factory) -> Path:
-    """A fresh venv holding `nmt[ct2]` and its dependencies alone."""
+    """A fresh venv holding nmt with its `ct2` extra and its dependencies alone."""
     root = tmp_path_factory.mktemp("deploy")
     src = copy_sources(root / "src")
     venv = root / "venv"

@@ -364,7 +364,10 @@ def test_missing_ctranslate2_is_a_one_line_error(model_dir, tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import fails as if not installed
     with pytest.raises(NmtError) as err:
         export_ctranslate2(model_dir, tmp_path / "o")
-    assert str(err.value) == "ctranslate2 is not installed: pip install 'nmt[ct2]'"
+    assert (
+        str(err.value)
+        == "ctranslate2 is not installed: pip install -e '.[ct2]' in nmt's source folder"
+    )
     with pytest.raises(NmtError, match="ctranslate2 is not installed"):
         require_ctranslate2()
 

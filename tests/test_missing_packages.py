@@ -30,7 +30,7 @@ from nmt.cli.app import run
 run()
 """
 NO_TORCH = (
-    "error: nmt {} needs PyTorch, which is not installed: pip install 'nmt[torch]' "
+    "error: nmt {} needs PyTorch, which is not installed: pip install -e '.[torch]' in nmt's source folder "
     "(an export from nmt export translates without it)\n"
 )
 
@@ -69,7 +69,7 @@ def test_serve_a_model_directory_without_torch_fails_before_listening(model_dir)
 
 def test_serve_without_fastapi(model_dir):
     r = nmt_without("fastapi", "serve", "-m", str(model_dir), "--port", "0", "--quiet")
-    line = "error: nmt serve needs fastapi, which is not installed: pip install 'nmt[serve]'\n"
+    line = "error: nmt serve needs fastapi, which is not installed: pip install -e '.[serve]' in nmt's source folder\n"
     assert (r.returncode, r.stderr) == (1, line)
 
 
@@ -79,7 +79,7 @@ def test_plot_without_matplotlib(tmp_path):
     event = {"event": "train", "step": 1, "epoch": 1, "elapsed": 6.0, "loss": 3.0}
     (run / "metrics.jsonl").write_text(json.dumps(event) + "\n")
     r = nmt_without("matplotlib", "plot", str(run), "--y", "loss", "-o", str(tmp_path / "c.png"))
-    line = "error: plots need matplotlib, which is not installed: pip install 'nmt[torch]'\n"
+    line = "error: plots need matplotlib, which is not installed: pip install -e '.[torch]' in nmt's source folder\n"
     assert (r.returncode, r.stderr) == (1, line)
     assert not (tmp_path / "c.png").exists()
     r = nmt_without("matplotlib", "plot", str(run), "--y", "loss", "--json")  # no figure: fine

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import typer
 from typer.exceptions import TyperException
 
-from nmt.errors import NmtError
+from nmt.errors import NmtError, install_hint
 from nmt.textio import DISK_FULL
 
 DEBUG_HINT = "(rerun with NMT_DEBUG=1 for the traceback)"
@@ -78,7 +78,7 @@ def missing_package(e: ModuleNotFoundError, command: str) -> str | None:
         return None
     needs, extra, note = OPTIONAL[e.name]
     needs = needs.format(command=command)
-    return f"{needs}, which is not installed: pip install 'nmt[{extra}]'{note}"
+    return f"{needs}, which is not installed: {install_hint(extra)}{note}"
 
 
 def _warning_line(message: Warning | str, *_: Any, **__: Any) -> None:

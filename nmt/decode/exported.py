@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nmt.errors import NmtError
+from nmt.errors import NmtError, install_hint
 
 EXPORT_MANIFEST = "nmt-export.json"
 PAD_PIECE = "<blank>"  # CTranslate2's name for padding; our id 0
@@ -18,7 +18,7 @@ def require_ctranslate2() -> Any:
     try:
         import ctranslate2
     except ImportError:
-        raise NmtError("ctranslate2 is not installed: pip install 'nmt[ct2]'") from None
+        raise NmtError(f"ctranslate2 is not installed: {install_hint('ct2')}") from None
     return ctranslate2
 
 

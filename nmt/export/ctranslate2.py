@@ -8,7 +8,7 @@ The conversion is CTranslate2's documented route: a `Converter` whose `_load` fi
 `TransformerSpec`. Token ids are kept: the vocabularies are the SentencePiece pieces in id order,
 id 0 named `<blank>` (CTranslate2's padding), `<unk>`, `<s>`, `</s>` at ids 1, 2, 3. We pass our
 own position table, layer-norm epsilon and sqrt(d) embedding scaling, so the exported model
-computes what ours does. `ctranslate2` is imported only when an export runs (`nmt[ct2]`).
+computes what ours does. `ctranslate2` is imported only when an export runs (the `ct2` extra).
 """
 
 from __future__ import annotations
