@@ -8,6 +8,7 @@ import subprocess
 import sys
 import typing
 from importlib import resources
+from pathlib import Path
 
 import pytest
 import yaml
@@ -451,3 +452,28 @@ def test_seq2seq_keys_without_a_type_are_refused(tmp_path):
         load_config(path)
     path.write_text("model: {type: seq2seq, rnn_type: gru, hidden_size: 256}\n")
     assert load_config(path).model.type == "seq2seq"
+
+
+def test_config_reference_is_current_and_every_key_has_a_meaning():
+    """docs/config.md is generated from the schema: a new or changed key must regenerate it."""
+    import dataclasses
+
+    from nmt.config.reference import reference_markdown
+    from nmt.config.schema import MODEL_CONFIGS, DecodingConfig, TrainingConfig
+
+    for cls in (*MODEL_CONFIGS.values(), TrainingConfig, DecodingConfig):
+        for f in dataclasses.fields(cls):  # model.type: documented once, for every architecture
+            assert f.metadata.get("doc") or f.name == "type", f"{cls.__name__}.{f.name} has no doc"
+    page = Path(__file__).resolve().parent.parent / "docs" / "config.md"
+    assert page.read_text(encoding="utf-8") == reference_markdown(), (
+        "docs/config.md is stale: python -m nmt.config.reference > docs/config.md"
+    )
+
+
+def test_every_key_a_preset_sets_has_a_comment():
+    """Presets comment each key they set (the reference holds the keys they leave out)."""
+    presets = Path(__file__).resolve().parent.parent / "nmt" / "presets"
+    for preset in sorted(presets.glob("*.yaml")):
+        for n, line in enumerate(preset.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip() and not line.lstrip().startswith("#"):
+                assert " # " in line or line.rstrip().endswith(":"), f"{preset.name}:{n}: {line}"

@@ -60,7 +60,7 @@ StopOpt = Annotated[
         "--stop",
         help="Beam stopping rule: early (a sentence ends when its best live hypothesis, ended "
         "at the next step, could not win) or exact (no live hypothesis can still win under the "
-        "length penalty; 15-25% slower). Default: model config, early.",
+        "length penalty; slower, docs/benchmarks.md). Default: model config, early.",
     ),
 ]
 NbestOpt = Annotated[

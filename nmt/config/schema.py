@@ -50,40 +50,54 @@ class Range:
         return str(self) if finite else f"a finite number {self}"
 
 
-def choice(default: str, *choices: str) -> Any:
-    """A string field restricted to `choices` (checked on load)."""
-    return field(default=default, metadata={"choices": (default, *choices)})
+def choice(default: str, *choices: str, doc: str) -> Any:
+    """A string field restricted to `choices` (checked on load); `doc` is its one-line meaning
+    in the configuration reference (docs/config.md), as for every helper below."""
+    return field(default=default, metadata={"choices": (default, *choices), "doc": doc})
 
 
-def num(default: Any, lo: float, hi: float | None = None, *, lo_open: bool = False) -> Any:
+def num(
+    default: Any, lo: float, hi: float | None = None, *, lo_open: bool = False, doc: str
+) -> Any:
     """A numeric field in [lo, hi] (`lo_open`: lo excluded), checked on load and on --set."""
-    return field(default=default, metadata={"range": Range(lo, hi, lo_open=lo_open)})
+    return field(default=default, metadata={"range": Range(lo, hi, lo_open=lo_open), "doc": doc})
 
 
 UNIT = Range(0, 1, hi_open=True)  # probabilities that must leave something: [0, 1)
 
 
-def prob(default: float) -> Any:
+def prob(default: float, *, doc: str) -> Any:
     """A probability-like float field in [0, 1)."""
-    return field(default=default, metadata={"range": UNIT})
+    return field(default=default, metadata={"range": UNIT, "doc": doc})
 
 
-def duration(default: str) -> Any:
+def duration(default: str, *, doc: str) -> Any:
     """A duration field ("25m", "1h30m"; a bare number is seconds; "" or 0: none), parsed by
     Config.check; unlike other text fields it takes a number as well."""
-    return field(default=default, metadata={"duration": True})
+    return field(default=default, metadata={"duration": True, "doc": doc})
+
+
+def plain(default: Any, *, doc: str) -> Any:
+    """A boolean or free-text field."""
+    return field(default=default, metadata={"doc": doc})
 
 
 @dataclass
 class ModelConfig:
     """Keys every architecture reads; one subclass per architecture adds its own."""
 
-    type: str = field(default="", init=False)  # fixed by each subclass; see MODEL_CONFIGS
-    encoder_layers: int = num(3, 1)
-    decoder_layers: int = num(3, 1)
-    max_positions: int = num(512, 2)  # Transformer: longest source or target; seq2seq: no limit
-    tie_embeddings: bool = True
-    dropout: float = prob(0.1)
+    type: str = field(  # fixed by each subclass; see MODEL_CONFIGS
+        default="", init=False, metadata={"doc": "architecture: transformer or seq2seq"}
+    )
+    encoder_layers: int = num(3, 1, doc="encoder layers (Transformer blocks or RNN layers)")
+    decoder_layers: int = num(3, 1, doc="decoder layers (Transformer blocks or RNN layers)")
+    max_positions: int = num(
+        512, 2, doc="Transformer: longest source or target in subwords (with eos); seq2seq: unused"
+    )
+    tie_embeddings: bool = plain(
+        True, doc="one matrix for source and target embeddings and the output (joint vocabulary)"
+    )
+    dropout: float = prob(0.1, doc="dropout on embeddings, residuals and hidden states")
 
     def check(self) -> None:
         """Cross-field checks that single-key ranges cannot express."""
@@ -94,13 +108,13 @@ class TransformerConfig(ModelConfig):
     """Transformer sizes and variants (nmt.models.transformer)."""
 
     type: str = field(default="transformer", init=False)
-    d_model: int = num(256, 1)
-    heads: int = num(4, 1)
-    ff_dim: int = num(1024, 1)
-    norm: str = choice("pre", "post")
-    positions: str = choice("sinusoidal", "learned")
-    activation: str = choice("relu", "gelu")
-    attention_dropout: float = prob(0.0)
+    d_model: int = num(256, 1, doc="embedding and hidden size (a multiple of heads)")
+    heads: int = num(4, 1, doc="attention heads per layer")
+    ff_dim: int = num(1024, 1, doc="inner size of the position-wise feed-forward layer")
+    norm: str = choice("pre", "post", doc="layer norm before each sublayer (pre) or after (post)")
+    positions: str = choice("sinusoidal", "learned", doc="position encoding")
+    activation: str = choice("relu", "gelu", doc="feed-forward non-linearity")
+    attention_dropout: float = prob(0.0, doc="dropout on attention weights")
 
     def check(self) -> None:
         """Heads split d_model evenly."""
@@ -115,10 +129,16 @@ class Seq2SeqConfig(ModelConfig):
     """RNN encoder-decoder sizes and variants (nmt.models.seq2seq)."""
 
     type: str = field(default="seq2seq", init=False)
-    rnn_type: str = choice("gru", "lstm")
-    embed_dim: int = num(256, 1)
-    hidden_size: int = num(256, 1)
-    attention: str = choice("bahdanau", "dot", "general", "none")
+    rnn_type: str = choice("gru", "lstm", doc="recurrent cell")
+    embed_dim: int = num(256, 1, doc="embedding size (also the readout size)")
+    hidden_size: int = num(256, 1, doc="RNN size per direction (encoder states are twice as wide)")
+    attention: str = choice(
+        "bahdanau",
+        "dot",
+        "general",
+        "none",
+        doc="additive (Bahdanau), Luong dot or general, or none: the final encoder states only",
+    )
 
 
 # model.type -> its config class; nmt.models.MODELS maps the same names to the model classes.
@@ -132,58 +152,101 @@ MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
 class TrainingConfig:
     """Optimisation, batching, validation, stopping and checkpointing."""
 
-    max_tokens: int = num(4096, 1)
-    accumulate: int = num(1, 1)
-    lr: float = num(7e-4, 0, lo_open=True)
+    max_tokens: int = num(4096, 1, doc="target tokens per batch (per process under DDP)")
+    accumulate: int = num(1, 1, doc="batches per optimizer step")
+    lr: float = num(7e-4, 0, lo_open=True, doc="peak learning rate, reached at the end of warmup")
     betas: list[float] = field(  # Adam's (beta1, beta2): exactly two
-        default_factory=lambda: [0.9, 0.98], metadata={"range": UNIT, "length": 2}
+        default_factory=lambda: [0.9, 0.98],
+        metadata={"range": UNIT, "length": 2, "doc": "Adam's (beta1, beta2)"},
     )
-    weight_decay: float = num(0.0, 0)
-    schedule: str = choice("inverse_sqrt", "cosine", "linear", "constant")
-    warmup: int = num(4000, 0)
-    min_lr: float = num(0.0, 0)
-    cooldown: float = prob(0.0)  # inverse_sqrt/constant: last share of the budget decayed to min_lr
-    # (and out of patience, a run cools down over that share from where it is before stopping)
-    label_smoothing: float = prob(0.1)
-    subword_alpha: float = prob(0.0)  # subword regularisation: a new SentencePiece segmentation
-    # sampled every epoch (unigram smoothing alpha, or BPE-dropout probability); 0: off
-    ema_decay: float = prob(0.0)  # exponential moving average of the weights, used for validation
-    # and every checkpoint (e.g. 0.9995); 0: off
-    clip_norm: float = num(1.0, 0)
-    precision: str = choice("auto", "fp32", "bf16", "fp16")
-    compile: bool = False
-    valid_every: int = num(1000, 0)
-    log_every: int = num(100, 1)
-    patience: int = num(10, 0)
-    early_stop_metric: str = choice("bleu", "loss")
-    keep_best: int = num(3, 1)
-    keep_last: int = num(5, 0)
-    average_last: int = num(0, 0)  # at the end, average the N newest step checkpoints; 0: off
-    average_best: int = num(0, 0)  # or the N best on validation (kept by keep_best); 0: off
-    valid_max_sentences: int = num(0, 0)
-    max_steps: int = num(0, 0)
-    max_epochs: int = num(0, 0)
-    max_time: str = duration("")  # the run's wall-clock budget
-    seed: int = num(1, 0, 2**32 - 1)  # seeds every generator (numpy takes no negative seed)
-    save_every: int = num(0, 0)  # steps between saves of last + trainer state; 0: off
-    save_every_time: str = duration("10m")  # between such saves; "" or 0: off
-    reset_data_position: bool = False  # --resume with other batching: start the epoch over
-    init_from: str = ""  # MODEL_DIR whose weights start this run (fine-tuning); "": random init
-    init_checkpoint: str = "default"  # which of its checkpoints: default, best, last, averaged, or
-    # a .safetensors path
+    weight_decay: float = num(0.0, 0, doc="decoupled (AdamW) weight decay")
+    schedule: str = choice(
+        "inverse_sqrt",
+        "cosine",
+        "linear",
+        "constant",
+        doc="after warmup: decay with 1/sqrt(step), or over the budget (cosine, linear), or none",
+    )
+    warmup: int = num(4000, 0, doc="updates of linear warmup")
+    min_lr: float = num(0.0, 0, doc="floor of the decayed learning rate")
+    cooldown: float = prob(
+        0.0,
+        doc="inverse_sqrt, constant: last share of the budget annealed to min_lr (and, out of "
+        "patience, the share to cool down over before stopping); 0: off",
+    )
+    label_smoothing: float = prob(0.1, doc="label smoothing of the cross-entropy")
+    subword_alpha: float = prob(
+        0.0,
+        doc="subword regularisation: a new SentencePiece segmentation every epoch (unigram "
+        "alpha, or BPE-dropout probability); 0: off",
+    )
+    ema_decay: float = prob(
+        0.0, doc="moving average of the weights, for validation and every checkpoint; 0: off"
+    )
+    clip_norm: float = num(1.0, 0, doc="gradient-norm clipping; 0: off")
+    precision: str = choice(
+        "auto",
+        "fp32",
+        "bf16",
+        "fp16",
+        doc="auto: bf16 on GPUs and CPUs with native bf16, fp16 on older GPUs, else fp32",
+    )
+    compile: bool = plain(False, doc="torch.compile the model")
+    valid_every: int = num(
+        1000, 0, doc="updates between validations (each saves a step checkpoint)"
+    )
+    log_every: int = num(100, 1, doc="updates between training log lines")
+    patience: int = num(10, 0, doc="validations without improvement before stopping; 0: off")
+    early_stop_metric: str = choice("bleu", "loss", doc="what improvement means")
+    keep_best: int = num(3, 1, doc="best step checkpoints kept")
+    keep_last: int = num(5, 0, doc="newest step checkpoints kept")
+    average_last: int = num(
+        0, 0, doc="at the end, average the N newest step checkpoints into averaged; 0: off"
+    )
+    average_best: int = num(0, 0, doc="or the N best on validation (kept by keep_best); 0: off")
+    valid_max_sentences: int = num(
+        0, 0, doc="validate on the first N valid lines only; 0: all of them"
+    )
+    max_steps: int = num(0, 0, doc="stop after N updates; 0: no limit")
+    max_epochs: int = num(0, 0, doc="stop after N epochs; 0: no limit")
+    max_time: str = duration("", doc="wall-clock budget of the run (25m, 1h30m); empty: none")
+    seed: int = num(  # numpy takes no negative seed
+        1, 0, 2**32 - 1, doc="seeds initialisation, dropout and batch order"
+    )
+    save_every: int = num(0, 0, doc="updates between saves of last + trainer state; 0: off")
+    save_every_time: str = duration(
+        "10m", doc="wall-clock time between such saves; empty or 0: off"
+    )
+    reset_data_position: bool = plain(
+        False, doc="--resume with other batching settings: start the epoch over"
+    )
+    init_from: str = plain(
+        "", doc="fine-tuning: MODEL_DIR whose weights start the run; empty: none"
+    )
+    init_checkpoint: str = plain(
+        "default",
+        doc="which of its checkpoints: default, best, last, averaged, or a .safetensors path",
+    )
 
 
 @dataclass
 class DecodingConfig:
     """Search defaults used by `nmt translate` (CLI options override them)."""
 
-    beam_size: int = num(5, 1, 200)
-    length_penalty: float = num(1.0, 0, 10)  # GNMT alpha; ((5 + L) / 6) ** alpha stays finite
-    max_len_a: float = num(1.2, 0)
-    max_len_b: int = num(10, 0)
-    min_len: int = num(0, 0)
-    batch_tokens: int = num(4096, 1)
-    stop: str = choice("early", "exact")
+    beam_size: int = num(5, 1, 200, doc="beam width; 1: greedy")
+    length_penalty: float = num(  # ((5 + L) / 6) ** alpha stays finite
+        1.0, 0, 10, doc="GNMT length penalty exponent for finished hypotheses"
+    )
+    max_len_a: float = num(1.2, 0, doc="output length limit: a * source length + b (subwords)")
+    max_len_b: int = num(10, 0, doc="output length limit: a * source length + b (subwords)")
+    min_len: int = num(0, 0, doc="shortest output in subwords")
+    batch_tokens: int = num(4096, 1, doc="source tokens per translation batch")
+    stop: str = choice(
+        "early",
+        "exact",
+        doc="beam stopping rule: early (a sentence ends when its best live hypothesis, ended at "
+        "the next step, could not win) or exact (no live hypothesis can still win)",
+    )
 
 
 @dataclass
