@@ -293,3 +293,38 @@ def test_a_corpus_without_public_address_needs_a_mirror(tmp_path, monkeypatch, c
     assert err.startswith("error: wmt-news-de-en has no public download address (")
     assert err.endswith("): give --mirror DIR or set NMT_CORPUS_MIRROR\n") and err.count("\n") == 1
     assert not (tmp_path / "w").exists()
+
+
+def test_download_from_a_loopback_server_is_verified_and_a_404_is_one_line(tmp_path, monkeypatch):
+    """The download path end to end against a real HTTP server on 127.0.0.1 (no internet)."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    served = tmp_path / "served"
+    served.mkdir()
+    payload = gzip.compress(b"ein hund\nzwei katzen\n")
+    (served / "train.de.gz").write_bytes(payload)
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{{file}}"
+        manifest = {"files": {"train.de.gz": hashlib.sha256(payload).hexdigest()}, "url": url}
+        monkeypatch.setattr(corpus, "load_manifest", lambda name: manifest)
+        monkeypatch.delenv("NMT_CORPUS_MIRROR", raising=False)
+        dest = corpus.fetch("tiny", tmp_path / "dest", quiet=True)
+        assert (dest / "train.de").read_bytes() == b"ein hund\nzwei katzen\n"
+        stamp = json.loads((dest / corpus.STAMP).read_text())
+        assert stamp["train.de.gz"]["source"] == url.format(file="train.de.gz")
+        manifest["files"] = {"missing.de.gz": "0" * 64}
+        with pytest.raises(
+            NmtError, match=r"^cannot download http://127\.0\.0\.1:\d+/.*missing\.de\.gz: HTTP 404 "
+        ):
+            corpus.fetch("tiny", tmp_path / "dest2", quiet=True)
+        assert not (tmp_path / "dest2" / "missing.de").exists()
+    finally:
+        server.shutdown()
+        server.server_close()
