@@ -294,3 +294,39 @@ def test_checker_parses_continuations_pipes_heredocs_and_redirects():
         "nmt translate --no-such-flag: no such option"
     ]
     assert nmt_problems(["torchrun", "-m", "nmt", "train", "--nproc", "2"], group) == []
+
+
+# ---- the numbers ---------------------------------------------------------------------------------
+
+
+def readme_tables() -> list[tuple[list[str], set[Path]]]:
+    """README's Markdown tables under Results: each table's cells and the docs pages its section
+    links to (a table restates figures whose home is one of those pages)."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("\n## Results\n") :]
+    section = section[: section.index("\n## ", 1)]
+    pages = {
+        (REPO / link.split("#")[0]).resolve()
+        for link in re.findall(r"\]\(((?:docs|corpora)/[^)#]+\.md)(?:#[^)]*)?\)", section)
+    }
+    tables, cells = [], []
+    for line in section.splitlines() + [""]:
+        if line.startswith("|"):
+            if not set(line) <= set("|-: "):
+                cells += [c.strip() for c in line.strip("|").split("|")]
+        elif cells:
+            tables.append((cells, pages))
+            cells = []
+    return tables
+
+
+def test_readme_result_numbers_appear_in_the_pages_they_come_from():
+    """README may copy its result tables from the docs, never hold a figure of its own."""
+    tables = readme_tables()
+    assert len(tables) >= 2
+    for cells, pages in tables:
+        assert pages, "a README results table without a linked docs page"
+        home = "\n".join(p.read_text(encoding="utf-8") for p in pages)
+        for cell in cells:
+            for number in re.findall(r"\d[\d,]*(?:\.\d+)?", cell):
+                assert number in home, f"README figure {number} ({cell!r}) is in none of {pages}"
