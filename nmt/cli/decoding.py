@@ -99,9 +99,17 @@ def translate_cmd(
     topk: TopKOpt = None,
     topp: TopPOpt = None,
     seed: SamplingSeedOpt = None,
+    split_sentences: bool = typer.Option(
+        False,
+        "--split-sentences",
+        help="Split each line into sentences (in the model's source language), translate them "
+        "in the same batches, and join each line's translations into its one output line; "
+        "JSONL keeps them under 'sentences'. Either way a line over the model's source limit is "
+        "cut at punctuation or spaces into pieces (with a warning), never truncated.",
+    ),
 ) -> None:
-    """Translate text, one sentence per line: exactly one output line per input line, in order
-    (N lines with --nbest N in text format). Empty lines give empty lines."""
+    """Translate text: exactly one output line per input line, in order (N lines with --nbest
+    N in text format). Empty lines give empty lines; --split-sentences for paragraphs."""
     from nmt.decode.lines import check_inputs, check_model_dirs, check_output
 
     check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)  # before the model loads
@@ -119,12 +127,17 @@ def translate_cmd(
     )  # fmt: skip
     check_search(model_dir[0], options)  # an ensemble decodes with its first one's defaults
     from nmt.decode.files import translate_files
+    from nmt.decode.paragraphs import check_split_options
+
+    if split_sentences:
+        check_split_options(options)
 
     translator = open_for(model_dir, options, device, checkpoint, precision, workers)
     with translator:  # its worker processes end with the command
         translate_files(
             translator, inputs, output, options, fmt=fmt, errors=errors,
             buffer_size=buffer_size, progress=None if quiet else count_progress,
+            split_sentences=split_sentences,
         )  # fmt: skip
 
 

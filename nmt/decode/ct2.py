@@ -81,6 +81,7 @@ class CT2Translator:
         self.decoding = manifest_decoding(manifest)
         self.max_positions = int(manifest["max_positions"])
         self.max_source = self.max_positions - 1  # eos included
+        self.languages = (manifest.get("src_lang"), manifest.get("tgt_lang"))  # (source, target)
         self.src_pieces = [src_tok.id_to_piece(i) for i in range(src_tok.vocab_size)]
         self.src_pieces[0] = PAD_PIECE
         self.tgt_pieces = [tgt_tok.id_to_piece(i) for i in range(tgt_tok.vocab_size)]

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from nmt.config import DecodingConfig
+from nmt.data.vocab import Tokenizer
 from nmt.decode.options import DecodeOptions, ResolvedOptions
 from nmt.errors import NmtError
 
@@ -39,6 +40,7 @@ class Translation:
     source: str
     hypotheses: list[TextHypothesis]
     source_tokens: list[str] = field(default_factory=list)  # pieces the model saw, eos last
+    sentences: list[Translation] | None = None  # a line cut into pieces: each one's result
 
     @property
     def text(self) -> str:
@@ -63,6 +65,8 @@ class Translation:
                     [] if att is None else np.round(att.astype(np.float64), 4).tolist()
                 )
             record["hypotheses"].append(item)
+        if self.sentences is not None:
+            record["sentences"] = [s.to_json(with_attention) for s in self.sentences]
         return record
 
 
@@ -94,6 +98,10 @@ class Engine(Protocol):
 
     `options` say how to decode, `fields` (DecodeOptions fields) on top of them; unset ones
     come from the model's `decoding` defaults."""
+
+    src_tok: Tokenizer  # the source SentencePiece model (lowercasing included)
+    max_source: int  # the longest source in subwords the model takes (eos excluded; < 1: any)
+    languages: tuple[str | None, str | None]  # (source, target) language codes, from its metadata
 
     @property
     def decoding(self) -> DecodingConfig: ...

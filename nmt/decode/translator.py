@@ -96,6 +96,7 @@ class Translator:
         use_autocast = precision != "fp32" and getattr(model, "autocast_inference", False)
         self.autocast = autocast_for(precision, device) if use_autocast else contextlib.nullcontext
         self.max_source = model.max_positions - 1  # eos included
+        self.languages: tuple[str | None, str | None] = (None, None)  # from_dir: its metadata's
 
     @classmethod
     def from_dir(
@@ -109,14 +110,12 @@ class Translator:
     ) -> Translator:
         """Load MODEL_DIR (config, SentencePiece, weights) for translation; several directories
         load as one ensemble (`nmt.models.ensemble`), with the first one's decoding defaults.
-
         `precision` auto: fp32 on every device, so a line translates the same whatever it is
         batched with; bf16 (fp16 on GPUs) is faster but not batch-invariant: padding and batch
         size move its roundings enough to flip near-ties. bf16/fp16 cast the weights once (so the
         decoder cache follows); scores stay fp32 (log-softmax in fp32). `workers` batches run at
         once (0: one per intra-op thread, at most 4), on forked processes where `processes`
-        (None: on Linux CPUs, `nmt.decode.workers`), else on threads; `close` stops the processes.
-        """
+        (None: on Linux CPUs, `nmt.decode.workers`), else on threads; `close` stops the processes."""
         from nmt.modeldir import load_model, read_meta
 
         dirs = model_dirs(model_dir)
@@ -124,7 +123,8 @@ class Translator:
             raise NmtError("no model directory given")
         dev = resolve_device(device)
         prec = decode_precision(precision, dev)  # fp16 on a CPU: refused before any weights load
-        src_tok, tgt_tok = model_tokenizers(Path(dirs[0]), read_meta(dirs[0])[2])
+        meta = read_meta(dirs[0])[2]
+        src_tok, tgt_tok = model_tokenizers(Path(dirs[0]), meta)
         for d in dirs[1:]:  # a member with other pieces fails before any weights load
             check_same_vocabulary(Path(dirs[0]), (src_tok, tgt_tok), Path(d), read_meta(d)[2])
         loaded = [load_model(d, checkpoint=checkpoint, device=str(dev)) for d in dirs]
@@ -138,7 +138,9 @@ class Translator:
                 pack_for_decoding(model)  # on a CPU: weights packed once for oneDNN
             models.append(model)
         model = models[0] if len(models) == 1 else Ensemble(models)
-        return cls(model, loaded[0][1], src_tok, tgt_tok, dev, prec, workers, processes)
+        engine = cls(model, loaded[0][1], src_tok, tgt_tok, dev, prec, workers, processes)
+        engine.languages = (meta.get("src_lang"), meta.get("tgt_lang"))
+        return engine
 
     def resolve_options(
         self, options: DecodeOptions | None = None, **fields: Any

@@ -1,0 +1,121 @@
+"""Lines that are more than one sentence, or longer than the model takes: each line is cut into
+pieces (its sentences with `--split-sentences`; any line over the model's source limit at its
+best boundaries, nmt.data.sentences.fit), the pieces of every line are translated in the same
+batches, and each line's translations are joined back into one output line. Input line N is
+output line N whatever happens inside it; a line that needs neither goes to the engine as it is,
+so its translation is byte-identical to translating it alone. Torch-free: it runs on any engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Sequence
+
+from nmt.data.sentences import Pieces, Segmenter, fit
+from nmt.decode.engine import Engine, TextHypothesis, Translation
+from nmt.decode.options import DecodeOptions
+from nmt.errors import NmtError
+
+
+def fits(line: str, limit: int) -> bool:
+    """A quick bound: a line of n characters encodes to at most 2n + 1 pieces (a word-start
+    piece and one piece per character), so a short line fits without being encoded."""
+    return 2 * len(line) + 1 <= limit
+
+
+def plan(lines: Sequence[str], engine: Engine, segmenter: Segmenter | None) -> list[Pieces | None]:
+    """Per line, its pieces, or None where the line goes to the engine as it is (no sentence
+    splitting asked, and it fits the model's source limit; an RNN has none)."""
+    limit = engine.max_source if engine.max_source > 0 else sys.maxsize
+
+    def count(text: str) -> int:
+        return len(engine.src_tok.encode(text))
+
+    out: list[Pieces | None] = []
+    for line in lines:
+        if segmenter is None:
+            if not line.strip() or fits(line, limit) or count(line.strip()) <= limit:
+                out.append(None)
+                continue
+            body = line.strip()
+            start = line.index(body[0])
+            pieces = Pieces(line[:start], [body], line[start + len(body) :])
+        else:
+            pieces = segmenter.split(line)
+        fitted = [p for s in pieces.sentences for p in (
+            [s] if fits(s, limit) else fit(s, count, limit))]  # fmt: skip
+        out.append(dataclasses.replace(pieces, sentences=fitted))
+    return out
+
+
+def check_split_options(options: DecodeOptions) -> None:
+    """One translation per line is what joining gives: refuse n-best lists and attention."""
+    if options.nbest > 1:
+        raise NmtError("--split-sentences gives one translation per line: use --nbest 1")
+    if options.with_attention:
+        raise NmtError(
+            "--split-sentences joins several translations: --with-attention needs it off"
+        )
+
+
+def translate_lines(
+    engine: Engine,
+    lines: Sequence[str],
+    options: DecodeOptions,
+    *,
+    segmenter: Segmenter | None = None,
+    tgt_lang: str | None = None,
+    first_line: int = 1,
+    on_warning: Callable[[str], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[Translation]:
+    """One Translation per line, in order: `engine.translate` on every line that needs no
+    cutting, and on the pieces of those that do (their sentences with a `segmenter`; any line
+    over the model's limit), joined back with the target language's separator. A cut line's
+    Translation keeps its pieces' Translations (`sentences`, in JSONL) and sums their scores."""
+    if segmenter is not None:
+        check_split_options(options)
+    planned = plan(lines, engine, segmenter)
+    if all(p is None for p in planned):
+        return engine.translate(
+            lines, options, first_line=first_line, on_warning=on_warning, progress=progress
+        )
+    flat: list[str] = []
+    for line, pieces in zip(lines, planned, strict=True):
+        flat.extend([line] if pieces is None else pieces.sentences)
+    results = engine.translate(flat, options, first_line=first_line, on_warning=on_warning)
+    out: list[Translation] = []
+    at = 0
+    for i, (line, pieces) in enumerate(zip(lines, planned, strict=True)):
+        if pieces is None:
+            out.append(results[at])
+            at += 1
+            continue
+        parts = results[at : at + len(pieces.sentences)]
+        at += len(pieces.sentences)
+        if segmenter is None and on_warning is not None:
+            on_warning(
+                f"line {first_line + i}: longer than the model's {engine.max_source} source "
+                f"subwords: translated in {len(parts)} pieces cut at punctuation or spaces"
+            )
+        out.append(joined(line, pieces, parts, tgt_lang))
+    if progress is not None:
+        progress(len(lines))
+    return out
+
+
+def joined(
+    line: str, pieces: Pieces, parts: Sequence[Translation], tgt_lang: str | None
+) -> Translation:
+    """One line's Translation from its pieces': their best texts joined, tokens concatenated,
+    scores summed."""
+    best = [p.hypotheses[0] for p in parts]
+    hyp = TextHypothesis(
+        text=pieces.join([h.text for h in best], tgt_lang),
+        tokens=[t for h in best for t in h.tokens],
+        score=sum(h.score for h in best),
+        log_prob=sum(h.log_prob for h in best),
+    )
+    source_tokens = [t for p in parts for t in p.source_tokens]
+    return Translation(line, [hyp], source_tokens, sentences=list(parts))

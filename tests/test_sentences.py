@@ -1,0 +1,185 @@
+"""Sentence splitting (nmt.data.sentences) and translating lines cut into pieces
+(nmt.decode.paragraphs): the segmenter's hard cases in en, de, fr and cs, whitespace and blank
+lines kept, long sentences fitted, and line N in giving line N out through a stand-in engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from nmt.data.sentences import Pieces, Segmenter, fit
+from nmt.decode.engine import TextHypothesis, Translation
+from nmt.decode.options import DecodeOptions
+from nmt.decode.paragraphs import translate_lines
+from nmt.errors import NmtError
+
+CASES = [
+    # abbreviations, initials, decimals, quotes, legal references
+    (
+        "en",
+        "Dr. Smith arrived at 3.5 p.m. He left early.",
+        ["Dr. Smith arrived at 3.5 p.m.", "He left early."],
+    ),
+    ("en", 'He said "Stop." Then he ran.', ['He said "Stop."', "Then he ran."]),
+    (
+        "en",
+        "See s. 12(1) of the Act. Paragraph (a) applies.",
+        ["See s. 12(1) of the Act.", "Paragraph (a) applies."],
+    ),
+    (
+        "en",
+        "The U.S. economy grew 2.5% in 2019. Prices rose.",
+        ["The U.S. economy grew 2.5% in 2019.", "Prices rose."],
+    ),
+    ("en", "J. Smith met Mr. Jones. They talked.", ["J. Smith met Mr. Jones.", "They talked."]),
+    ("en", "It costs $3.50. Is it cheap? Yes!", ["It costs $3.50.", "Is it cheap?", "Yes!"]),
+    (
+        "de",
+        "Dr. Müller kam z. B. um 15 Uhr. Er ging früh.",
+        ["Dr. Müller kam z. B. um 15 Uhr.", "Er ging früh."],
+    ),
+    ("de", "Das kostet 3,50 Euro. Er zahlte.", ["Das kostet 3,50 Euro.", "Er zahlte."]),
+    (
+        "de",
+        "Gemäß Abs. 2 Nr. 3 gilt dies. Der Rest nicht.",
+        ["Gemäß Abs. 2 Nr. 3 gilt dies.", "Der Rest nicht."],
+    ),
+    ("de", "Er sagte: „Komm.“ Dann ging er.", ["Er sagte: „Komm.“", "Dann ging er."]),
+    (
+        "fr",
+        "M. Dupont est arrivé. Il est parti tôt.",
+        ["M. Dupont est arrivé.", "Il est parti tôt."],
+    ),
+    (
+        "fr",
+        "Voir l'art. 12(1) de la Loi. L'alinéa a) s'applique.",
+        ["Voir l'art. 12(1) de la Loi.", "L'alinéa a) s'applique."],
+    ),
+    ("fr", "Il a dit « Arrête. » Puis il a couru.", ["Il a dit « Arrête. »", "Puis il a couru."]),
+    (
+        "fr",
+        "Le prix est de 3,5 millions. Il a payé.",
+        ["Le prix est de 3,5 millions.", "Il a payé."],
+    ),
+    (
+        "cs",
+        "Dr. Novák přišel např. v pondělí. Odešel brzy.",
+        ["Dr. Novák přišel např. v pondělí.", "Odešel brzy."],
+    ),
+    ("cs", "Stojí to 3,50 Kč. Zaplatil.", ["Stojí to 3,50 Kč.", "Zaplatil."]),
+    (
+        "cs",
+        "Podle čl. 5 odst. 2 to platí. Zbytek ne.",
+        ["Podle čl. 5 odst. 2 to platí.", "Zbytek ne."],
+    ),
+]
+
+
+@pytest.mark.parametrize(("lang", "text", "expected"), CASES)
+def test_sentences_of_hard_cases(lang, text, expected):
+    assert Segmenter(lang).sentences(text) == expected
+
+
+def test_split_keeps_whitespace_and_blank_lines_and_join_uses_the_target_separator():
+    seg = Segmenter("en")
+    p = seg.split("  One. Two.\t")
+    assert p == Pieces("  ", ["One.", "Two."], "\t")
+    assert p.join(["Eins.", "Zwei. "], "de") == "  Eins. Zwei.\t"
+    assert p.join(["一。", "二。"], "zh") == "  一。二。\t"
+    assert seg.split("   ") == Pieces("   ", [], "")
+    assert seg.split("   ").join([], "de") == "   "
+
+
+def test_fit_cuts_at_punctuation_then_spaces_until_every_piece_fits():
+    words = len  # a stand-in count: characters
+    text = "aaaa bbbb, cccc dddd; eeee ffff"
+    pieces = fit(text, words, 12)
+    assert all(len(p) <= 12 for p in pieces)
+    assert " ".join(pieces) == text  # nothing lost
+    assert pieces[0] == "aaaa bbbb,"  # the comma, not the space before it
+    assert fit("short", words, 12) == ["short"]
+    assert "".join(fit("x" * 40, words, 12)) == "x" * 40  # no space at all: cut in the middle
+
+
+class Words:
+    """A stand-in tokenizer: one piece per word."""
+
+    def encode(self, text):
+        return text.split()
+
+
+class Upper:
+    """A stand-in engine: the translation of a line is the line in capitals."""
+
+    def __init__(self, max_source=6):
+        self.src_tok, self.max_source, self.languages = Words(), max_source, ("en", "de")
+        self.calls = []
+
+    def translate(self, lines, options=None, *, first_line=1, on_warning=None, progress=None):
+        self.calls.append(list(lines))
+        return [
+            Translation(x, [TextHypothesis(x.upper(), x.split(), -1.0, -2.0)], x.split())
+            for x in lines
+        ]
+
+
+def test_lines_under_the_limit_go_to_the_engine_as_they_are():
+    engine = Upper()
+    lines = ["a b. c d.", "", "e f"]
+    out = translate_lines(engine, lines, DecodeOptions())
+    assert engine.calls == [lines]  # splitting off: the same call as without this layer
+    assert [t.text for t in out] == ["A B. C D.", "", "E F"]
+    assert all(t.sentences is None for t in out)
+
+
+def test_split_sentences_translates_pieces_and_gives_line_n_for_line_n():
+    engine = Upper()
+    lines = ["One two. Three four.", "", "  Five.  ", "Six seven eight nine ten eleven twelve."]
+    warnings = []
+    out = translate_lines(
+        engine,
+        lines,
+        DecodeOptions(),
+        segmenter=Segmenter("en"),
+        tgt_lang="de",
+        on_warning=warnings.append,
+    )
+    assert len(out) == len(lines)
+    assert engine.calls == [
+        ["One two.", "Three four.", "Five.", "Six seven eight nine", "ten eleven twelve."]
+    ]
+    assert [t.text for t in out] == [
+        "ONE TWO. THREE FOUR.",
+        "",
+        "  FIVE.  ",
+        "SIX SEVEN EIGHT NINE TEN ELEVEN TWELVE.",
+    ]
+    assert [t.source for t in out] == lines
+    first = out[0]
+    assert [s.source for s in first.sentences] == ["One two.", "Three four."]
+    assert first.hypotheses[0].score == -2.0 and first.hypotheses[0].log_prob == -4.0
+    assert first.to_json()["sentences"][1]["hypotheses"][0]["translation"] == "THREE FOUR."
+    assert warnings == []
+
+
+def test_a_long_line_is_cut_with_a_warning_not_truncated():
+    engine = Upper(max_source=4)
+    warnings = []
+    line = "one two three, four five six seven"
+    out = translate_lines(
+        engine, ["short", line], DecodeOptions(), first_line=7, on_warning=warnings.append
+    )
+    assert [t.text for t in out] == ["SHORT", line.upper()]
+    assert engine.calls == [["short", "one two three,", "four five six seven"]]
+    assert warnings == [
+        "line 8: longer than the model's 4 source subwords: translated in 2 pieces cut at "
+        "punctuation or spaces"
+    ]
+
+
+def test_split_refuses_nbest_and_attention():
+    with pytest.raises(NmtError, match="use --nbest 1"):
+        translate_lines(Upper(), ["a."], DecodeOptions(nbest=2), segmenter=Segmenter("en"))
+    with pytest.raises(NmtError, match="--with-attention needs it off"):
+        translate_lines(
+            Upper(), ["a."], DecodeOptions(with_attention=True), segmenter=Segmenter("en")
+        )
