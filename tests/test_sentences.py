@@ -183,3 +183,36 @@ def test_split_refuses_nbest_and_attention():
         translate_lines(
             Upper(), ["a."], DecodeOptions(with_attention=True), segmenter=Segmenter("en")
         )
+
+
+def test_cli_gives_line_n_for_line_n_from_files_and_pipes(tmp_path):
+    """A real (tiny, random) model through `nmt translate`: with and without --split-sentences,
+    from a file and from a pipe, as many output lines as input lines; without it, the same text
+    as the engine gives line by line."""
+    import subprocess
+    import sys
+
+    from test_translate import build_tiny_model_dir
+
+    from nmt.decode.translator import Translator
+
+    model = build_tiny_model_dir(tmp_path)
+    lines = ["A man rides. Two dogs play in the snow.", "", "  A woman sells flowers.  ",
+             "The child plays. It is late. He sleeps."] * 3  # fmt: skip
+    src = tmp_path / "in.en"
+    src.write_text("".join(x + "\n" for x in lines))
+    nmt = [sys.executable, "-m", "nmt", "translate", "-m", str(model), "-q", "--workers", "1"]
+    outs = {}
+    for split in ([], ["--split-sentences"]):
+        from_file = subprocess.run(nmt + [str(src), *split], capture_output=True, text=True)
+        piped = subprocess.run(nmt + split, input=src.read_text(), capture_output=True, text=True)
+        assert from_file.returncode == 0 and piped.returncode == 0, from_file.stderr + piped.stderr
+        assert from_file.stdout == piped.stdout
+        assert from_file.stdout.count("\n") == len(lines)
+        outs[bool(split)] = from_file.stdout.split("\n")[:-1]
+    with Translator.from_dir(model, workers=1) as tr:
+        assert outs[False] == [t.text for t in tr.translate(lines)]
+        assert outs[True][2].startswith("  ") and outs[True][2].endswith("  ")
+        assert outs[True][1] == ""
+        one = tr.translate(["A man rides.", "Two dogs play in the snow."])
+        assert outs[True][0] == f"{one[0].text} {one[1].text}"
