@@ -197,8 +197,12 @@ def test_cli_gives_line_n_for_line_n_from_files_and_pipes(tmp_path):
     from nmt.decode.translator import Translator
 
     model = build_tiny_model_dir(tmp_path)
-    lines = ["A man rides. Two dogs play in the snow.", "", "  A woman sells flowers.  ",
-             "The child plays. It is late. He sleeps."] * 3  # fmt: skip
+    lines = [
+        "A man rides. Two dogs play in the snow.",
+        "",
+        "  A woman sells flowers.  ",
+        "The child plays. It is late. He sleeps.",
+    ] * 3
     src = tmp_path / "in.en"
     src.write_text("".join(x + "\n" for x in lines))
     nmt = [sys.executable, "-m", "nmt", "translate", "-m", str(model), "-q", "--workers", "1"]
@@ -216,3 +220,41 @@ def test_cli_gives_line_n_for_line_n_from_files_and_pipes(tmp_path):
         assert outs[True][1] == ""
         one = tr.translate(["A man rides.", "Two dogs play in the snow."])
         assert outs[True][0] == f"{one[0].text} {one[1].text}"
+
+
+def test_evaluate_splits_sentences_as_translate_does(tmp_path):
+    """`nmt evaluate --split-sentences` writes what `nmt translate --split-sentences` writes."""
+    import subprocess
+    import sys
+
+    from test_translate import build_tiny_model_dir
+
+    model = build_tiny_model_dir(tmp_path)
+    src = tmp_path / "in.en"
+    src.write_text("A man rides. Two dogs play.\nThe child plays.\n")
+    nmt = [sys.executable, "-m", "nmt"]
+    t = subprocess.run(
+        nmt + ["translate", "-m", str(model), str(src), "--split-sentences", "-q"],
+        capture_output=True,
+        text=True,
+    )
+    e = subprocess.run(
+        nmt
+        + [
+            "evaluate",
+            "-m",
+            str(model),
+            "--src",
+            str(src),
+            "-r",
+            str(src),
+            "--split-sentences",
+            "-q",
+            "-o",
+            str(tmp_path / "hyp"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert t.returncode == 0 and e.returncode == 0, t.stderr + e.stderr
+    assert (tmp_path / "hyp").read_text() == t.stdout

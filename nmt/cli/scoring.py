@@ -137,6 +137,11 @@ def evaluate_cmd(
     as_json: JsonOpt = False,
     width: int = typer.Option(1, "--width", "-w", help="Decimals printed."),
     quiet: NoProgressOpt = False,
+    split_sentences: bool = typer.Option(
+        False,
+        "--split-sentences",
+        help="Translate each line's sentences and join them (as nmt translate).",
+    ),
 ) -> None:
     """Translate a test set and score it in one call (inputs checked before the model loads)."""
     import contextlib
@@ -159,6 +164,6 @@ def evaluate_cmd(
             model_dir, src, refs, hyp_out=output, metrics=metric,
             options=Options(tokenize, lowercase, chrf_word_order, False), decoding=decoding,
             device=device, checkpoint=checkpoint, precision=precision,
-            progress=None if quiet else batch_progress(stack),
+            progress=None if quiet else batch_progress(stack), split_sentences=split_sentences,
         )  # fmt: skip
     print_scores([(output or src, results)], as_json, width)

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from nmt.data.sentences import Segmenter
 from nmt.decode.lines import check_model_dirs, model_dirs, one_line, warn_to_stderr
 from nmt.decode.options import DecodeOptions
 from nmt.errors import NmtError
@@ -53,13 +54,15 @@ def evaluate(
     precision: str = "auto",
     progress: Callable[[int, int], None] | None = None,
     decoding: DecodeOptions | None = None,
+    split_sentences: bool = False,
 ) -> list[Result]:
     """Translate `src` with the model (several directories: their ensemble) and score it; every
     input is checked before the model loads.
 
     `decoding` says how to translate (None, or an unset option: the model config's value;
     scores are never computed, only the text is scored); `progress(n_done_now, n_total)` is
-    called as batches finish.
+    called as batches finish. Lines are translated as `nmt translate` does (nmt.decode.paragraphs:
+    `split_sentences`, and long lines cut rather than truncated).
     """
     metric_names = parse_metrics(metrics)
     opts = options or Options()
@@ -68,14 +71,20 @@ def evaluate(
     src_lines, refs = _check_inputs(dirs, src, ref_paths, opts)
 
     from nmt.decode.engines import open_translator  # torch only for a model directory
+    from nmt.decode.paragraphs import check_split_options, translate_lines
+
+    if split_sentences:
+        check_split_options(decoding or DecodeOptions())
 
     translator = open_translator(dirs[0] if len(dirs) == 1 else dirs, device, checkpoint, precision)
     how = dataclasses.replace(decoding or DecodeOptions(), scores=False)  # only text is scored
     advance = None if progress is None else lambda n: progress(n, len(src_lines))
+    segmenter = Segmenter(translator.languages[0]) if split_sentences else None
     with translator:  # its worker processes end with the translation
-        translations = translator.translate(
-            src_lines, how, on_warning=warn_to_stderr(str(src)), progress=advance
-        )  # truncation warnings name the file
+        translations = translate_lines(
+            translator, src_lines, how, segmenter=segmenter, tgt_lang=translator.languages[1],
+            on_warning=warn_to_stderr(str(src)), progress=advance,
+        )  # fmt: skip
         hyps = [one_line(h.text) for h in translations]  # as translate writes them
     if translator.tgt_tok.lowercase:  # it writes lowercased text: cased BLEU would only punish that
         opts = dataclasses.replace(opts, lowercase=True)  # the signature says case:lc
