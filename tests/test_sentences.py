@@ -114,8 +114,11 @@ class Upper:
         self.src_tok, self.max_source, self.languages = Words(), max_source, ("en", "de")
         self.calls = []
 
-    def translate(self, lines, options=None, *, first_line=1, on_warning=None, progress=None):
+    def translate(
+        self, lines, options=None, *, first_line=1, on_warning=None, progress=None, keys=None
+    ):
         self.calls.append(list(lines))
+        self.keys = keys
         return [
             Translation(x, [TextHypothesis(x.upper(), x.split(), -1.0, -2.0)], x.split())
             for x in lines
@@ -176,10 +179,22 @@ def test_a_long_line_is_cut_with_a_warning_not_truncated():
     ]
 
 
-def test_split_refuses_nbest_and_attention():
-    with pytest.raises(NmtError, match="use --nbest 1"):
+def test_sampling_keys_follow_their_line_into_its_pieces():
+    engine = Upper(max_source=3)
+    translate_lines(engine, ["a b", "c d e f g", "h"], DecodeOptions(), keys=[10, 11, 12])
+    assert engine.calls == [["a b", "c d e", "f g", "h"]] and engine.keys == [10, 11, 11, 12]
+
+
+def test_split_refuses_nbest_attention_and_sampling():
+    from nmt.decode.options import Sampling
+
+    with pytest.raises(NmtError, match="--split-sentences takes beam or greedy search"):
+        translate_lines(
+            Upper(), ["a."], DecodeOptions(sampling=Sampling()), segmenter=Segmenter("en")
+        )
+    with pytest.raises(NmtError, match="use nbest 1"):
         translate_lines(Upper(), ["a."], DecodeOptions(nbest=2), segmenter=Segmenter("en"))
-    with pytest.raises(NmtError, match="--with-attention needs it off"):
+    with pytest.raises(NmtError, match="attention needs it off"):
         translate_lines(
             Upper(), ["a."], DecodeOptions(with_attention=True), segmenter=Segmenter("en")
         )

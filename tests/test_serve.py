@@ -174,7 +174,9 @@ ERRORS = [
     (b'{"text": "a\\nb"}', 422, "'text' contains a line break; send one sentence per list item"),
     (b'{"text": "a", "src": "b"}', 422,
      "unknown field 'src' (expected text, beam_size, nbest, length_penalty, with_attention, "
-     "sampling)"),
+     "sampling, split_sentences)"),
+    (b'{"text": "a", "split_sentences": true, "nbest": 2}', 422,
+     "'split_sentences' gives one translation per line: use nbest 1"),
     (b'{"text": "a", "beam_size": "5"}', 422, "'beam_size' must be an integer, got string"),
     (b'{"text": "a", "beam_size": true}', 422, "'beam_size' must be an integer, got boolean"),
     (b'{"text": "a", "beam_size": 0}', 422, "'beam_size' must be in [1, 200], got 0"),
@@ -571,6 +573,22 @@ def test_server_answers_as_nmt_translate_jsonl(server, model_dir, tmp_path):
     want = [json.loads(line) for line in out.stdout.splitlines()]
     r = httpx.post(server + "/translate", json={"text": LINES, "nbest": 2, "with_attention": True})
     assert r.json()["translations"] == want
+
+
+def test_server_splits_sentences_as_nmt_translate(server, model_dir, tmp_path):
+    """A real server process: `split_sentences` gives one entry per line, the same as
+    `nmt translate --split-sentences --format jsonl`, pieces included."""
+    lines = ["A man rides. Two dogs play.", "", "  The child plays.  "]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n")
+    out = CliRunner().invoke(cli, ["translate", str(src), "-m", str(model_dir), "--device", "cpu",
+                                   "-q", "--format", "jsonl", "--split-sentences"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    want = [json.loads(line) for line in out.stdout.splitlines()]
+    r = httpx.post(server + "/translate", json={"text": lines, "split_sentences": True})
+    got = r.json()["translations"]
+    assert got == want and len(got) == 3
+    assert [s["source"] for s in got[0]["sentences"]] == ["A man rides.", "Two dogs play."]
 
 
 def test_server_scores_and_samples_as_the_cli(server, model_dir, tmp_path):

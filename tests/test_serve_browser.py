@@ -186,6 +186,28 @@ def test_page_samples_alternatives_as_the_api_does(browser, server):
     assert rows == len(api[0]["hypotheses"][0]["tokens"]) + 1 and ink > 0  # the first sample's map
 
 
+def test_page_splits_sentences_as_the_api_does(browser, server):
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 30)
+    wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "ready"))
+    browser.find_element(By.ID, "split").click()
+    assert browser.find_element(By.ID, "sample").get_attribute("disabled") == "true"
+    assert browser.find_element(By.ID, "nbest").get_attribute("disabled") == "true"
+    paragraph = "A man in a blue shirt is riding his bike. Two dogs play in the snow."
+    box = browser.find_element(By.ID, "source")
+    box.clear()
+    box.send_keys(paragraph)
+    browser.find_element(By.ID, "translate").click()
+    items = "#results > li"
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, items)) == 1)
+    body = {"text": [paragraph], "split_sentences": True, "beam_size": 5}
+    api = httpx.post(server + "/translate", json=body).json()["translations"]
+    assert len(api[0]["sentences"]) == 2
+    shown = browser.find_element(By.CSS_SELECTOR, items + " > .translation").text
+    assert shown == " ".join(api[0]["hypotheses"][0]["translation"].split())
+    assert browser.find_element(By.ID, "attention").get_attribute("hidden") == "true"
+
+
 def test_page_shows_api_errors(browser, server):
     browser.get(server + "/")
     WebDriverWait(browser, 30).until(ec.text_to_be_present_in_element((By.ID, "status"), "ready"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from nmt.data.sentences import Pieces, Segmenter, fit
 from nmt.decode.engine import Engine, TextHypothesis, Translation
@@ -49,14 +50,15 @@ def plan(lines: Sequence[str], engine: Engine, segmenter: Segmenter | None) -> l
     return out
 
 
-def check_split_options(options: DecodeOptions) -> None:
-    """One translation per line is what joining gives: refuse n-best lists and attention."""
+def check_split_options(options: DecodeOptions, flag: str = "--split-sentences") -> None:
+    """One search result per line is what joining gives: refuse n-best lists, attention and
+    sampling (`flag` names the option in the message: the server's field is another)."""
     if options.nbest > 1:
-        raise NmtError("--split-sentences gives one translation per line: use --nbest 1")
+        raise NmtError(f"{flag} gives one translation per line: use nbest 1")
     if options.with_attention:
-        raise NmtError(
-            "--split-sentences joins several translations: --with-attention needs it off"
-        )
+        raise NmtError(f"{flag} joins several translations: attention needs it off")
+    if options.sampling is not None:
+        raise NmtError(f"{flag} takes beam or greedy search, not sampling")
 
 
 def translate_lines(
@@ -69,22 +71,33 @@ def translate_lines(
     first_line: int = 1,
     on_warning: Callable[[str], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    keys: Sequence[int] | None = None,
+    **fields: Any,
 ) -> list[Translation]:
     """One Translation per line, in order: `engine.translate` on every line that needs no
     cutting, and on the pieces of those that do (their sentences with a `segmenter`; any line
     over the model's limit), joined back with the target language's separator. A cut line's
-    Translation keeps its pieces' Translations (`sentences`, in JSONL) and sums their scores."""
+    Translation keeps its pieces' Translations (`sentences`, in JSONL) and sums their scores.
+    `keys` (sampling keys, one per line) give each piece its line's key; `fields` go to
+    `engine.translate` as they are."""
     if segmenter is not None:
         check_split_options(options)
     planned = plan(lines, engine, segmenter)
     if all(p is None for p in planned):
         return engine.translate(
-            lines, options, first_line=first_line, on_warning=on_warning, progress=progress
-        )
+            lines, options=options, first_line=first_line, on_warning=on_warning,
+            progress=progress, keys=keys, **fields,
+        )  # fmt: skip
     flat: list[str] = []
-    for line, pieces in zip(lines, planned, strict=True):
+    flat_keys: list[int] = []
+    for i, (line, pieces) in enumerate(zip(lines, planned, strict=True)):
+        n = 1 if pieces is None else len(pieces.sentences)
         flat.extend([line] if pieces is None else pieces.sentences)
-    results = engine.translate(flat, options, first_line=first_line, on_warning=on_warning)
+        flat_keys.extend([keys[i]] * n if keys is not None else [])
+    results = engine.translate(
+        flat, options=options, first_line=first_line, on_warning=on_warning,
+        keys=flat_keys if keys is not None else None, **fields,
+    )  # fmt: skip
     out: list[Translation] = []
     at = 0
     for i, (line, pieces) in enumerate(zip(lines, planned, strict=True)):

@@ -20,7 +20,9 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from nmt.data.sentences import Segmenter
 from nmt.decode.options import MAX_SAMPLES, DecodeOptions
+from nmt.decode.paragraphs import translate_lines
 from nmt.errors import NmtError
 from nmt.serve.attention import (
     AttentionBody,
@@ -44,6 +46,14 @@ from nmt.serve.schema import (
 STATIC = Path(__file__).parent / "static"
 SCORE = "score"  # the batcher options of a /score job: forced decoding, batched apart
 log = logging.getLogger("nmt.serve")
+
+
+@dataclass(frozen=True)
+class SplitSentences:
+    """The batcher options of /translate lines to split into sentences (`split_sentences`):
+    batched apart from unsplit ones, since they translate differently."""
+
+    options: DecodeOptions
 
 
 @dataclass(frozen=True)
@@ -144,7 +154,8 @@ class ServerState:
         req = parse(TranslateBody, body, self.context())
         lines = req.lines()
         options = req.options(self.translator.decoding)
-        return Work(lines, options, _lengths(self.translator, lines))
+        how = SplitSentences(options) if req.split_sentences else options
+        return Work(lines, how, _lengths(self.translator, lines))
 
     def scoring(self, body: bytes) -> Work:
         """A /score body checked and tokenised (CPU work: run it off the event loop)."""
@@ -182,14 +193,19 @@ def model_name(model_dir: str) -> str:
     return "/".join(Path(model_dir).resolve().parts[-2:]) if model_dir else "model"
 
 
-def _decoder(translator: Any, budget: int, split: bool = False) -> Decode:
+def _decoder(translator: Any, budget: int, share: bool = False) -> Decode:
     """The worker thread's job: translate lines (or score pairs) into JSONL-shaped records, the
     records of `nmt translate --format jsonl` and `nmt rescore --format jsonl`; or a sentence's
     attention (a `Refusal` when the model cannot give it)."""
 
+    segmenter = Segmenter(translator.languages[0])
+
     def decode(items: list[Any], options: Hashable, keys: list[int], slots: int) -> list[Any]:
         if isinstance(options, AttentionQuery):
             return attention_records(translator, items, options)
+        split = isinstance(options, SplitSentences)
+        if isinstance(options, SplitSentences):
+            options = options.options
         if not isinstance(options, DecodeOptions):  # SCORE
             from nmt.decode.rescore import rescore
 
@@ -197,10 +213,11 @@ def _decoder(translator: Any, budget: int, split: bool = False) -> Decode:
             scores = rescore(translator, sources, targets, budget, on_warning=log.warning)
             return [score.to_json() for score in scores]
         sampled = keys if options.sampling is not None else None
-        parts = {"parts": slots} if split else {}  # the workers this batch holds, no more
-        out = translator.translate(
-            items, options=options, batch_tokens=budget, on_warning=log.warning, keys=sampled,
-            **parts,
+        parts: dict[str, Any] = {"parts": slots} if share else {}  # the workers it holds
+        out = translate_lines(
+            translator, items, options, segmenter=segmenter if split else None,
+            tgt_lang=translator.languages[1], on_warning=log.warning, keys=sampled,
+            batch_tokens=budget, **parts,
         )  # fmt: skip
         return [tr.to_json(options.with_attention) for tr in out]
 

@@ -25,6 +25,8 @@ from pydantic_core import PydanticUseDefault
 
 from nmt.config import DecodingConfig, Range
 from nmt.decode.options import CONFIG_FIELDS, DecodeOptions, OptionError, Sampling
+from nmt.decode.paragraphs import check_split_options
+from nmt.errors import NmtError
 
 Loc = tuple[str | int, ...]  # where pydantic found a value: field names and list indices
 SAMPLING_EXAMPLE = '{"temperature": 0.8, "top_p": 0.9, "seed": 1}'
@@ -279,6 +281,11 @@ class TranslateBody(Body):
         "the settings. A line's samples depend on the seed and its place in the request only.",
         json_schema_extra=_boolean_or_settings,
     )
+    split_sentences: Flag = Field(
+        False,
+        description="Translate each line's sentences and join them into the line's one entry "
+        "(its pieces under 'sentences'); one hypothesis a line, no attention or sampling.",
+    )
 
     @model_validator(mode="after")
     def _decodable(self, info: ValidationInfo) -> TranslateBody:
@@ -292,6 +299,11 @@ class TranslateBody(Body):
             )
         if self.sampling is not None and self.beam_size is not None:
             raise Refused("'sampling' draws its own tokens: drop 'beam_size'")
+        if self.split_sentences:
+            try:
+                check_split_options(self.options(context.defaults), "'split_sentences'")
+            except NmtError as e:
+                raise Refused(str(e)) from None
         self.options(context.defaults).resolve(context.defaults)
         return self
 

@@ -86,6 +86,11 @@ async function translate() {
 // What the controls ask for: beam search (beam size, alternatives = n-best) or sampling
 // (alternatives = samples per sentence, drawn at the temperature from the seed).
 function requestBody(lines) {
+  if ($("split").checked) {
+    // one translation per line, its sentences joined: no alternatives, sampling or attention
+    const beam = parseInt($("beam").value, 10);
+    return beam > 0 ? { text: lines, split_sentences: true, beam_size: beam } : { text: lines, split_sentences: true };
+  }
   const body = { text: lines, with_attention: true };
   const nbest = parseInt($("nbest").value, 10);
   if (nbest > 1) body.nbest = nbest;
@@ -102,10 +107,17 @@ function requestBody(lines) {
 }
 
 function toggleSampling() {
-  const on = $("sample").checked;
+  const on = $("sample").checked && !$("split").checked;
   $("beam").disabled = on;
   $("temperature").disabled = !on;
   $("seed").disabled = !on;
+}
+
+function toggleSplit() {
+  const on = $("split").checked;
+  $("sample").disabled = on;
+  $("nbest").disabled = on;
+  toggleSampling();
 }
 
 function render(data, roundTripMs) {
@@ -161,7 +173,8 @@ async function showAttention() {
   const hyp = record.hypotheses[0];
   const kind = $("attention-kind").value;
   const ticket = ++drawing;
-  $("attention").hidden = false;
+  $("attention").hidden = record.sentences !== undefined; // a split line: several translations
+  if (record.sentences !== undefined) return;
   $("attention-title").textContent = `(sentence ${selected + 1})`;
   $("attention-axes").textContent = AXES[kind];
   if (kind === "cross") {
@@ -239,6 +252,7 @@ function drawHeatmap(canvas, cols, rows, weights, kind) {
 
 $("translate").addEventListener("click", translate);
 $("sample").addEventListener("change", toggleSampling);
+$("split").addEventListener("change", toggleSplit);
 $("attention-kind").addEventListener("change", () => answer && showAttention());
 $("source").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) translate();
