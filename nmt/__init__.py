@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "DecodeOptions", "Sampling", "Translator"]
+__all__ = ["__version__", "DecodeOptions", "Sampling", "Segmenter", "Translator", "translate_lines"]
 
 # Public names and the module that defines each: imported on first use, so `nmt --help` starts
 # without torch.
@@ -11,6 +11,8 @@ _LAZY = {
     "Translator": "nmt.decode.translator",
     "DecodeOptions": "nmt.decode.options",
     "Sampling": "nmt.decode.options",
+    "Segmenter": "nmt.data.sentences",
+    "translate_lines": "nmt.decode.paragraphs",
 }
 
 
