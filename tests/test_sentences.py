@@ -84,6 +84,7 @@ def test_split_keeps_whitespace_and_blank_lines_and_join_uses_the_target_separat
     p = seg.split("  One. Two.\t")
     assert p == Pieces("  ", ["One.", "Two."], "\t")
     assert p.join(["Eins.", "Zwei. "], "de") == "  Eins. Zwei.\t"
+    assert p.join(["", "Zwei."], "de") == "  Zwei.\t"  # an empty translation adds no space
     assert p.join(["一。", "二。"], "zh") == "  一。二。\t"
     assert seg.split("   ") == Pieces("   ", [], "")
     assert seg.split("   ").join([], "de") == "   "

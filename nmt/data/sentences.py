@@ -56,7 +56,7 @@ class Pieces:
     def join(self, translations: list[str], tgt_lang: str | None) -> str:
         """The output line: the translations joined with the target's separator."""
         sep = "" if tgt_lang in NO_SPACE else " "
-        return self.lead + sep.join(t.strip() for t in translations) + self.trail
+        return self.lead + sep.join(t.strip() for t in translations if t.strip()) + self.trail
 
 
 class Segmenter:
