@@ -86,7 +86,7 @@ def retain_freed_memory(env: Mapping[str, str] | None = None) -> bool:
     the user made through the environment win). Decoding frees and reallocates the same
     multi-megabyte buffers (caches, logits) every step and batch; by default glibc returns
     them, and touching them again costs a page fault per 4 KiB: beam 5 on Multi30k ran 12%
-    slower (DESIGN.md, "Allocator"). Returns whether the settings were applied."""
+    slower. Returns whether the settings were applied."""
     env = os.environ if env is None else env
     if any(name in env for name in USER_MALLOC_VARIABLES):
         return False
@@ -146,8 +146,8 @@ def peak_rss_mb() -> int | None:
 
 def exit_quickly(code: int | str | None) -> NoReturn:
     """End the process once its command has returned, skipping the interpreter's teardown:
-    freeing torch's ~100k module objects and op registrations took 0.35 s of every command
-    (DESIGN.md, "Start-up and exit"). Output is flushed and atexit handlers run first; while
+    freeing torch's ~100k module objects and op registrations took 0.35 s of every command.
+    Output is flushed and atexit handlers run first; while
     another thread, a profiler or tracer, or a torch.distributed group is alive, the exit is
     the ordinary one (they may still have work to finish)."""
     if not _quiet_process():

@@ -1,6 +1,6 @@
 """Reading a preprocessed DATA_DIR: its manifest, token arrays read by sentence, and tokenizers.
 
-DATA_DIR layout (see DESIGN.md): manifest.json, spm.model (or spm.<lang>.model), and per split and
+DATA_DIR layout (docs/formats.md): manifest.json, spm.model (or spm.<lang>.model), and per split and
 language `<split>.<lang>.ids` (token ids, no bos/eos) and `<split>.<lang>.idx` (int64 offsets, n+1), so
 sentence i is ids[idx[i]:idx[i+1]]. Valid and test splits also keep their raw lines in
 `<split>.<lang>.txt`, because BLEU is computed against untokenized references. `nmt.data.preprocess`

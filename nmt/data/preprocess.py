@@ -408,7 +408,7 @@ class _Run:
     def manifest(
         self, models: Pair, toks: tuple[Tokenizer, Tokenizer], dtype: str, splits: dict[str, Any]
     ) -> dict[str, Any]:
-        """Step 5: what the data folder holds and how it was made (see DESIGN.md)."""
+        """Step 5: what the data folder holds and how it was made (docs/formats.md)."""
         cfg, reused = self.cfg, self.reused
         return {
             "format": FORMAT,

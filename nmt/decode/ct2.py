@@ -96,7 +96,7 @@ class CT2Translator:
         `Translator`'s (0: auto), as CTranslate2's `inter_threads`: batches translated at once,
         sharing `threads` (0: every usable core) between them. It computes in its export's type
         (CTranslate2's `default` compute type): float32 unless `nmt export --quantization` chose
-        int8 or bfloat16, the faster explicit choices (DESIGN.md: decoding precision)."""
+        int8 or bfloat16, the faster explicit choices (DESIGN.md, "Decisions")."""
         ct2 = require_ctranslate2()
         export_dir = Path(export_dir)
         manifest = read_export_manifest(export_dir)

@@ -66,7 +66,7 @@ class Precisions:
 def precisions(cfg: Config, device: torch.device) -> Precisions:
     """`auto` resolved for training; validation decodes in training's precision, except that on
     a CPU under `auto` it keeps fp32 below d_model 256: its decoding shapes, new at every
-    validation, would otherwise fill oneDNN's kernel cache by GBs over a run (DESIGN.md)."""
+    validation, would otherwise fill oneDNN's kernel cache by GBs over a run."""
     configured = cfg.training.precision
     train = resolve_precision(configured, device)
     autocast = autocast_for(train, device)  # fp16 on a CPU: training's error comes first
