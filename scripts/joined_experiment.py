@@ -21,34 +21,30 @@ Systems (--systems takes names, `core`, `all` or `extra`):
          training line)
   extra: noattn-seed2, bahdanau-seed2 (a second seed of the K=6 runs)
 
-Training to flat: every system validates every 200 updates (greedy BLEU on the joined val set)
-and trains in chunks of 400 updates from 2,000 on, on its preset's inverse-square-root schedule
-(fixed in updates, so the budget never shapes the curve). After a chunk ending at update S, the
-curve is flat when the best validation BLEU after 0.75 S is less than 0.5 above the best up to
-0.75 S; a system still rising at 16,000 updates is reported as not flat. Every stage is
-resumable: a finished system is reused, an interrupted one resumes from its last save (`nmt train
---resume`, bitwise equal to an uninterrupted run), finished translations are kept, and SIGTERM
-stops the running systems after a save. Two systems train at once (--jobs), one thread each
-(--threads)."""
+Training to flat (scripts/flatrun.py): every system validates every 200 updates (greedy BLEU on
+the joined val set) and trains in chunks of 400 updates from 2,000 on, on its preset's
+inverse-square-root schedule (fixed in updates, so the budget never shapes the curve). After a
+chunk ending at update S, the curve is flat when the best validation BLEU after 0.75 S is less than
+0.5 above the best up to 0.75 S; a system still rising at 16,000 updates is reported as not flat.
+Every stage is resumable: a finished system is reused, an interrupted one resumes from its last
+save (`nmt train --resume`, bitwise equal to an uninterrupted run), finished translations are
+kept, and SIGTERM stops the running systems after a save. Two systems train at once (--jobs), one
+thread each (--threads)."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import os
-import signal
-import subprocess
 import sys
-import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from nmt.plots.curves import read_events  # noqa: E402
+from flatrun import BIN, FlatRule, Job, Runner, run_all, train_to_flat  # noqa: E402
 
 SRC, TGT = "en", "de"
 TEST_K = 6
@@ -85,125 +81,56 @@ SMOKE_PRESETS = {
 CORPORA = {"k6": 6, "k4": 4, "k1": 1}
 
 
-class Children:
-    """The child processes running now, so that a signal to the script reaches them: `nmt train`
-    saves its state and stops on SIGTERM, and the next run resumes it."""
-
-    def __init__(self) -> None:
-        self.procs: set[subprocess.Popen] = set()
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
-
-    def run(self, cmd: Sequence[object], env: dict[str, str], log: Path | None = None) -> None:
-        """Run a command to its end; its output goes to `log` (appended) when given. A failure,
-        or a stop asked for before it starts, raises."""
-        args = [str(c) for c in cmd]
-        out = open(log, "a", encoding="utf-8") if log else None  # noqa: SIM115
-        try:
-            if out:
-                out.write("$ " + " ".join(args) + "\n")
-                out.flush()
-            with self.lock:
-                if self.stopping.is_set():
-                    raise RuntimeError("stopped")
-                proc = subprocess.Popen(args, env=env, stdout=out, stderr=out and subprocess.STDOUT)
-                self.procs.add(proc)
-            code = proc.wait()
-            with self.lock:
-                self.procs.discard(proc)
-            if code:
-                raise subprocess.CalledProcessError(code, args)
-        finally:
-            if out:
-                out.close()
-
-    def stop(self, signum: int, frame: object) -> None:
-        """Signal handler: pass SIGTERM on to every child and start nothing new."""
-        with self.lock:
-            self.stopping.set()
-            for proc in self.procs:
-                proc.terminate()
-
-
 @dataclass
 class Settings:
-    """Where things go and how long each system trains."""
+    """Where things go, how the systems train and translate."""
 
     work: Path
     docs: Path
     mirror: Path | None
-    threads: int = 1
-    valid_every: int = 200
-    chunk: int = 400
-    min_steps: int = 2000
-    max_steps: int = 16000
-    margin: float = 0.5
+    runner: Runner
+    rule: FlatRule = FlatRule()
     beam: int = 5
     smoke: bool = False
     limit: int = 0  # smoke: the first N captions of each split
-    log_lock: threading.Lock = field(default_factory=threading.Lock)
-    children: Children = field(default_factory=Children)
-
-    @property
-    def bin(self) -> Path:
-        return Path(sys.executable).parent
-
-    def say(self, text: str) -> None:
-        with self.log_lock:
-            print(text, flush=True)
-
-
-def flat_at(points: Sequence[tuple[int, float]], step: int, margin: float) -> bool:
-    """Whether the validation curve up to `step` is flat: the best BLEU after 0.75 * step is less
-    than `margin` above the best up to it (both parts must hold a validation)."""
-    cut = 0.75 * step
-    before = [b for s, b in points if s <= cut]
-    after = [b for s, b in points if cut < s <= step]
-    return bool(before and after) and max(after) < max(before) + margin
-
-
-def valid_points(model_dir: Path) -> list[tuple[int, float]]:
-    """(update, validation BLEU) of a run, one per update (a resumed run's last word kept)."""
-    if not (model_dir / "metrics.jsonl").is_file():
-        return []
-    points: dict[int, float] = {}
-    for e in read_events(model_dir):
-        if e.get("event") == "valid" and e.get("bleu") is not None:
-            points[int(e["step"])] = float(e["bleu"])
-    return sorted(points.items())
-
-
-def thread_env(threads: int) -> dict[str, str]:
-    """The environment of a child process limited to `threads` CPU threads."""
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = str(threads)
-    return env
 
 
 def prepare(cfg: Settings, corpora: set[str]) -> None:
-    """Fetch Multi30k, write the three joined corpora and preprocess them with one SentencePiece
-    model (learnt on the K=6 corpus, reused by the others); only the corpora `corpora` names
-    (and K=6) are made. Each step is skipped when done."""
-    py, nmt, env = cfg.bin / "python", cfg.bin / "nmt", thread_env(2)
-    m30k = cfg.work / "multi30k"
-    fetch = [py, ROOT / "scripts/fetch_corpus.py", "multi30k", "--dest", m30k, "--quiet"]
-    cfg.children.run(fetch + (["--mirror", cfg.mirror] if cfg.mirror else []), env)
+    """Fetch Multi30k, write the joined corpora and preprocess them with one SentencePiece model
+    (learnt on the K=6 corpus, reused by the others); only the corpora `corpora` names (and K=6)
+    are made. Each step is skipped when done."""
+    py, m30k = BIN / "python", cfg.work / "multi30k"
+    fetch: list[object] = [
+        py,
+        ROOT / "scripts/fetch_corpus.py",
+        "multi30k",
+        "--dest",
+        m30k,
+        "--quiet",
+    ]
+    cfg.runner.run(fetch + (["--mirror", cfg.mirror] if cfg.mirror else []))
     for corpus, k in CORPORA.items():
-        data = cfg.work / f"data-{corpus}"
+        data, text = cfg.work / f"data-{corpus}", cfg.work / f"corpus-{corpus}"
         if corpus not in corpora | {"k6"} or (data / "manifest.json").exists():
             continue
-        text = cfg.work / f"corpus-{corpus}"
-        make = [py, ROOT / "scripts/make_joined_corpus.py", m30k, "--dest", text, "--max-k", k]
-        cfg.children.run(make + (["--limit", cfg.limit] if cfg.limit else []), env)
+        make: list[object] = [
+            py,
+            ROOT / "scripts/make_joined_corpus.py",
+            m30k,
+            "--dest",
+            text,
+            "--max-k",
+            k,
+        ]
+        cfg.runner.run(make + (["--limit", cfg.limit] if cfg.limit else []))
         tests = [a for i in range(1, TEST_K + 1) for a in ("--test", text / f"test.k{i}")]
         vocab = ["--spm-from", cfg.work / "data-k6"] if corpus != "k6" else ["--vocab-size", 8000]
         if cfg.smoke and corpus == "k6":
             vocab = ["--vocab-size", 1000]
         # --max-len 1000: no joined line is dropped (the longest is about 150 subwords)
-        cfg.children.run(
+        cfg.runner.run(
             [
-                nmt,
+                BIN / "nmt",
                 "preprocess",
                 "--src-lang",
                 SRC,
@@ -221,86 +148,30 @@ def prepare(cfg: Settings, corpora: set[str]) -> None:
                 1000,
                 "--force",
                 "--quiet",
-            ],
-            env,
+            ]
         )
 
 
-def train_command(cfg: Settings, s: System, steps: int, resume: bool) -> list[object]:
-    """`nmt train` for system s up to `steps` updates (no time limit, no patience)."""
+def job_of(cfg: Settings, s: System) -> Job:
+    """The `nmt train` job of a system (tiny presets in smoke mode)."""
     preset, sets = s.preset, s.sets
     if cfg.smoke:
         preset, extra = SMOKE_PRESETS[s.preset]
         sets = extra + sets
-    overrides = [
-        f"training.valid_every={cfg.valid_every}",
-        "training.patience=0",
-        f"training.max_steps={steps}",
-        *sets,
-    ]
-    cmd: list[object] = [
-        cfg.bin / "nmt",
-        "train",
-        "--preset",
-        preset,
-        "-d",
-        cfg.work / f"data-{s.corpus}",
-        "-o",
-        cfg.work / s.name,
-        "--max-time",
-        "0",
-        "--quiet",
-    ]
-    for o in overrides:
-        cmd += ["--set", o]
-    return cmd + (["--resume"] if resume else ["--force"])
-
-
-def train_to_flat(cfg: Settings, s: System) -> dict:
-    """Train s in chunks until its curve is flat or max_steps is reached; return the outcome
-    (also written to MODEL_DIR/flat.json). Resumes where an earlier call stopped."""
-    model = cfg.work / s.name
-    outcome_file = model / "flat.json"
-    if outcome_file.exists():
-        return json.loads(outcome_file.read_text(encoding="utf-8"))
-    model.mkdir(parents=True, exist_ok=True)
-    log = cfg.work / f"{s.name}.log"
-    env = thread_env(cfg.threads)
-    steps = cfg.min_steps
-    while True:
-        points = valid_points(model)
-        done = points[-1][0] if points else 0
-        while steps <= done and not flat_at(points, steps, cfg.margin) and steps < cfg.max_steps:
-            steps += cfg.chunk
-        if steps > done:
-            resume = (model / "checkpoints" / "last.state.pt").exists()
-            cfg.say(f"   {s.name}: training to update {steps:,}" + (" (resumed)" if resume else ""))
-            cfg.children.run(train_command(cfg, s, steps, resume), env, log)
-            points = valid_points(model)
-        flat = flat_at(points, steps, cfg.margin)
-        if flat or steps >= cfg.max_steps:
-            break
-        best = max(b for _, b in points)
-        cfg.say(f"   {s.name}: not flat at update {steps:,} (best valid BLEU {best:.2f})")
-        steps += cfg.chunk
-    outcome = {"flat": flat, "steps": steps, "margin": cfg.margin, "points": points}
-    outcome_file.write_text(json.dumps(outcome), encoding="utf-8")
-    cfg.say(f"   {s.name}: {'flat' if flat else 'NOT flat'} at update {steps:,}")
-    return outcome
+    return Job(s.name, preset, cfg.work / f"data-{s.corpus}", cfg.work / s.name, sets)
 
 
 def translate_tests(cfg: Settings, s: System) -> None:
     """Beam-search translations of test.k1 .. test.kN into MODEL_DIR/test.kN.hyp.de."""
     model = cfg.work / s.name
-    env = thread_env(cfg.threads)
     for k in range(1, TEST_K + 1):
         hyp = model / f"test.k{k}.hyp.{TGT}"
         if hyp.exists():
             continue
         src = cfg.work / f"corpus-{s.corpus}" / f"test.k{k}.{SRC}"
-        cfg.children.run(
+        cfg.runner.run(
             [
-                cfg.bin / "nmt",
+                BIN / "nmt",
                 "translate",
                 "-m",
                 model,
@@ -313,16 +184,15 @@ def translate_tests(cfg: Settings, s: System) -> None:
                 1,
                 "--quiet",
             ],
-            env,
             cfg.work / f"{s.name}.log",
         )
 
 
 def system_job(cfg: Settings, s: System) -> None:
     """Train one system to flat and translate its test sets."""
-    train_to_flat(cfg, s)
+    train_to_flat(cfg.runner, cfg.rule, job_of(cfg, s), cfg.work / f"{s.name}.log")
     translate_tests(cfg, s)
-    cfg.say(f"   {s.name}: translated test.k1 .. test.k{TEST_K}")
+    cfg.runner.say(f"   {s.name}: translated test.k1 .. test.k{TEST_K}")
 
 
 def choose(names: Sequence[str]) -> list[System]:
@@ -335,11 +205,8 @@ def choose(names: Sequence[str]) -> list[System]:
         elif n in {s.name for s in SYSTEMS}:
             wanted.add(n)
         else:
-            raise SystemExit(
-                f"error: unknown system {n!r} (choose from core, all, extra, "
-                + ", ".join(s.name for s in SYSTEMS)
-                + ")"
-            )
+            known = ", ".join(s.name for s in SYSTEMS)
+            raise SystemExit(f"error: unknown system {n!r} (choose from core, all, extra, {known})")
     return [s for s in SYSTEMS if s.name in wanted]
 
 
@@ -360,16 +227,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report-only", action="store_true", help="only score what is translated")
     p.add_argument("--smoke", action="store_true", help="tiny models and data (a few minutes)")
     args = p.parse_args(argv)
-    mirror = args.mirror or Path(
-        os.environ.get("NMT_CORPUS_MIRROR", ROOT.parent / "shared/corpora/multi30k")
-    )
-    cfg = Settings(args.work, args.docs, mirror if mirror.exists() else None, threads=args.threads)
+    default = ROOT.parent / "shared/corpora/multi30k"
+    mirror = args.mirror or Path(os.environ.get("NMT_CORPUS_MIRROR", default))
+    cfg = Settings(args.work, args.docs, mirror if mirror.exists() else None, Runner(args.threads))
     if args.smoke:
-        cfg.valid_every, cfg.chunk, cfg.min_steps, cfg.max_steps = 10, 10, 20, 40
+        cfg.rule = FlatRule(valid_every=10, chunk=10, min_steps=20, max_steps=40)
         cfg.smoke, cfg.limit, cfg.beam = True, 120, 2
     systems = choose(args.systems)
     cfg.work.mkdir(parents=True, exist_ok=True)
-    failed: list[str] = []
+    status = 0
     if not args.report_only:
         print(f"== corpora and data in {cfg.work}", flush=True)
         prepare(cfg, {s.corpus for s in systems})
@@ -377,24 +243,15 @@ def main(argv: list[str] | None = None) -> int:
             f"== {len(systems)} systems, {args.jobs} at a time, {args.threads} thread(s) each",
             flush=True,
         )
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, cfg.children.stop)
-        with ThreadPoolExecutor(args.jobs) as pool:
-            jobs = {s.name: pool.submit(system_job, cfg, s) for s in systems}
-        failed = [name for name, job in jobs.items() if job.exception() is not None]
-        if cfg.children.stopping.is_set():
-            print("stopped: run the same command again to resume", file=sys.stderr)
-            return 1
-        for name in failed:
-            print(
-                f"error: {name}: {jobs[name].exception()} (see {cfg.work / name}.log)",
-                file=sys.stderr,
-            )
+        jobs = {s.name: functools.partial(system_job, cfg, s) for s in systems}
+        status = run_all(cfg.runner, jobs, args.jobs)
+        if cfg.runner.children.stopping.is_set():
+            return status
     import joined_report
 
     print("== report", flush=True)
     joined_report.write_report(cfg.work, cfg.docs, [(s.name, s.corpus) for s in SYSTEMS])
-    return 1 if not args.report_only and failed else 0
+    return status
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import joined_report  # noqa: E402
 import make_joined_corpus as mjc  # noqa: E402
-from joined_experiment import flat_at  # noqa: E402
+from flatrun import flat_at  # noqa: E402
 
 
 def fake_multi30k(folder: Path, n_train: int = 57, n_val: int = 20, n_test: int = 13) -> None:
