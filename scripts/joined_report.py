@@ -89,7 +89,7 @@ def run_info(model: Path, data: Path) -> dict[str, Any]:
     return {
         "updates": flat["steps"],
         "flat": flat["flat"],
-        "epochs": end["tgt_tokens"] / manifest["splits"]["train"]["tokens"][TGT],
+        "epochs": end["tgt_tokens"] / manifest["splits"]["train"]["tokens"][manifest["tgt_lang"]],
         "minutes": max(e["elapsed"] for e in valid) / 60,
         "best_valid": max(e["bleu"] for e in valid),
         "curve": [(e["step"], e["bleu"]) for e in valid],

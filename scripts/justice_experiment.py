@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Attention on naturally long sentences: the consolidated Acts and Regulations of Canada, en->fr
+(justice-laws-en-fr), learnt by a fixed-vector RNN, an attentional RNN and a Transformer, each
+trained until its validation curve is flat, scored whole and by source length
+(docs/attention-experiment.md, "Real long sentences: Canadian law").
+
+    python scripts/justice_experiment.py                  # the three systems, then the report
+    python scripts/justice_experiment.py --smoke --work /tmp/jl   # tiny models, a few minutes
+
+Data: train is a seeded sample of --subset pairs of the 425,473 (0: all of them), so that a
+system sees several epochs in a few hours of one CPU thread; valid is a seeded sample of 1,000
+dev lines across all 47 dev documents (`nmt preprocess --valid-sample`); test is the 4,701 lines
+of the 37 test documents. One joint SentencePiece model; `--max-len 400` and max_positions 512
+keep every line of up to 400 subwords (the longest is 248 words), and the report counts what
+was dropped.
+
+Systems (scripts/flatrun.py trains each to a flat curve: validation every 400 updates, the rule
+checked every 800 from 4,000 on, at most --max-steps): seq2seq-noattn, seq2seq-bahdanau and
+transformer-small on an inverse-square-root schedule (its preset's linear decay would end with
+whatever budget the chunks had reached). Then each translates test (beam 5), and the report
+gives BLEU and chrF whole and per source-length bucket (0-10, 10-20, 20-30, 30-40, 40-60, 60+
+words) with 95% bootstrap intervals, BLEU relative to the shortest bucket, the length ratio and
+the share of translations cut by the length limit, and the figures (scripts/justice_report.py)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from flatrun import BIN, FlatRule, Job, Runner, run_all, train_to_flat  # noqa: E402
+
+SRC, TGT = "en", "fr"
+BUCKETS = "0-10,10-20,20-30,30-40,40-60,60+"
+TRANSFORMER = ("model.max_positions=512", "training.schedule=inverse_sqrt", "training.warmup=1000")
+SYSTEMS = {
+    "noattn": ("seq2seq-noattn", ()),
+    "bahdanau": ("seq2seq-bahdanau", ()),
+    "transformer": ("transformer-small", TRANSFORMER),
+}
+SMOKE = {
+    "noattn": ("seq2seq-tiny", ("model.attention=none",)),
+    "bahdanau": ("seq2seq-tiny", ("model.attention=bahdanau",)),
+    "transformer": ("transformer-tiny", ("model.max_positions=512",)),
+}
+
+
+@dataclass
+class Settings:
+    """Where things go and how the systems train."""
+
+    work: Path
+    docs: Path
+    mirror: Path | None
+    runner: Runner
+    rule: FlatRule
+    subset: int
+    vocab: int = 16000
+    smoke: bool = False
+
+
+def sample_pairs(src: Path, tgt: Path, out: Path, n: int, seed: int) -> int:
+    """Write a seeded sample of n line pairs (in file order) to OUT.en / OUT.fr; return n."""
+    a = src.read_text(encoding="utf-8").splitlines()
+    b = tgt.read_text(encoding="utf-8").splitlines()
+    if len(a) != len(b):
+        raise SystemExit(f"error: {src} and {tgt} differ in line count ({len(a)}, {len(b)})")
+    keep = sorted(random.Random(seed).sample(range(len(a)), min(n, len(a))))
+    for lines, lang in ((a, SRC), (b, TGT)):
+        tmp = out.with_name(f"{out.name}.{lang}.tmp")
+        tmp.write_text("".join(lines[i] + "\n" for i in keep), encoding="utf-8")
+        tmp.replace(out.with_name(f"{out.name}.{lang}"))
+    return len(keep)
+
+
+def prepare(cfg: Settings) -> None:
+    """Fetch the corpus from the mirror, draw the train subset, preprocess (reused when done)."""
+    corpus = cfg.work / "corpus"
+    fetch: list[object] = [
+        BIN / "python",
+        ROOT / "scripts/fetch_corpus.py",
+        "justice-laws-en-fr",
+        "--dest",
+        corpus,
+        "--quiet",
+    ]
+    cfg.runner.run(fetch + (["--mirror", cfg.mirror] if cfg.mirror else []))
+    data = cfg.work / "data"
+    if (data / "manifest.json").exists():
+        return
+    train = corpus / "train"
+    if cfg.subset:
+        train = cfg.work / "train-subset"
+        sample_pairs(corpus / f"train.{SRC}", corpus / f"train.{TGT}", train, cfg.subset, 1)
+    test = corpus / "test"
+    if cfg.smoke:  # a short test set too, under the same split name
+        test = cfg.work / "smoke" / "test"
+        test.parent.mkdir(exist_ok=True)
+        sample_pairs(corpus / f"test.{SRC}", corpus / f"test.{TGT}", test, 120, 1)
+    cfg.runner.run(
+        [
+            BIN / "nmt",
+            "preprocess",
+            "--src-lang",
+            SRC,
+            "--tgt-lang",
+            TGT,
+            "--train",
+            train,
+            "--valid",
+            corpus / "dev",
+            "--valid-sample",
+            120 if cfg.smoke else 1000,
+            "--test",
+            test,
+            "-o",
+            data,
+            "--vocab-size",
+            cfg.vocab,
+            "--max-len",
+            400,
+            "--force",
+            "--quiet",
+        ]
+    )
+
+
+def system_job(cfg: Settings, name: str) -> None:
+    """Train one system to flat, then translate test with beam 5."""
+    preset, sets = (SMOKE if cfg.smoke else SYSTEMS)[name]
+    model = cfg.work / name
+    job = Job(name, preset, cfg.work / "data", model, sets)
+    train_to_flat(cfg.runner, cfg.rule, job, cfg.work / f"{name}.log")
+    hyp = model / f"test.hyp.{TGT}"
+    if not hyp.exists():
+        src = cfg.work / "data" / f"test.{SRC}.txt"
+        cfg.runner.run(
+            [
+                BIN / "nmt",
+                "translate",
+                "-m",
+                model,
+                src,
+                "-o",
+                hyp,
+                "--beam-size",
+                2 if cfg.smoke else 5,
+                "--workers",
+                1,
+                "--quiet",
+            ],
+            cfg.work / f"{name}.log",
+        )
+    cfg.runner.say(f"   {name}: translated test")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prepare, train, translate, report."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--work", type=Path, default=ROOT / "work/justice", help="outputs")
+    p.add_argument("--docs", type=Path, default=ROOT / "docs", help="where the figures go")
+    p.add_argument(
+        "--mirror",
+        type=Path,
+        default=None,
+        help="a justice-laws-en-fr mirror "
+        "(default: NMT_CORPUS_MIRROR or ../shared/corpora/justice-laws-en-fr)",
+    )
+    p.add_argument("--subset", type=int, default=150_000, help="train pairs sampled (0: all)")
+    p.add_argument("--max-steps", type=int, default=12_000, help="most updates a system trains")
+    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    p.add_argument("--jobs", type=int, default=2, help="systems trained at once")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads per system")
+    p.add_argument("--smoke", action="store_true", help="tiny models and data (a few minutes)")
+    args = p.parse_args(argv)
+    default = ROOT.parent / "shared/corpora/justice-laws-en-fr"
+    mirror = args.mirror or Path(os.environ.get("NMT_CORPUS_MIRROR", default))
+    rule = FlatRule(valid_every=400, chunk=800, min_steps=4000, max_steps=args.max_steps)
+    cfg = Settings(
+        args.work,
+        args.docs,
+        mirror if mirror.exists() else None,
+        Runner(args.threads),
+        rule,
+        args.subset,
+    )
+    if args.smoke:
+        cfg.rule = FlatRule(valid_every=10, chunk=10, min_steps=20, max_steps=40)
+        cfg.smoke, cfg.subset, cfg.vocab = True, 600, 1000
+    cfg.work.mkdir(parents=True, exist_ok=True)
+    print(f"== corpus and data in {cfg.work}", flush=True)
+    prepare(cfg)
+    jobs = {n: functools.partial(system_job, cfg, n) for n in args.systems}
+    status = run_all(cfg.runner, jobs, args.jobs)
+    if cfg.runner.children.stopping.is_set():
+        return status
+    import justice_report
+
+    print("== report", flush=True)
+    results = justice_report.write_report(cfg.work, cfg.docs, list(SYSTEMS), BUCKETS)
+    (cfg.work / "justice_results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
