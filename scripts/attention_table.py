@@ -21,11 +21,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-
-def events(model_dir: Path) -> list[dict[str, Any]]:
-    """The run's metrics.jsonl events."""
-    lines = (model_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+from nmt.plots.curves import read_events
 
 
 def parameters(model_dir: Path) -> int:
@@ -47,7 +43,7 @@ def parameters(model_dir: Path) -> int:
 
 def run_row(name: str, model_dir: Path, scores: dict[str, dict[str, Any]]) -> list[str]:
     """One system's run and whole-test-set scores."""
-    evs = events(model_dir)
+    evs = read_events(model_dir)
     end = next(e for e in reversed(evs) if e["event"] == "end")
     valid = [e["bleu"] for e in evs if e["event"] == "valid" and e.get("bleu") is not None]
     bleu, chrf = scores["BLEU"], scores["chrF2"]

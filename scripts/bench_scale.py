@@ -44,6 +44,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 from benchlib import machine_line, run_measured, write_json  # noqa: E402
 from make_scale_corpus import CORPUS, output_paths, parse_count, write_corpus  # noqa: E402
 
+from nmt.plots.curves import read_events  # noqa: E402
+
 NMT = Path(sys.executable).parent / "nmt"
 LIMIT_MB = 2048
 QUICK = {
@@ -138,17 +140,11 @@ def preprocess(s: Settings, prefix: Path, data: Path, n: int) -> dict[str, Any]:
 
 
 def first_train_event(metrics: Path) -> dict[str, Any] | None:
-    """The first update's event in metrics.jsonl, once it is there."""
+    """The first update's event in metrics.jsonl, once it is there (a line being written is
+    skipped)."""
     if not metrics.is_file():
         return None
-    for line in metrics.read_text("utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line being written
-        if isinstance(row, dict) and row.get("event") == "train":
-            return row
-    return None
+    return next((r for r in read_events(metrics.parent) if r.get("event") == "train"), None)
 
 
 def train_cmd(s: Settings, data: Path, model: Path, limit: list[str], sets: list[str]) -> list[str]:
@@ -173,8 +169,7 @@ def train(s: Settings, data: Path, model: Path) -> dict[str, Any]:
             seen["first"] = seconds
 
     m = run(cmd, model.parent / "train.log", watch)
-    lines = (model / "metrics.jsonl").read_text("utf-8").splitlines()
-    events = [row for row in map(json.loads, lines) if row.get("event") == "train"]
+    events = [row for row in read_events(model) if row.get("event") == "train"]
     if not events:
         sys.exit(f"error: {model}/metrics.jsonl has no train event")
     return {
@@ -195,16 +190,15 @@ def long_run(s: Settings, data: Path, model: Path, budget: str) -> dict[str, Any
     memory stays flat (median rss_mb of the first and the last 10% of its update events)."""
     cmd = train_cmd(s, data, model, ["--max-time", budget], ["valid_every=500", "log_every=10"])
     m = run(cmd, model.parent / "train-long.log")
-    lines = (model / "metrics.jsonl").read_text("utf-8").splitlines()
-    rss = [row["rss_mb"] for row in map(json.loads, lines)
-           if row.get("event") == "train" and row.get("rss_mb")]  # fmt: skip
+    rows = read_events(model)
+    rss = [row["rss_mb"] for row in rows if row.get("event") == "train" and row.get("rss_mb")]
     if not rss:
         sys.exit(f"error: {model}/metrics.jsonl has no train event with rss_mb")
     tenth = max(1, len(rss) // 10)
     first, last = float(np.median(rss[:tenth])), float(np.median(rss[-tenth:]))
     return {
         "long_budget": budget, "long_s": m["seconds"], "long_events": len(rss),
-        "long_steps": json.loads(lines[-1]).get("steps") or len(rss),
+        "long_steps": rows[-1].get("steps") or len(rss),
         "long_peak_mb": m["largest_mb"], "long_rss_first10_mb": first,
         "long_rss_last10_mb": last, "long_growth": last / first,
     }  # fmt: skip

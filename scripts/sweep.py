@@ -106,15 +106,10 @@ def sh(cmd: list[str], log: Path, threads: int | None = None) -> subprocess.Comp
 
 
 def events(model_dir: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl of a run (torn lines skipped)."""
-    rows = []
-    path = model_dir / "metrics.jsonl"
-    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    """metrics.jsonl of a run (torn lines skipped); none before the run wrote one."""
+    from nmt.plots.curves import read_events
+
+    return read_events(model_dir) if (model_dir / "metrics.jsonl").exists() else []
 
 
 def training_facts(model_dir: Path) -> dict[str, Any]:
