@@ -315,13 +315,16 @@ def fake_translator(monkeypatch):
 
     class Translator:
         tgt_tok = types.SimpleNamespace(lowercase=False)  # a cased model: BLEU stays cased
+        languages, max_source = ("en", "de"), 0  # an RNN's: no source limit
 
         @classmethod
         def from_dir(cls, model_dir, device="auto", checkpoint="best", precision="auto", workers=0):
             calls["from_dir"] = (str(model_dir), device, checkpoint, precision)
             return cls()
 
-        def translate(self, lines, options=None, *, progress=None, on_warning=None):
+        def translate(
+            self, lines, options=None, *, progress=None, on_warning=None, first_line=1, keys=None
+        ):
             calls["translate"], calls["on_warning"] = options, on_warning
             if progress is not None:
                 progress(len(lines))
