@@ -107,3 +107,27 @@ def test_cli_translate_works_and_attention_is_one_line(noattn_dir, tmp_path):
     r = runner.invoke(app, ["translate", "-m", str(noattn_dir), "-f", "jsonl", "--with-attention"],
                       input=b"a man\n")  # fmt: skip
     assert r.exit_code == 2 and r.output == expected
+
+
+def test_capabilities_say_what_each_model_gives_without_asking_its_architecture(noattn_dir):
+    """The engine contract's capabilities: a model without attention refuses --with-attention
+    and attention queries; a Transformer gives all three kinds; an ensemble the shared ones."""
+    from test_models import TINY
+
+    from nmt.decode.translator import Translator
+    from nmt.models.ensemble import Ensemble
+
+    with Translator.from_dir(noattn_dir, workers=1) as tr:
+        caps = tr.capabilities
+        assert (caps.sampling, caps.attention, caps.with_attention, caps.slots) == (
+            True,
+            (),
+            False,
+            1,
+        )
+    transformer = build(model_config(**TINY["transformer"]), VOCAB)
+    bahdanau = build(model_config(**TINY["seq2seq"]), VOCAB)
+    assert transformer.attention_kinds == ("cross", "self", "decoder")
+    assert bahdanau.attention_kinds == ("cross",) and make().attention_kinds == ()
+    assert Ensemble([transformer, bahdanau]).attention_kinds == ("cross",)
+    assert Ensemble([transformer, make()]).attention_kinds == ()

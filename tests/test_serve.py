@@ -500,7 +500,7 @@ def test_served_batches_use_free_workers_only(model_dir):
     lines = [f"{w} dogs play in the snow ." for w in ("one", "two", "three", "four")]
     with Translator.from_dir(model_dir, device="cpu", workers=2) as tr:
         tr.start_workers()
-        assert tr.decode_slots() == 2
+        assert tr.capabilities.slots == 2
         opts = tr.resolve_options(beam_size=2)
         encoded = tr.encode_sources(lines, 1, lambda m: None)
         assert len(tr._batches(encoded, [0, 1, 2, 3], opts, parts=1)) == 1

@@ -37,6 +37,7 @@ from nmt.cli.options import (
 from nmt.cli.progress import count_progress
 
 if TYPE_CHECKING:
+    from nmt.decode.engine import Engine
     from nmt.decode.options import DecodeOptions
 
 commands = typer.Typer()
@@ -152,14 +153,13 @@ def open_for(
     """The engine of `model_dir` (nmt.decode.engines.open_translator), refused at once when it
     cannot decode as `options` ask (attention from a model without any; sampling from an
     `nmt export`)."""
-    from nmt.decode.ct2 import CT2Translator  # torch-free, unlike the PyTorch engine's module
     from nmt.decode.engines import open_translator
     from nmt.errors import NmtError
 
     translator = open_translator(model_dir, device, checkpoint, precision, workers)
     if options.with_attention:
         require_attention(translator, ", ".join(model_dir))
-    if options.sampling is not None and isinstance(translator, CT2Translator):
+    if options.sampling is not None and not translator.capabilities.sampling:
         raise NmtError(
             f"{model_dir[0]}: --sampling needs a model directory (an `nmt export` directory "
             "decodes with CTranslate2's search)"
@@ -167,11 +167,11 @@ def open_for(
     return translator
 
 
-def require_attention(translator: object, model_dir: str) -> None:
+def require_attention(translator: Engine, model_dir: str) -> None:
     """One line instead of a failed search when the model has no attention to show."""
     from nmt.errors import NmtError
 
-    if not getattr(getattr(translator, "model", None), "has_attention", True):
+    if not translator.capabilities.with_attention:
         raise NmtError(f"{model_dir}: this model has no attention (model.attention: none)")
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from nmt.data.vocab import EOS_PIECE, Tokenizer
 from nmt.decode.engine import (
     FORCED_FLOOR,
+    Capabilities,
     TextHypothesis,
     Translation,
     gnmt_length_penalty,
@@ -117,6 +118,10 @@ class CT2Translator:
         except (RuntimeError, ValueError) as e:
             raise NmtError(f"{export_dir}: cannot load the CTranslate2 model ({e})") from None
         return cls(translator, manifest, src_tok, tgt_tok)
+
+    # CTranslate2 draws no keyed samples and answers no attention queries; it gives the cross
+    # attention of its translations.
+    capabilities = Capabilities(sampling=False, attention=(), with_attention=True)
 
     def start_workers(self) -> None:
         """Nothing to start: CTranslate2 runs its workers (`inter_threads`) itself."""

@@ -93,6 +93,18 @@ def translate_chunks(
         yield from translate(chunk, options, first_line=first_line, **kwargs)
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do besides beam and greedy search, said in one place, so that callers
+    (the CLI, the server) never ask which engine or architecture they hold."""
+
+    sampling: bool  # nmt's keyed samples (`--sampling`)
+    attention: tuple[str, ...]  # the kinds an attention query gives (cross, self, decoder)
+    with_attention: bool  # cross-attention alongside translations (`--with-attention`)
+    slots: int = 1  # batches decoded at once, each on a worker process of its own
+    constraints: bool = False  # lexically constrained search
+
+
 class Engine(Protocol):
     """The calls `nmt translate`, `nmt rescore`, `nmt serve` and the library make of an engine.
 
@@ -100,8 +112,14 @@ class Engine(Protocol):
     come from the model's `decoding` defaults."""
 
     src_tok: Tokenizer  # the source SentencePiece model (lowercasing included)
+    tgt_tok: Tokenizer  # the target one: what it writes (lowercase, for a lowercased model)
     max_source: int  # the longest source in subwords the model takes (eos excluded; < 1: any)
     languages: tuple[str | None, str | None]  # (source, target) language codes, from its metadata
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def start_workers(self) -> None: ...
 
     @property
     def decoding(self) -> DecodingConfig: ...
@@ -132,6 +150,18 @@ class Engine(Protocol):
         self, options: DecodeOptions | None = None, **fields: Any
     ) -> ResolvedOptions: ...
 
+    def score_ids(
+        self, src: list[list[int]], tgt: list[list[int]], batch_tokens: int | None = None
+    ) -> list[list[float]]: ...
+
+    def encode_sources(
+        self, lines: list[str], first_line: int, warn: Callable[[str], None]
+    ) -> list[list[int]]: ...
+
     def describe(self) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
+
+    def __enter__(self) -> Engine: ...
+
+    def __exit__(self, *exc: object) -> None: ...

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from nmt.decode.engine import Engine
 from nmt.decode.exported import is_export, read_export_manifest
@@ -19,9 +18,9 @@ def open_translator(
     checkpoint: str = "default",
     precision: str = "auto",
     workers: int = 0,
-) -> Any:
+) -> Engine:
     """A Translator for a model directory (several: an ensemble), a CT2Translator for an
-    `nmt export` directory; both are an `Engine` (and more: `score_ids` for `nmt rescore`)."""
+    `nmt export` directory: either is an `Engine`, whose `capabilities` say what it can do."""
     dirs = model_dirs(model_dir)
     export = checked_export(dirs, checkpoint, precision)
     engine: Engine  # both satisfy the Protocol (mypy checks it here)

@@ -25,8 +25,7 @@ from nmt.errors import NmtError
 from nmt.textio import atomic_write, read_lines
 
 if TYPE_CHECKING:
-    from nmt.decode.ct2 import CT2Translator
-    from nmt.decode.translator import Translator
+    from nmt.decode.engine import Engine
 
 
 @dataclass
@@ -53,7 +52,7 @@ class PairScore:
 
 
 def rescore(
-    translator: Translator | CT2Translator,
+    translator: Engine,
     sources: Sequence[str],
     targets: Sequence[str],
     batch_tokens: int | None = None,
@@ -98,7 +97,7 @@ def format_score(score: PairScore, fmt: str, average: bool) -> str:
 
 
 def rescore_files(
-    translator: Translator | CT2Translator,
+    translator: Engine,
     source: str,
     target: str,
     output: str | None = None,

@@ -1,10 +1,8 @@
 """`Translator`: raw text in, detokenized translations out, one result per input line, in order.
-
 Inputs are encoded with the model directory's SentencePiece model, sorted by length, cut into
 batches of at most `batch_tokens` (padded) source tokens, searched, and put back in input order.
 Empty lines give empty translations without running the model; a source longer than the model's
-positions is truncated with a warning naming its line, never dropped.
-"""
+positions is truncated with a warning naming its line (nmt.decode.paragraphs cuts it first)."""
 
 from __future__ import annotations
 
@@ -22,7 +20,7 @@ import torch
 from nmt.config import Config, DecodingConfig
 from nmt.data.batching import decoding_runs
 from nmt.data.vocab import EOS_ID, EOS_PIECE, PAD_ID, Tokenizer
-from nmt.decode.engine import TextHypothesis, Translation, translate_chunks
+from nmt.decode.engine import Capabilities, TextHypothesis, Translation, translate_chunks
 from nmt.decode.forced import score_ids
 from nmt.decode.lines import model_dirs
 from nmt.decode.options import DecodeOptions, ResolvedOptions, given_options
@@ -93,7 +91,7 @@ class Translator:
         self.worker_processes = processes_available(device) if processes is None else processes
         self._pool: DecodePool | None = None
         # Models that keep fp32 parts (Seq2Seq's recurrences) decode under autocast instead.
-        use_autocast = precision != "fp32" and getattr(model, "autocast_inference", False)
+        use_autocast = precision != "fp32" and model.autocast_inference
         self.autocast = autocast_for(precision, device) if use_autocast else contextlib.nullcontext
         self.max_source = model.max_positions - 1  # eos included
         self.languages: tuple[str | None, str | None] = (None, None)  # from_dir: its metadata's
@@ -132,7 +130,7 @@ class Translator:
             _warn(message)
         models = []
         for model, *_ in loaded:
-            if prec == "fp32" or not getattr(model, "autocast_inference", False):
+            if prec == "fp32" or not model.autocast_inference:
                 if prec != "fp32":
                     model.to(compute_dtype(prec))  # weights cast once: the decoder cache follows
                 pack_for_decoding(model)  # on a CPU: weights packed once for oneDNN
@@ -205,11 +203,13 @@ class Translator:
         if self.worker_processes and self._pool_size() > 1:
             self._worker_pool().start()
 
-    def decode_slots(self) -> int:
-        """How many batches can decode at once, each on a worker process of its own (1 without
-        them): `nmt serve` keeps that many in flight."""
-        size = self._pool_size()
-        return size if self.worker_processes and size > 1 else 1
+    @property
+    def capabilities(self) -> Capabilities:
+        """Keyed samples, its models' attention kinds, and how many batches decode at once (one
+        per worker process, else 1: `nmt serve` keeps that many in flight)."""
+        size, kinds = self._pool_size(), self.model.attention_kinds
+        slots = size if self.worker_processes and size > 1 else 1
+        return Capabilities(True, kinds, "cross" in kinds, slots)
 
     def worker_peak_mb(self) -> int:
         """Memory the worker processes added at their peak (0 without them; nmt.decode.workers)."""

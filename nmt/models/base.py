@@ -66,6 +66,8 @@ class Decoder(Protocol):
 
     vocab: VocabInfo
     max_positions: int  # longest sequence it takes (0: no limit); search output capped at this - 1
+    attention_kinds: tuple[str, ...]  # what forward_with_attention gives (of ATTENTION_KINDS)
+    autocast_inference: bool  # decodes in bf16 under autocast around fp32 parts, not cast whole
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> Any: ...
 

@@ -61,8 +61,12 @@ class Ensemble(nn.Module):
         limits = [m.max_positions for m in models if m.max_positions > 0]
         self.max_positions = min(limits) if limits else 0  # 0: no member has a limit
         # Any member with fp32 parts makes the translator decode under autocast.
-        self.autocast_inference = any(getattr(m, "autocast_inference", False) for m in models)
-        self.has_attention = all(getattr(m, "has_attention", True) for m in models)
+        self.autocast_inference = any(m.autocast_inference for m in models)
+        # the kinds every member gives (the members' mean, or the first's when shapes differ)
+        self.attention_kinds = tuple(
+            k for k in models[0].attention_kinds if all(k in m.attention_kinds for m in models)
+        )
+        self.has_attention = bool(self.attention_kinds)
         self._log_n = math.log(len(models))
         self.train(getattr(models[0], "training", False))  # as loaded (eval to decode)
 

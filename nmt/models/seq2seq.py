@@ -83,6 +83,7 @@ class Seq2Seq(nn.Module):
         self.memory_proj = nn.Linear(2 * h, h, bias=False) if cfg.attention == "dot" else None
         mem = h if self.memory_proj is not None else 2 * h
         self.has_attention = cfg.attention != "none"
+        self.attention_kinds: tuple[str, ...] = ("cross",) if self.has_attention else ()
         self.attention = make_rnn_attention(cfg.attention, h, mem) if self.has_attention else None
         self.bridge = nn.ModuleList(
             nn.Linear(2 * h, cfg.decoder_layers * h) for _ in range(2 if self.lstm else 1)

@@ -246,6 +246,8 @@ class Transformer(nn.Module):
     """Encoder-decoder Transformer; pre-norm by default, post-norm (the paper's) as an option."""
 
     sinusoids: torch.Tensor  # (max_positions, d) buffer, when positions are sinusoidal
+    attention_kinds = ATTENTION_KINDS  # cross, the encoder's self, the decoder's masked self
+    autocast_inference = False  # bf16 decoding casts the weights (and so the cache) once
 
     def __init__(self, cfg: TransformerConfig, vocab: VocabInfo) -> None:
         super().__init__()

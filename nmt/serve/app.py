@@ -124,7 +124,7 @@ class ServerState:
             budget = self.settings.max_batch_tokens or translator.decoding.batch_tokens
             self.info = model_info(translator, self.settings, budget, self.name)
             self.sampling_ok = self.info["sampling"] is not None
-            slots = translator.decode_slots() if hasattr(translator, "decode_slots") else 1
+            slots = translator.capabilities.slots
             decode = _decoder(translator, budget, slots > 1)
             batcher = MicroBatcher(decode, budget, self.settings.max_wait_ms, slots)
         except Exception as e:  # noqa: BLE001 - shown by /health and /translate instead of dying
@@ -249,7 +249,7 @@ def model_info(translator: Any, settings: Settings, budget: int, name: str) -> d
         "languages": languages,
         **translator.describe(),
         "decoding": dataclasses.asdict(translator.decoding),
-        "sampling": {"max_samples": MAX_SAMPLES} if can_sample(translator) else None,
+        "sampling": {"max_samples": MAX_SAMPLES} if translator.capabilities.sampling else None,
         "attention_kinds": attention_kinds(translator),
         "limits": {
             "max_batch_tokens": budget,
@@ -259,11 +259,6 @@ def model_info(translator: Any, settings: Settings, budget: int, name: str) -> d
             "timeout_s": settings.timeout,
         },
     }
-
-
-def can_sample(translator: Any) -> bool:
-    """Whether the engine draws nmt's keyed samples (an export's CTranslate2 does not)."""
-    return translator.describe()["engine"] == "pytorch"
 
 
 def create_app(translator_factory: Callable[[], Any], settings: Settings | None = None) -> FastAPI:
@@ -404,7 +399,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
 def _lengths(translator: Any, lines: list[str], tokenizer: Any = None) -> list[int]:
     """Tokens per line as the model will see them (eos included, truncation applied), by the
     source tokenizer unless another is given."""
-    limit = getattr(translator, "max_source", 0)
+    limit = translator.max_source
     ids = (tokenizer or translator.src_tok).encode_batch(lines, threads=1)
     return [1 + (min(len(x), limit) if limit > 0 else len(x)) for x in ids]
 

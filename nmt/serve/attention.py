@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
 from pydantic_core import PydanticUseDefault
 
 from nmt.config import DecodingConfig
+from nmt.decode.engine import Engine
 from nmt.decode.options import DecodeOptions
 from nmt.errors import NmtError
 from nmt.serve.request import Body, Refused, body_context, check_line, integer, json_type
@@ -116,25 +117,20 @@ class Refusal(NamedTuple):
     detail: str
 
 
-def attention_kinds(translator: Any) -> list[str]:
-    """The kinds POST /attention gives for this model: all three for Transformers, cross for
-    Seq2Seq (or an ensemble with one), none for an export or a model without attention."""
-    if translator.describe()["engine"] != "pytorch":
-        return []
-    model = translator.model
-    if not getattr(model, "has_attention", True):
-        return []
-    members = getattr(model, "members", [model])
-    if all(getattr(getattr(m, "cfg", None), "type", "") == "transformer" for m in members):
-        return list(KINDS)
-    return ["cross"]
+def attention_kinds(translator: Engine) -> list[str]:
+    """The kinds POST /attention gives for this model (its engine's capabilities): all three for
+    Transformers, cross for Seq2Seq (or an ensemble with one), none for an export or a model
+    without attention."""
+    return list(translator.capabilities.attention)
 
 
-def unavailable(translator: Any) -> str | None:
-    """Why this model gives no attention at all through POST /attention, or None."""
-    if translator.describe()["engine"] != "pytorch":
-        return EXPORT
-    return None if attention_kinds(translator) else NO_ATTENTION
+def unavailable(translator: Engine) -> str | None:
+    """Why this model gives no attention at all through POST /attention, or None: an engine
+    that gives cross-attention with its translations but answers no query is an export."""
+    caps = translator.capabilities
+    if caps.attention:
+        return None
+    return EXPORT if caps.with_attention else NO_ATTENTION
 
 
 def attention_records(
