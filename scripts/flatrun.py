@@ -190,6 +190,14 @@ def train_to_flat(runner: Runner, rule: FlatRule, job: Job, log: Path) -> dict:
     return outcome
 
 
+def translate(runner: Runner, model: Path, src: Path, hyp: Path, beam: int, log: Path) -> None:
+    """`nmt translate` of `src` into `hyp` with beam search on one decoding worker, unless `hyp`
+    is already there (written atomically, so it is whole)."""
+    if not hyp.exists():
+        cmd: list[object] = [BIN / "nmt", "translate", "-m", model, src, "-o", hyp]
+        runner.run(cmd + ["--beam-size", beam, "--workers", 1, "--quiet"], log)
+
+
 def run_all(runner: Runner, jobs: Mapping[str, Callable[[], object]], at_once: int) -> int:
     """Run the jobs, `at_once` at a time, in order; SIGTERM / Ctrl-C stop them after a save.
     Returns the exit status: 0, or 1 when stopped or when a job failed (each named)."""

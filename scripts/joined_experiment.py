@@ -44,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from flatrun import BIN, FlatRule, Job, Runner, run_all, train_to_flat  # noqa: E402
+from flatrun import BIN, FlatRule, Job, Runner, run_all, train_to_flat, translate  # noqa: E402
 
 SRC, TGT = "en", "de"
 TEST_K = 6
@@ -165,27 +165,9 @@ def translate_tests(cfg: Settings, s: System) -> None:
     """Beam-search translations of test.k1 .. test.kN into MODEL_DIR/test.kN.hyp.de."""
     model = cfg.work / s.name
     for k in range(1, TEST_K + 1):
-        hyp = model / f"test.k{k}.hyp.{TGT}"
-        if hyp.exists():
-            continue
         src = cfg.work / f"corpus-{s.corpus}" / f"test.k{k}.{SRC}"
-        cfg.runner.run(
-            [
-                BIN / "nmt",
-                "translate",
-                "-m",
-                model,
-                src,
-                "-o",
-                hyp,
-                "--beam-size",
-                cfg.beam,
-                "--workers",
-                1,
-                "--quiet",
-            ],
-            cfg.work / f"{s.name}.log",
-        )
+        hyp = model / f"test.k{k}.hyp.{TGT}"
+        translate(cfg.runner, model, src, hyp, cfg.beam, cfg.work / f"{s.name}.log")
 
 
 def system_job(cfg: Settings, s: System) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from flatrun import BIN, FlatRule, Job, Runner, run_all, train_to_flat  # noqa: E402
+from flatrun import BIN, FlatRule, Job, Runner, run_all, train_to_flat, translate  # noqa: E402
 
 SRC, TGT = "en", "fr"
 BUCKETS = "0-10,10-20,20-30,30-40,40-60,60+"
@@ -139,26 +139,8 @@ def system_job(cfg: Settings, name: str) -> None:
     model = cfg.work / name
     job = Job(name, preset, cfg.work / "data", model, sets)
     train_to_flat(cfg.runner, cfg.rule, job, cfg.work / f"{name}.log")
-    hyp = model / f"test.hyp.{TGT}"
-    if not hyp.exists():
-        src = cfg.work / "data" / f"test.{SRC}.txt"
-        cfg.runner.run(
-            [
-                BIN / "nmt",
-                "translate",
-                "-m",
-                model,
-                src,
-                "-o",
-                hyp,
-                "--beam-size",
-                2 if cfg.smoke else 5,
-                "--workers",
-                1,
-                "--quiet",
-            ],
-            cfg.work / f"{name}.log",
-        )
+    src, hyp = cfg.work / "data" / f"test.{SRC}.txt", model / f"test.hyp.{TGT}"
+    translate(cfg.runner, model, src, hyp, 2 if cfg.smoke else 5, cfg.work / f"{name}.log")
     cfg.runner.say(f"   {name}: translated test")
 
 
