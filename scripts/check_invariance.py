@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from nmt.decode.engines import open_translator  # noqa: E402
+from nmt.decode.loading import open_translator  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
 from nmt.eval.invariance import check  # noqa: E402
 from nmt.textio import read_lines  # noqa: E402

@@ -277,7 +277,7 @@ def test_cli_attention_kind_self_and_decoder_write_pngs(model_dirs, tmp_path):
     from test_translate import png_size, run_cli
 
     from nmt.decode.translator import Translator
-    from nmt.plots.attention import DPI, figure_size
+    from nmt.plots.heatmaps import DPI, figure_size
 
     tr = Translator.from_dir(model_dirs[0], device="cpu")
     for kind in ("self", "decoder"):

@@ -7,7 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from test_trainer import make_copy_data
+from test_training_loop import make_copy_data
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -25,8 +25,8 @@ from nmt.errors import NmtError
 ct2 = pytest.importorskip("ctranslate2")
 
 from nmt.decode.ct2 import CT2Translator  # noqa: E402
-from nmt.decode.engines import open_translator  # noqa: E402
 from nmt.decode.exported import EXPORT_MANIFEST, require_ctranslate2  # noqa: E402
+from nmt.decode.loading import open_translator  # noqa: E402
 from nmt.decode.rescore import rescore  # noqa: E402
 from nmt.decode.translator import Translator  # noqa: E402
 from nmt.export.ctranslate2 import export_ctranslate2  # noqa: E402

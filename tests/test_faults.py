@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_trainer import REPO, copy_data  # noqa: F401 - the shared copy-task DATA_DIR fixture
+from test_training_loop import REPO, copy_data  # noqa: F401 - the shared copy-task DATA_DIR fixture
 
 from nmt.config import load_config
 from nmt.errors import NmtError
@@ -124,7 +124,7 @@ def small_disk(tmp_path):
 @pytest.fixture(scope="module")
 def little_data(tmp_path_factory) -> Path:
     """A preprocessed copy-task DATA_DIR small enough to train on in a second."""
-    from test_trainer import make_copy_data
+    from test_training_loop import make_copy_data
 
     return make_copy_data(tmp_path_factory.mktemp("little"), 300, 20)
 

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from nmt.config import load_config, resolve_train_config
 from nmt.data.preprocess import PreprocessConfig, preprocess
-from nmt.data.report import summary_notes
+from nmt.data.summary import summary_notes
 from nmt.data.vocab import Tokenizer
 from nmt.errors import NmtError
 from nmt.modeldir import checkpoint_path, load_model

@@ -17,7 +17,7 @@ import pytest
 from nmt.config import load_config
 from nmt.data import dataset
 from nmt.data.preprocess import PreprocessConfig, preprocess
-from nmt.data.report import summary_notes
+from nmt.data.summary import summary_notes
 from nmt.data.vocab import Tokenizer, train_spm
 from nmt.decode.translator import Translator
 from nmt.errors import NmtError

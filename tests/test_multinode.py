@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_trainer import make_copy_data
+from test_training_loop import make_copy_data
 
 from nmt.errors import NmtError
 from nmt.modeldir import load_state
@@ -30,7 +30,7 @@ TIMEOUT = 120  # seconds any one command may take
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    """A preprocessed copy-task DATA_DIR (the tiny one the DDP tests of test_trainer train on)."""
+    """A preprocessed copy-task DATA_DIR (the tiny one the DDP tests of test_training_loop train on)."""
     return make_copy_data(tmp_path_factory.mktemp("copy"), 3000, 100)
 
 

@@ -14,7 +14,7 @@ from nmt import textio
 from nmt.data import dataset
 from nmt.data import preprocess as pp
 from nmt.data.preprocess import PreprocessConfig
-from nmt.data.report import summary_notes
+from nmt.data.summary import summary_notes
 from nmt.errors import NmtError
 
 WORDS = "dog cat man woman child ball park street water red blue big small runs jumps sits".split()

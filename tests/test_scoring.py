@@ -12,7 +12,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.significance import PairedTest
 
 from nmt.errors import NmtError
-from nmt.eval import report as scoring_report
+from nmt.eval import printing as scoring_report
 from nmt.eval import scoring
 
 

@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 from nmt.cli.app import app
 from nmt.config import Config, model_config
 from nmt.data.vocab import EOS_ID, VocabInfo
-from nmt.decode.files import translate_files
 from nmt.decode.lines import format_translation, one_line
 from nmt.decode.options import Sampling
+from nmt.decode.translate_files import translate_files
 from nmt.decode.translator import Translator
 from nmt.decode.workers import decode_workers
 from nmt.errors import NmtError
@@ -485,7 +485,7 @@ def test_cli_search_options_fail_before_the_model_loads(tiny_model_dir, monkeypa
     def load(*a, **k):
         raise AssertionError("the model was loaded before the options were checked")
 
-    monkeypatch.setattr("nmt.decode.engines.open_translator", load)
+    monkeypatch.setattr("nmt.decode.loading.open_translator", load)
     r = runner.invoke(app, ["translate", "-m", str(tiny_model_dir), *args], input=b"")
     assert (r.exit_code, r.output) == (2, f"error: {message}\n")
 
@@ -552,7 +552,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 @pytest.mark.slow
 def test_cli_attention_png(tiny_model_dir, tmp_path):
-    from nmt.plots.attention import DPI, figure_size
+    from nmt.plots.heatmaps import DPI, figure_size
 
     out = tmp_path / "att.png"
     sentence = "a man in a blue shirt is riding his bike ."

@@ -18,7 +18,7 @@ from nmt.data import corpus, dataset
 from nmt.data import preprocess as pp
 from nmt.data.cleaning import PairFilter, clean_train, read_pairs
 from nmt.data.preprocess import PreprocessConfig
-from nmt.data.report import summary_notes, summary_table
+from nmt.data.summary import summary_notes, summary_table
 from nmt.data.tsv import column_order, read_tsv_pairs
 from nmt.errors import NmtError
 

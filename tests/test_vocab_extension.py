@@ -15,7 +15,7 @@ import torch
 from test_finetune import WORDS, _corpus, _preprocess, _tiny, base  # noqa: F401 (a fixture)
 
 from nmt.data.preprocess import PreprocessConfig, preprocess
-from nmt.data.report import summary_notes
+from nmt.data.summary import summary_notes
 from nmt.data.vocab import UNK_ID, Tokenizer, train_spm
 from nmt.data.vocab_extension import extend_for, model_type, unknown_characters
 from nmt.errors import NmtError

@@ -1,6 +1,6 @@
 """The `nmt` command line: a thin Typer layer over the library. Each group of commands lives in
 its own module (nmt.cli.data, training, decoding, deploy, scoring) with the options they share in
-nmt.cli.options; this module registers them on `app` and runs it."""
+nmt.cli.flags; this module registers them on `app` and runs it."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from nmt.cli.errors import user_errors
-from nmt.cli.options import QuietOpt
+from nmt.cli.flags import QuietOpt
 from nmt.cli.progress import step_progress
 
 commands = typer.Typer()
@@ -125,6 +125,6 @@ def preprocess_cmd(
         progress = None if quiet else step_progress(stack)
         manifest = preprocess(cfg, out_dir, force=force, quiet=quiet, progress=progress)
     if not quiet:
-        from nmt.data.report import print_summary
+        from nmt.data.summary import print_summary
 
         print_summary(manifest)

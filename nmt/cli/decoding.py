@@ -1,5 +1,5 @@
 """`nmt translate`, `nmt rescore` and `nmt attention`: a model (or an `nmt export`) over text
-files (nmt.decode.files, nmt.decode.rescore) or one sentence's attention (nmt.plots.attention).
+files (nmt.decode.translate_files, nmt.decode.rescore) or one sentence's attention (nmt.plots.heatmaps).
 Every input and option is checked before the model loads."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from nmt.cli.errors import user_errors
-from nmt.cli.options import (
+from nmt.cli.flags import (
     BatchTokensOpt,
     BeamSizeOpt,
     CheckpointOpt,
@@ -116,7 +116,7 @@ def translate_cmd(
     check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)  # before the model loads
     check_output(output)
     check_model_dirs(model_dir)
-    from nmt.decode.engines import checked_export  # a model directory, or an `nmt export`
+    from nmt.decode.loading import checked_export  # a model directory, or an `nmt export`
     from nmt.decode.options import check_search
 
     checked_export(model_dir, checkpoint, precision)  # options an export refuses, named first
@@ -127,8 +127,8 @@ def translate_cmd(
         top_k=topk, top_p=topp, seed=seed,
     )  # fmt: skip
     check_search(model_dir[0], options)  # an ensemble decodes with its first one's defaults
-    from nmt.decode.files import translate_files
     from nmt.decode.paragraphs import check_split_options
+    from nmt.decode.translate_files import translate_files
 
     if split_sentences:
         check_split_options(options)
@@ -150,10 +150,10 @@ def open_for(
     precision: str,
     workers: int,
 ) -> Any:
-    """The engine of `model_dir` (nmt.decode.engines.open_translator), refused at once when it
+    """The engine of `model_dir` (nmt.decode.loading.open_translator), refused at once when it
     cannot decode as `options` ask (attention from a model without any; sampling from an
     `nmt export`)."""
-    from nmt.decode.engines import open_translator
+    from nmt.decode.loading import open_translator
     from nmt.errors import NmtError
 
     translator = open_translator(model_dir, device, checkpoint, precision, workers)
@@ -208,7 +208,7 @@ def rescore_cmd(
     check_inputs([source, target], fmt)  # a bad format or missing file fails before the model loads
     check_output(output)
     check_model_dirs(model_dir)
-    from nmt.decode.engines import open_translator  # a model directory, or an `nmt export` of one
+    from nmt.decode.loading import open_translator  # a model directory, or an `nmt export` of one
     from nmt.decode.rescore import rescore_files
 
     with open_translator(model_dir, device, checkpoint, precision) as translator:
@@ -263,7 +263,7 @@ def attention_cmd(
         raise NmtError(f"--kind must be cross, self or decoder, got {kind!r}")
     check_model_dirs(model_dir)
     from nmt.decode.translator import Translator
-    from nmt.plots.attention import plot_attention
+    from nmt.plots.heatmaps import plot_attention
 
     translator = Translator.from_dir(model_dir, device, checkpoint, precision)
     require_attention(translator, model_dir)

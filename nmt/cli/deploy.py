@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from nmt.cli.errors import user_errors
-from nmt.cli.options import (
+from nmt.cli.flags import (
     CheckpointOpt,
     DeviceOpt,
     ModelDirOpt,

@@ -1,4 +1,4 @@
-"""`nmt score` and `nmt evaluate`: hypothesis files against references (nmt.eval.files), or a
+"""`nmt score` and `nmt evaluate`: hypothesis files against references (nmt.eval.score_files), or a
 model's translation of a test set scored in one call (nmt.eval.evaluate)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from nmt.cli.errors import user_errors
-from nmt.cli.options import (
+from nmt.cli.flags import (
     BatchTokensOpt,
     BeamSizeOpt,
     CheckpointOpt,
@@ -94,7 +94,7 @@ def score_cmd(
     As in sacrebleu, --tokenize applies to BLEU and TER ignores case (--ter-case-sensitive).
     """
     from nmt.decode.lines import check_output
-    from nmt.eval.files import ScoreRequest, score_files
+    from nmt.eval.score_files import ScoreRequest, score_files
     from nmt.eval.scoring import Options
 
     check_output(None)  # the scores go to stdout: a closed one fails before any file is read
@@ -149,7 +149,7 @@ def evaluate_cmd(
     from nmt.decode.lines import check_output
     from nmt.errors import NmtError
     from nmt.eval.evaluate import evaluate
-    from nmt.eval.report import print_scores
+    from nmt.eval.printing import print_scores
     from nmt.eval.scoring import Options
 
     if width < 0:  # as `nmt score`, before anything is translated

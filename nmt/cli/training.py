@@ -8,7 +8,7 @@ import sys
 import typer
 
 from nmt.cli.errors import user_errors
-from nmt.cli.options import DeviceOpt, ModelDirOpt, QuietOpt
+from nmt.cli.flags import DeviceOpt, ModelDirOpt, QuietOpt
 
 commands = typer.Typer()
 

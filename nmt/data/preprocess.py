@@ -211,7 +211,7 @@ def preprocess(
     """
     out_dir = Path(out_dir)
     if progress is None and not quiet:
-        from nmt.data.report import stderr_progress
+        from nmt.data.summary import stderr_progress
 
         progress = stderr_progress()
     report: Progress = progress if progress is not None and not quiet else (lambda *_: None)

@@ -281,7 +281,7 @@ def table_rows(report: ByLength, width: int = 1) -> tuple[list[str], list[list[s
 
 def _signatures(report: ByLength) -> list[str]:
     """`NAME|signature` per metric (the same in every bucket)."""
-    from nmt.eval.report import signature_lines
+    from nmt.eval.printing import signature_lines
 
     return signature_lines(r for b in report.buckets if b.lines for r in b.scores[0])
 

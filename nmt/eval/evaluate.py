@@ -70,7 +70,7 @@ def evaluate(
     dirs = model_dirs(model_dir)
     src_lines, refs = _check_inputs(dirs, src, ref_paths, opts)
 
-    from nmt.decode.engines import open_translator  # torch only for a model directory
+    from nmt.decode.loading import open_translator  # torch only for a model directory
     from nmt.decode.paragraphs import check_split_options, translate_lines
 
     if split_sentences:

@@ -1,6 +1,6 @@
 """BLEU, chrF(++) and TER through sacrebleu's own classes, so every number (and signature) is
 exactly what the `sacrebleu` command prints for the same options; plus paired significance tests.
-Needs sacrebleu alone (no torch): printing lives in nmt.eval.report, translate-then-score in
+Needs sacrebleu alone (no torch): printing lives in nmt.eval.printing, translate-then-score in
 nmt.eval.evaluate.
 
 References follow sacrebleu's layout: `refs[k][i]` is the k-th reference of line i, i.e. a list of

@@ -1,7 +1,7 @@
 """The HTTP API and page of `nmt serve`: `create_app(translator_factory, settings)` returns a
 FastAPI app that loads the model in a thread at start-up (GET /health says loading, then ready),
 micro-batches POST /translate (search or sampling), POST /score (forced decoding) and POST
-/attention (`nmt.serve.attention`) requests (`nmt.serve.batcher`), each checked
+/attention (`nmt.serve.attention_query`) requests (`nmt.serve.batcher`), each checked
 (`nmt.serve.request`) and tokenised on a thread, off the event loop, and serves the page at /."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from nmt.data.sentences import Segmenter
 from nmt.decode.options import MAX_SAMPLES, DecodeOptions
 from nmt.decode.paragraphs import translate_lines
 from nmt.errors import NmtError
-from nmt.serve.attention import (
+from nmt.serve.attention_query import (
     AttentionBody,
     AttentionQuery,
     Refusal,

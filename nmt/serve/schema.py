@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from nmt.serve.attention import AttentionBody
+from nmt.serve.attention_query import AttentionBody
 from nmt.serve.request import ScoreBody, TranslateBody
 
 

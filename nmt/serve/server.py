@@ -23,7 +23,7 @@ def translator_factory(
 ) -> Callable[[], Any]:
     """A deferred `open_translator`: a `Translator` for a model directory (a list: an ensemble),
     CTranslate2 for an `nmt export` directory; options that do not apply fail now."""
-    from nmt.decode.engines import checked_export, open_translator
+    from nmt.decode.loading import checked_export, open_translator
 
     if precision not in PRECISIONS:
         raise NmtError(f"--precision must be {', '.join(PRECISIONS)}, got {precision!r}")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from nmt.errors import NmtError
-from nmt.eval import report, scoring
+from nmt.eval import printing, scoring
 from nmt.plots.figures import png_path
 
 
@@ -36,7 +36,7 @@ class ScoreRequest:
 
 def score_files(req: ScoreRequest) -> None:
     """Check every option before any file is read, then print the report asked for."""
-    paired = report.report_kind(req.paired_bs, req.paired_ar, req.sentence, req.width)
+    paired = printing.report_kind(req.paired_bs, req.paired_ar, req.sentence, req.width)
     metrics = scoring.parse_metrics(req.metrics)
     scoring.make_metric("bleu", req.options)  # validates --tokenize before any file is read
     scoring.check_options(metrics, req.options, req.paired_n)
@@ -56,15 +56,15 @@ def score_files(req: ScoreRequest) -> None:
     if req.by_length is not None:
         _by_length(req, hyps, systems, refs, metrics)
     elif req.sentence:
-        report.print_sentence_scores(systems, refs, metrics, req.options, req.width)
+        printing.print_sentence_scores(systems, refs, metrics, req.options, req.width)
     elif paired:
-        report.print_paired(
+        printing.print_paired(
             systems, refs, metrics, req.options, paired, req.paired_n, req.as_json, req.width
         )
     else:
         results = scoring.score_systems([s for _, s in systems], refs, metrics, req.options)
         rows = [(name, r) for (name, _), r in zip(systems, results, strict=True)]
-        report.print_scores(rows, req.as_json, req.width)
+        printing.print_scores(rows, req.as_json, req.width)
 
 
 def _by_length(

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from nmt.errors import NmtError
-from nmt.plots.attention import DPI, display_tokens, figure_size, plot_attention
+from nmt.plots.heatmaps import DPI, display_tokens, figure_size, plot_attention
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SRC = ["▁A", "▁man", "▁star", "ing", "▁.", "</s>"]
