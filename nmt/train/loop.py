@@ -71,10 +71,10 @@ class Trainer:
         self.autocast = self.prec.autocast
         if device.type == "cpu":
             retain_freed_memory()  # a step's large activations reuse heap memory, no page faults
-        self.budget = setup.budget(tc)
+        self.budget = setup.run_budget(tc)
         setup.seed_all(tc.seed)
         self.data = load_data(data_dir, tc.valid_max_sentences)
-        self.model, self.init = setup.model(cfg, self.data, data_dir, device, resume)
+        self.model, self.init = setup.build_model(cfg, self.data, data_dir, device, resume)
         self.n_params = count_parameters(self.model)
         self.optimizer = make_optimizer(self.model, tc, device)
         scaler = setup.grad_scaler(self.prec.train)
@@ -95,7 +95,9 @@ class Trainer:
             )  # fmt: skip
         self.state, self.valid_seconds = self.resumed.state, self.resumed.valid_seconds
         self.average = setup.weight_average(self.model, tc, self.resumed.average)
-        step_model = setup.wrap(LossHead(self.model, tc.label_smoothing), tc, dist, device)
+        step_model = setup.wrap_for_training(
+            LossHead(self.model, tc.label_smoothing), tc, dist, device
+        )
         self.update = Updater(
             step_model, self.optimizer, scaler, self.average, self.autocast, tc.clip_norm, dist,
             device,

@@ -75,7 +75,7 @@ def precisions(cfg: Config, device: torch.device) -> Precisions:
     return Precisions(train, autocast, valid, autocast_for(valid, device))
 
 
-def budget(tc: TrainingConfig) -> Budget:
+def run_budget(tc: TrainingConfig) -> Budget:
     """The run's limits in steps, epochs and time."""
     return Budget(tc.max_steps, tc.max_epochs, parse_duration(tc.max_time), tc.accumulate)
 
@@ -87,7 +87,7 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def model(
+def build_model(
     cfg: Config, data: Data, data_dir: Path, device: torch.device, resume: bool
 ) -> tuple[Model, dict[str, Any] | None]:
     """The model on `device` (unwrapped: validation and checkpoints use it) and, when fine-tuning,
@@ -192,7 +192,7 @@ def weight_average(
     return average
 
 
-def wrap(
+def wrap_for_training(
     model: nn.Module, tc: TrainingConfig, dist: distributed.DistInfo, device: torch.device
 ) -> nn.Module:
     """torch.compile and DDP wrappers around the model, as the config and launch ask."""
