@@ -29,16 +29,9 @@ from nmt.runtime import usable_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
 NMT = Path(sys.executable).parent / "nmt"
+sys.path.insert(0, str(ROOT / "scripts"))
 
-
-def corpus_dir(path: Path | None) -> Path:
-    """The fetched Multi30k folder; fetch it (mirror or network) when it is not there yet."""
-    path = path or ROOT / "corpora/multi30k"
-    if not (path / "train.en").is_file():
-        from nmt.data.corpus import fetch
-
-        fetch("multi30k", path)
-    return path
+from benchlib import multi30k  # noqa: E402
 
 
 def build(src: Path, tgt: Path, out: Path, pairs: int, seed: int) -> None:
@@ -109,7 +102,7 @@ def main() -> None:
     args = p.parse_args()
     if args.quick:
         args.pairs, args.repeat = 100_000, 1
-    m30k = corpus_dir(args.corpus)
+    m30k = multi30k(args.corpus)
     work = Path(tempfile.mkdtemp(prefix="bench_preprocess.", dir=args.work))
     try:
         build(m30k / "train.en", m30k / "train.de", work / "corpus", args.pairs, args.seed)

@@ -45,7 +45,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
-from benchlib import gemm_gflops, machine_line  # noqa: E402
+from benchlib import gemm_gflops, machine_line, multi30k  # noqa: E402
 
 CONFIGS = [
     ("transformer-small", "fp32"),
@@ -57,18 +57,6 @@ CONFIGS = [
 ]
 
 
-def corpus_dir() -> Path:
-    """The Multi30k mirror (read-only) or the fetched copy."""
-    for cand in (
-        os.environ.get("NMT_CORPUS_MIRROR", ""),
-        REPO / "corpora" / "multi30k",
-        REPO.parent / "shared" / "corpora" / "multi30k",
-    ):
-        if cand and (Path(cand) / "train.en.gz").exists():
-            return Path(cand)
-    sys.exit("Multi30k not found: run `make fetch` or set NMT_CORPUS_MIRROR")
-
-
 def data_dir(work: Path) -> Path:
     """Preprocess Multi30k en->de once (joint SentencePiece 8k), reused by later runs."""
     out = work / "data-en-de-8k"
@@ -76,7 +64,7 @@ def data_dir(work: Path) -> Path:
         return out
     from nmt.data.preprocess import PreprocessConfig, preprocess
 
-    c = corpus_dir()
+    c = multi30k()
     cfg = PreprocessConfig("en", "de", c / "train", valid=c / "val", vocab_size=8000)
     preprocess(cfg, out, quiet=True)
     return out

@@ -53,29 +53,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-from benchlib import gemm_gflops, machine_line  # noqa: E402
+from benchlib import gemm_gflops, machine_line, multi30k  # noqa: E402
 
-CORPUS_CANDIDATES = [ROOT / "corpora" / "multi30k", ROOT.parent / "shared" / "corpora" / "multi30k"]
 MODES: dict[str, dict[str, Any]] = {"greedy": {"greedy": True}, "beam5": {"beam_size": 5}}
 PRECISIONS = ("fp32", "bf16", "fp16")
 ONE_SENTENCE = "A man is walking.\n"
 
 
-def corpus_dir() -> Path:
-    """The Multi30k folder: ./corpora/multi30k (make fetch) or the shared mirror."""
-    for d in CORPUS_CANDIDATES:
-        if (d / "test_2016_flickr.en.gz").exists() or (d / "test_2016_flickr.en").exists():
-            return d
-    sys.exit("Multi30k not found: run `make fetch` first")
-
-
 def corpus_file(split: str, lang: str) -> Path:
-    """`split`.`lang` of the corpus, plain (make fetch) or gzipped (the mirror)."""
-    d = corpus_dir()
-    for name in (f"{split}.{lang}", f"{split}.{lang}.gz"):
-        if (d / name).exists():
-            return d / name
-    sys.exit(f"{split}.{lang} not found in {d}")
+    """`split`.`lang` of the fetched Multi30k (benchlib.multi30k)."""
+    return multi30k() / f"{split}.{lang}"
 
 
 def test_file(lang: str) -> Path:

@@ -168,3 +168,20 @@ def run_measured(
         "children_mb": peaks["children"] / 1024,
         "tree_pss_mb": peaks["pss"] / 1024,
     }
+
+
+def multi30k(path: Path | None = None) -> Path:
+    """The fetched, plain-text Multi30k folder (corpora/multi30k, or `path`), fetched with its
+    checksums verified when it is not there yet: from NMT_CORPUS_MIRROR, else the shared mirror
+    beside the repository when there is one, else the public address."""
+    import os
+
+    from nmt.data.corpus import fetch
+
+    root = Path(__file__).resolve().parent.parent
+    path = path or root / "corpora" / "multi30k"
+    if not (path / "train.en").is_file() or not (path / "test_2016_flickr.en").is_file():
+        shared = root.parent / "shared" / "corpora" / "multi30k"
+        mirror = None if os.environ.get("NMT_CORPUS_MIRROR") or not shared.is_dir() else shared
+        fetch("multi30k", path, mirror=mirror, quiet=True)
+    return path
