@@ -281,11 +281,17 @@ class Reporter:
         kernel cache sizes (bf16 on CPU: most of its memory), and the weights it started from
         (`init`: fine-tuning's initial model, checkpoint and step)."""
         self.metrics.write(
-            {"event": "start", "step": st.step, "device": device, "precision": precision,
-             "precision_config": configured, "valid_precision": valid,
-             **({"kernel_caches": kernel_caches} if kernel_caches else {}),
-             **({"init": init} if init else {})}
-        )  # fmt: skip
+            {
+                "event": "start",
+                "step": st.step,
+                "device": device,
+                "precision": precision,
+                "precision_config": configured,
+                "valid_precision": valid,
+                **({"kernel_caches": kernel_caches} if kernel_caches else {}),
+                **({"init": init} if init else {}),
+            }
+        )
 
     def train_event(self, st: TrainState, budget: Budget) -> None:
         """One log line and one metrics event for the last interval, then a new interval."""
@@ -320,11 +326,18 @@ class Reporter:
     ) -> None:
         """The end-of-training average's validation, and which checkpoint `default` now means."""
         self.metrics.write(
-            {"event": "averaged", "step": st.step, "steps": steps,
-             "valid_loss": round(result.loss, 4), "valid_ppl": round(result.ppl, 2),
-             "bleu": round(result.bleu, 2), "valid_seconds": round(seconds, 1),
-             "chosen": chosen, "bleu_signature": result.signature}
-        )  # fmt: skip
+            {
+                "event": "averaged",
+                "step": st.step,
+                "steps": steps,
+                "valid_loss": round(result.loss, 4),
+                "valid_ppl": round(result.ppl, 2),
+                "bleu": round(result.bleu, 2),
+                "valid_seconds": round(seconds, 1),
+                "chosen": chosen,
+                "bleu_signature": result.signature,
+            }
+        )
         self.log.info(
             f"averaged steps {', '.join(map(str, steps))} | loss {result.loss:.3f} | "
             f"BLEU {result.bleu:.2f} | {seconds:.0f}s | default checkpoint: {chosen}"
@@ -342,9 +355,14 @@ class Reporter:
             f"pairs on average, padding {100 * ratio:.1f}% of batch tokens"
         )
         self.metrics.write(
-            {"event": "epoch", "step": st.step, "epoch": st.epoch,
-             "batches": len(batches), "padding": round(ratio, 4)}
-        )  # fmt: skip
+            {
+                "event": "epoch",
+                "step": st.step,
+                "epoch": st.epoch,
+                "batches": len(batches),
+                "padding": round(ratio, 4),
+            }
+        )
 
     def valid_event(
         self, st: TrainState, result: ValidResult, better: bool, valid_seconds: float

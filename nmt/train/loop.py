@@ -80,28 +80,35 @@ class Trainer:
         scaler = setup.grad_scaler(self.prec.train)
         train = self.data.train
         self.src_len, self.tgt_len = np.asarray(train.src.lengths), np.asarray(train.tgt.lengths)
+        self.context = setup.Run(
+            cfg, self.prec, self.data, data_dir, model_dir, device, dist, self.log, resume
+        )
         self.keep = setup.keep_mask(
-            self.src_len, self.tgt_len, self.data, tc, self.model.max_positions, self.prec.train,
-            device, self.log, data_dir,
-        )  # fmt: skip
+            self.context, self.src_len, self.tgt_len, self.model.max_positions
+        )
         self.segmentation = Segmentation(train.src, train.tgt)
         self.resegmenter = setup.resegmenter(data_dir, self.data, tc, device)
         self.settings = run_settings(tc, data_dir)  # saved with the state, checked on resume
         self.resumed = setup.Resumed()
         if resume:
             self.resumed = setup.restore(
-                model_dir, self.model, self.optimizer, scaler, tc, self.settings,
-                dist.world_size, self.log,
-            )  # fmt: skip
+                self.context, self.model, self.optimizer, scaler, self.settings
+            )
         self.state, self.valid_seconds = self.resumed.state, self.resumed.valid_seconds
         self.average = setup.weight_average(self.model, tc, self.resumed.average)
         step_model = setup.wrap_for_training(
             LossHead(self.model, tc.label_smoothing), tc, dist, device
         )
         self.update = Updater(
-            step_model, self.optimizer, scaler, self.average, self.autocast, tc.clip_norm, dist,
+            step_model,
+            self.optimizer,
+            scaler,
+            self.average,
+            self.autocast,
+            tc.clip_norm,
+            dist,
             device,
-        )  # fmt: skip
+        )
         self.ckpt = Checkpoints(model_dir, tc.keep_best, tc.keep_last)
         self.save_clock = SaveClock(tc.save_every, parse_duration(tc.save_every_time))
         self.report = Reporter(self.log, Metrics(model_dir, dist.is_main))
@@ -121,9 +128,12 @@ class Trainer:
         ranks_rng = distributed.gather_rng(self.dist, self.device)  # every process takes part
         if self.dist.is_main:
             state = checkpoint.capture(
-                self.model, self.optimizer, self.update.scaler, asdict(self.state),
+                self.model,
+                self.optimizer,
+                self.update.scaler,
+                asdict(self.state),
                 self.dist.world_size,
-            )  # fmt: skip
+            )
             if self.average is not None:
                 state["weight_average"] = self.average.state_dict()
             state.update(settings=self.settings, valid_seconds=self.valid_seconds)
@@ -158,10 +168,16 @@ class Trainer:
     def _average_and_choose(self) -> None:
         """Average the kept step checkpoints as the config asks, and choose `default`."""
         if self._can_validate():
-            self.final = selection.average_and_choose(
-                self.model, self.model_dir, self.tc, self.state, self.device, self._score,
+            chosen = selection.average_and_choose(
+                self.model,
+                self.model_dir,
+                self.tc,
+                self.state,
+                self.device,
+                self._score,
                 self.report,
-            ) or self.final  # fmt: skip
+            )
+            self.final = chosen or self.final
 
     def _score(
         self, model: nn.Module, should_stop: Callable[[], bool] = lambda: False
@@ -171,30 +187,31 @@ class Trainer:
         valid, dec = self.data.valid, self.cfg.decoding
         if valid is None:
             return None
-        return validate(
-            model, valid, self.device, self.prec.valid_autocast, self.tc.max_tokens,
-            dec.max_len_a, dec.max_len_b, should_stop=should_stop,
-        )  # fmt: skip
+        how = (
+            self.device,
+            self.prec.valid_autocast,
+            self.tc.max_tokens,
+            dec.max_len_a,
+            dec.max_len_b,
+        )
+        return validate(model, valid, *how, should_stop=should_stop)
 
     def _begin(self) -> None:
         """Tidy MODEL_DIR for a resumed state, write its metadata, announce, set RNGs and clock."""
         tc, st, dist, device = self.tc, self.state, self.dist, self.device
-        setup.prepare_model_dir(
-            self.model_dir, self.cfg, self.data, self.ckpt, self.report.metrics, st, self.resume,
-            dist.is_main,
-        )  # fmt: skip
-        where = f"{device} x{dist.world_size}"
-        self.log.info(
-            setup.announce(
-                self.cfg, self.prec, st, self.resume, self.init, self.n_params, where,
-                int(self.keep.sum()), self.model_dir,
-            )
-        )  # fmt: skip
+        setup.prepare_model_dir(self.context, self.ckpt, self.report.metrics, st)
+        pairs = int(self.keep.sum())
+        self.log.info(setup.announce(self.context, st, self.init, self.n_params, pairs))
         caches = {k: os.environ.get(k) for k in KERNEL_CACHE_VARIABLES}
         self.report.start_event(
-            st, str(device), self.prec.train, tc.precision, self.prec.valid, self.init,
+            st,
+            str(device),
+            self.prec.train,
+            tc.precision,
+            self.prec.valid,
+            self.init,
             caches if device.type == "cpu" else None,
-        )  # fmt: skip
+        )
         setup.set_rngs(self.resumed, tc.seed, st.step, dist, device)
         self.budget.start = time.monotonic() - st.elapsed
 
@@ -210,9 +227,15 @@ class Trainer:
         while self.stop_code == Stop.NONE:
             src_len, tgt_len, keep = self._epoch_data(st.epoch)
             batches = batching.epoch_batches(
-                src_len, tgt_len, tc.max_tokens, tc.seed, st.epoch, keep,
-                self.dist.rank, self.dist.world_size,
-            )  # fmt: skip
+                src_len,
+                tgt_len,
+                tc.max_tokens,
+                tc.seed,
+                st.epoch,
+                keep,
+                self.dist.rank,
+                self.dist.world_size,
+            )
             if not batches:
                 raise NmtError(f"{self.data_dir}: not enough training data for one batch per rank")
             if st.position == 0:

@@ -75,9 +75,16 @@ def average_and_choose(
     final = (chosen, float(score) if better else st.best_score)
     write_default(
         model_dir,
-        {"checkpoint": chosen, "metric": metric, "score": final[1], "steps": steps,
-         "best_step": st.best_step, "best_score": st.best_score, "averaged_score": score},
-    )  # fmt: skip
+        {
+            "checkpoint": chosen,
+            "metric": metric,
+            "score": final[1],
+            "steps": steps,
+            "best_step": st.best_step,
+            "best_score": st.best_score,
+            "averaged_score": score,
+        },
+    )
     report.averaged_event(st, steps, result, chosen, time.monotonic() - t0)
     return final
 

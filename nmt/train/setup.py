@@ -63,6 +63,28 @@ class Precisions:
     valid_autocast: Callable[[], Any]
 
 
+@dataclass(frozen=True)
+class Run:
+    """What the setup steps of one run read, passed whole instead of as loose arguments: its
+    config, precisions, directories, device and process group, data, log and whether it
+    resumes."""
+
+    cfg: Config
+    prec: Precisions
+    data: Data
+    data_dir: Path
+    model_dir: Path
+    device: torch.device
+    dist: distributed.DistInfo
+    log: Log
+    resume: bool
+
+    @property
+    def tc(self) -> TrainingConfig:
+        """The training section."""
+        return self.cfg.training
+
+
 def precisions(cfg: Config, device: torch.device) -> Precisions:
     """`auto` resolved for training; validation decodes in training's precision, except that on
     a CPU under `auto` it keeps fp32 below d_model 256: its decoding shapes, new at every
@@ -107,13 +129,11 @@ def grad_scaler(precision: str) -> torch.amp.GradScaler | None:
     return torch.amp.GradScaler("cuda") if precision == "fp16" else None
 
 
-def keep_mask(
-    src_len: np.ndarray, tgt_len: np.ndarray, data: Data, tc: TrainingConfig, max_positions: int,
-    precision: str, device: torch.device, log: Log, data_dir: Path,
-) -> np.ndarray:  # fmt: skip
+def keep_mask(run: Run, src_len: np.ndarray, tgt_len: np.ndarray, max_positions: int) -> np.ndarray:
     """Which training pairs fit max_tokens and the model's positions; warn about the rest (and
     about valid pairs that validation will cut, and about emulated bf16)."""
-    keep = batching.keep_mask(src_len, tgt_len, tc.max_tokens, max_positions)
+    data, log = run.data, run.log
+    keep = batching.keep_mask(src_len, tgt_len, run.tc.max_tokens, max_positions)
     dropped = int((~keep).sum())
     if dropped:
         log.warn(
@@ -126,11 +146,11 @@ def keep_mask(
             f"valid: {over} sentences over model.max_positions {max_positions} "
             "truncated for validation"
         )
-    bf16_warning = emulated_bf16_warning(precision, device)
+    bf16_warning = emulated_bf16_warning(run.prec.train, run.device)
     if bf16_warning:
         log.warn(bf16_warning)
     if keep.sum() == 0:
-        raise NmtError(f"{data_dir}: no training pair fits training.max_tokens")
+        raise NmtError(f"{run.data_dir}: no training pair fits training.max_tokens")
     return keep
 
 
@@ -156,16 +176,19 @@ class Resumed:
 
 
 def restore(
-    model_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler | None, tc: TrainingConfig, settings: dict[str, Any],
-    world_size: int, log: Log,
-) -> Resumed:  # fmt: skip
+    run: Run,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None,
+    settings: dict[str, Any],
+) -> Resumed:
     """Load the saved state into the model, optimizer and scaler; refuse a data position that now
     means other batches (or, opted in, start the epoch over)."""
-    saved = checkpoint.restore(modeldir.state_path(model_dir), model, optimizer, scaler)
+    tc, log = run.tc, run.log
+    saved = checkpoint.restore(modeldir.state_path(run.model_dir), model, optimizer, scaler)
     state = TrainState(**saved["train_state"])
     check_metric(saved, settings)
-    changes = position_changes(saved, settings, world_size)
+    changes = position_changes(saved, settings, run.dist.world_size)
     if check_position(changes, state.position, tc.reset_data_position):
         log.info(f"{'; '.join(changes)}: epoch {state.epoch} starts over")
         state.position = 0
@@ -206,19 +229,20 @@ def wrap_for_training(
 
 
 def prepare_model_dir(
-    model_dir: Path, cfg: Config, data: Data, ckpt: checkpoint.Checkpoints, metrics: Metrics,
-    st: TrainState, resume: bool, is_main: bool,
-) -> None:  # fmt: skip
+    run: Run, ckpt: checkpoint.Checkpoints, metrics: Metrics, st: TrainState
+) -> None:
     """Forget what a run that died after the resumed state wrote, clear the `default` choice
     (made again at the end), open metrics.jsonl and write the model's metadata."""
-    if is_main and resume:
+    is_main, d = run.dist.is_main, run.data
+    if is_main and run.resume:
         ckpt.truncate_after(st.step, st.best_step)
     if is_main:
-        modeldir.clear_default(model_dir)
-    metrics.open(st.step if resume else None)
+        modeldir.clear_default(run.model_dir)
+    metrics.open(st.step if run.resume else None)
     if is_main:
-        d = data
-        modeldir.write_meta(model_dir, cfg, d.src_lang, d.tgt_lang, d.src_spm, d.tgt_spm, d.vocab)
+        modeldir.write_meta(
+            run.model_dir, run.cfg, d.src_lang, d.tgt_lang, d.src_spm, d.tgt_spm, d.vocab
+        )
 
 
 def set_rngs(
@@ -238,13 +262,13 @@ def set_rngs(
 
 
 def announce(
-    cfg: Config, prec: Precisions, st: TrainState, resume: bool, init: dict[str, Any] | None,
-    n_params: int, where: str, pairs: int, model_dir: Path,
-) -> str:  # fmt: skip
-    """The first line: what trains, where (`where`: device and world size), in what precision,
-    on how many pairs, until when, and into which directory."""
-    tc = cfg.training
-    what = f"resuming at step {st.step} (epoch {st.epoch})" if resume else "training"
+    run: Run, st: TrainState, init: dict[str, Any] | None, n_params: int, pairs: int
+) -> str:
+    """The first line: what trains, where (device and world size), in what precision, on how
+    many pairs, until when, and into which directory."""
+    cfg, tc, prec = run.cfg, run.tc, run.prec
+    where = f"{run.device} x{run.dist.world_size}"
+    what = f"resuming at step {st.step} (epoch {st.epoch})" if run.resume else "training"
     limits = [
         f"{k} {v}" for k, v in (("max_steps", tc.max_steps), ("max_epochs", tc.max_epochs)) if v
     ] + ([f"max_time {tc.max_time}"] if parse_duration(tc.max_time) else [])
@@ -264,7 +288,7 @@ def announce(
         f"{what} {cfg.model.type} ({n_params:,} parameters) on {where}, {precision}, "
         f"{pairs:,} training pairs"
         + (f", {', '.join(limits)}" if limits else "")
-        + f" -> {model_dir}"
+        + f" -> {run.model_dir}"
     )
 
 
