@@ -41,7 +41,7 @@ NUMERIC = {
 }  # fmt: skip
 NO_SPACE = {"zh", "ja", "th", "lo", "km", "my"}  # target scripts written without word spaces
 _LAST_WORD = re.compile(r"(?:^|[\s(\[«\"'„“‘])((?:\w+\.\s?)*\w+)\.$")
-_STARTS_LOWER = re.compile(r"^[\"'«„“‘(\[]*[^\W\d_]")
+_FIRST_LETTER = re.compile(r"^[\"'«„“‘(\[]*([^\W\d_])")
 _SPLIT_PUNCT = re.compile(r"[;:,]\s")
 
 
@@ -84,13 +84,15 @@ class Segmenter:
 
     def _continues(self, before: str, after: str) -> bool:
         """Whether a boundary between `before` and `after` is a false one."""
-        if before.endswith(".") and _STARTS_LOWER.match(after) and after[:1].islower():
+        first = _FIRST_LETTER.match(after)
+        if before.endswith(".") and first is not None and first.group(1).islower():
             return True  # "... p.m. he left": a sentence does not start in lowercase
         match = _LAST_WORD.search(before)
         if match is None:
             return False
         word = match.group(1).lower()
-        if word in self.titles or (len(word) == 1 and word.isalpha() and before[-3:-2] in " ("):
+        initial = len(word) == 1 and word.isalpha() and (len(before) == 2 or before[-3] in " (")
+        if word in self.titles or initial:
             return True  # "M. Dupont", "z. B.", an initial "J. Smith"
         return word in self.numeric and after[:1].isdigit()  # "s. 12(1)", "Abs. 2"
 
