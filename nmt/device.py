@@ -14,9 +14,8 @@ from typing import Any
 import torch
 
 from nmt.errors import NmtError
-from nmt.runtime import cpu_flags
+from nmt.runtime import cpu_flags, parse_device
 
-DEVICE_CHOICES = "auto, cpu, cuda, cuda:N or mps"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 BF16_ENV = "NMT_CPU_BF16"  # 1/0 overrides the CPU flag check (containers may hide the flags)
 
@@ -31,31 +30,27 @@ def resolve_device(name: str = "auto", local_rank: int | None = None) -> torch.d
 
     `local_rank` (DDP) picks the GPU of a bare `cuda`; an explicit `cuda:N` is kept as given.
     """
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "mps" if _mps_available() else "cpu"
-    if name == "cpu":
+    kind, index = parse_device(name)
+    if kind == "auto":
+        kind = "cuda" if torch.cuda.is_available() else "mps" if _mps_available() else "cpu"
+    if kind == "cpu":
         return torch.device("cpu")
-    if name == "mps":
+    if kind == "mps":
         if not _mps_available():
             raise NmtError("--device mps: MPS is not available")
         return torch.device("mps")
-    if name == "cuda" or name.startswith("cuda:"):
-        return _cuda_device(name, local_rank)
-    raise NmtError(f"--device {name!r}: expected {DEVICE_CHOICES}")
+    return _cuda_device(name, index, local_rank)
 
 
-def _cuda_device(name: str, local_rank: int | None) -> torch.device:
+def _cuda_device(name: str, index: int | None, local_rank: int | None) -> torch.device:
     """`cuda` (the local rank's GPU, else the current one) or `cuda:N`, checked to exist."""
     if not torch.cuda.is_available():
         raise NmtError(f"--device {name}: no CUDA device is available")
-    if name == "cuda":
+    if index is None:
         return torch.device("cuda", local_rank) if local_rank is not None else torch.device("cuda")
-    index = name.partition(":")[2]
-    if not index.isdigit():
-        raise NmtError(f"--device {name!r}: expected {DEVICE_CHOICES}")
-    if int(index) >= torch.cuda.device_count():
+    if index >= torch.cuda.device_count():
         raise NmtError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s)")
-    return torch.device("cuda", int(index))
+    return torch.device("cuda", index)
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:

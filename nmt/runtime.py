@@ -14,6 +14,22 @@ import threading
 from collections.abc import Mapping, MutableMapping
 from typing import NoReturn
 
+DEVICE_CHOICES = "auto, cpu, cuda, cuda:N or mps"
+
+
+def parse_device(name: str) -> tuple[str, int | None]:
+    """`--device` as (kind, GPU index or None): auto, cpu, mps, cuda or cuda:N; anything else is
+    a one-line error. Torch-free, so the engines of both kinds read it the same way; whether the
+    device exists is each engine's check."""
+    from nmt.errors import NmtError
+
+    kind, colon, index = name.partition(":")
+    if kind in ("auto", "cpu", "mps", "cuda") and not colon:
+        return kind, None
+    if kind == "cuda" and index.isdigit():
+        return kind, int(index)
+    raise NmtError(f"--device {name!r}: expected {DEVICE_CHOICES}")
+
 
 def usable_cpus(env: Mapping[str, str] | None = None) -> int:
     """CPUs this process should keep busy: OMP_NUM_THREADS when it is a positive number (how a

@@ -387,7 +387,7 @@ def test_a_cuda_device_index_reaches_ctranslate2(model_dir, tmp_path, monkeypatc
     assert nmt_ct2._ct2_device("auto", fake) == ("cuda", 0)
     for device, msg in (
         ("cuda:2", "--device cuda:2: only 2 CUDA device(s)"),
-        ("cuda:x", "--device 'cuda:x': expected cuda or cuda:N for a CTranslate2 export"),
+        ("cuda:x", "--device 'cuda:x': expected auto, cpu, cuda, cuda:N or mps"),
         ("mps", "--device mps: a CTranslate2 export runs on cpu or cuda"),
     ):
         with pytest.raises(NmtError) as e:

@@ -51,25 +51,21 @@ from nmt.decode.options import (
 )
 from nmt.decode.workers import resolve_workers
 from nmt.errors import NmtError
-from nmt.runtime import usable_cpus
+from nmt.runtime import parse_device, usable_cpus
 
 
 def _ct2_device(device: str, ct2: Any) -> tuple[str, int]:
     """(device, device_index) for ctranslate2.Translator: cpu or cuda, `cuda:N` split in two
     (CTranslate2 takes the GPU's index separately; without it, GPU 0 runs)."""
-    if device == "auto":
+    kind, index = parse_device(device)
+    if kind == "auto":
         return ("cuda" if ct2.get_cuda_device_count() > 0 else "cpu"), 0
-    if device in ("cpu", "cuda"):
-        return device, 0
-    name, _, index = device.partition(":")
-    if name != "cuda":
+    if kind == "mps":
         raise NmtError(f"--device {device}: a CTranslate2 export runs on cpu or cuda")
-    if not index.isdigit():
-        raise NmtError(f"--device {device!r}: expected cuda or cuda:N for a CTranslate2 export")
-    count = ct2.get_cuda_device_count()
-    if int(index) >= count:
+    count = ct2.get_cuda_device_count() if kind == "cuda" else 0
+    if index is not None and index >= count:
         raise NmtError(f"--device {device}: only {count} CUDA device(s)")
-    return "cuda", int(index)
+    return kind, index or 0
 
 
 class CT2Translator:
