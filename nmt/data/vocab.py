@@ -337,3 +337,18 @@ class Tokenizer:
     def __repr__(self) -> str:
         lc = ", lowercase=True" if self.lowercase else ""
         return f"Tokenizer({self.path}, vocab_size={self.vocab_size}{lc})"
+
+
+def vocabulary_difference(
+    ours: tuple[Tokenizer, Tokenizer], theirs: tuple[Tokenizer, Tokenizer], extended_ok: bool
+) -> str | None:
+    """The one vocabulary check: how a pair of (source, target) tokenizers differs from the
+    pair a model was trained with. "lowercase" when one lowercases its text and the other does
+    not, else the first side ("source", "target") whose ids mean other pieces; None when they
+    agree. `extended_ok`: ours may be theirs with pieces appended (`--extend-vocab`)."""
+    if any(a.lowercase != b.lowercase for a, b in zip(ours, theirs, strict=True)):
+        return "lowercase"
+    for side, a, b in zip(("source", "target"), ours, theirs, strict=True):
+        if not (a.same_pieces(b) or (extended_ok and a.extends(b))):
+            return side
+    return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nmt.data.vocab import Tokenizer
+from nmt.data.vocab import Tokenizer, vocabulary_difference
 from nmt.errors import NmtError
 
 
@@ -22,18 +22,18 @@ def model_tokenizers(model_dir: Path, meta: dict[str, Any]) -> tuple[Tokenizer, 
 def check_same_vocabulary(
     first: Path, toks: tuple[Tokenizer, Tokenizer], other: Path, meta: dict[str, Any]
 ) -> None:
-    """An ensemble member must map ids to the same pieces as the first model, on both sides."""
-    for side, tok, theirs in zip(
-        ("source", "target"), toks, model_tokenizers(other, meta), strict=True
-    ):
-        if not tok.same_pieces(theirs):
-            raise NmtError(
-                f"{other}: its {side} vocabulary differs from {first}'s (the models of an "
-                "ensemble must share their SentencePiece models)"
-            )
-        if tok.lowercase != theirs.lowercase:
-            raise NmtError(
-                f"{other}: trained on {'lowercased' if theirs.lowercase else 'cased'} text, "
-                f"{first} on {'lowercased' if tok.lowercase else 'cased'} (an ensemble's models "
-                "must see the same input)"
-            )
+    """An ensemble member must map ids to the same pieces as the first model, on both sides,
+    and see the same input (nmt.data.vocab.vocabulary_difference)."""
+    theirs = model_tokenizers(other, meta)
+    differs = vocabulary_difference(theirs, toks, extended_ok=False)
+    if differs == "lowercase":
+        raise NmtError(
+            f"{other}: trained on {'lowercased' if theirs[0].lowercase else 'cased'} text, "
+            f"{first} on {'lowercased' if toks[0].lowercase else 'cased'} (an ensemble's models "
+            "must see the same input)"
+        )
+    if differs is not None:
+        raise NmtError(
+            f"{other}: its {differs} vocabulary differs from {first}'s (the models of an "
+            "ensemble must share their SentencePiece models)"
+        )

@@ -19,7 +19,7 @@ from typing import Any
 from nmt.config import ModelConfig, TrainingConfig
 from nmt.data.dataset import lowercased, read_manifest
 from nmt.data.spm_source import MODEL_META, spm_source
-from nmt.data.vocab import Tokenizer
+from nmt.data.vocab import Tokenizer, vocabulary_difference
 from nmt.errors import NmtError
 
 # The parameters with one row per vocabulary id, and the side whose vocabulary they follow.
@@ -31,26 +31,28 @@ def check_same_vocabulary(
     init_dir: Path, data_dir: Path, data_spm: tuple[Path, Path]
 ) -> tuple[int, int]:
     """The corpus must be encoded with the pieces the initial weights were trained on (or those
-    plus appended ones, `--extend-vocab`); returns the initial model's (source, target) sizes."""
+    plus appended ones, `--extend-vocab`), and lowercased as they were
+    (nmt.data.vocab.vocabulary_difference); returns the initial model's (source, target) sizes."""
     theirs = spm_source(init_dir)
-    if lowercased(read_manifest(data_dir)) != theirs.lowercase:
+    lc = lowercased(read_manifest(data_dir))
+    mine = (Tokenizer.load(data_spm[0], lc), Tokenizer.load(data_spm[1], lc))
+    trained = (
+        Tokenizer.load(theirs.src, theirs.lowercase),
+        Tokenizer.load(theirs.tgt, theirs.lowercase),
+    )
+    differs = vocabulary_difference(mine, trained, extended_ok=True)
+    if differs == "lowercase":
         how = "with" if theirs.lowercase else "without"
         raise NmtError(
             f"{data_dir}: {init_dir} was trained on text preprocessed {how} --lowercase (preprocess "
             f"the corpus with --spm-from {init_dir}{' --lowercase' if theirs.lowercase else ''})"
         )
-    sizes = []
-    for side, ours, init in zip(
-        ("source", "target"), data_spm, (theirs.src, theirs.tgt), strict=True
-    ):
-        mine, trained = Tokenizer.load(ours), Tokenizer.load(init)
-        if not (mine.same_pieces(trained) or mine.extends(trained)):
-            raise NmtError(
-                f"{data_dir}: its {side} vocabulary differs from {init_dir}'s (preprocess the "
-                f"corpus with --spm-from {init_dir})"
-            )
-        sizes.append(trained.vocab_size)
-    return sizes[0], sizes[1]
+    if differs is not None:
+        raise NmtError(
+            f"{data_dir}: its {differs} vocabulary differs from {init_dir}'s (preprocess the "
+            f"corpus with --spm-from {init_dir})"
+        )
+    return trained[0].vocab_size, trained[1].vocab_size
 
 
 def init_weights(
