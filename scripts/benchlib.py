@@ -182,6 +182,7 @@ def multi30k(path: Path | None = None) -> Path:
     path = path or root / "corpora" / "multi30k"
     if not (path / "train.en").is_file() or not (path / "test_2016_flickr.en").is_file():
         shared = root.parent / "shared" / "corpora" / "multi30k"
-        mirror = None if os.environ.get("NMT_CORPUS_MIRROR") or not shared.is_dir() else shared
+        env = os.environ.get("NMT_CORPUS_MIRROR")
+        mirror = Path(env) if env else shared if shared.is_dir() else None
         fetch("multi30k", path, mirror=mirror, quiet=True)
     return path

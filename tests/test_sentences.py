@@ -274,3 +274,38 @@ def test_evaluate_splits_sentences_as_translate_does(tmp_path):
     )
     assert t.returncode == 0 and e.returncode == 0, t.stderr + e.stderr
     assert (tmp_path / "hyp").read_text() == t.stdout
+
+
+@pytest.mark.slow
+def test_bench_paragraphs_prints_every_way_with_a_real_model(
+    tmp_path, multi30k_mirror, monkeypatch
+):
+    """scripts/bench_paragraphs.py with a tiny model: a row for the oracle, no splitting and each
+    installed segmenter, five k columns."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_translate import build_tiny_model_dir
+
+    model = build_tiny_model_dir(tmp_path)
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_paragraphs.py"
+    env = {**os.environ, "NMT_CORPUS_MIRROR": str(multi30k_mirror)}
+    r = subprocess.run(
+        [sys.executable, str(script), "-m", str(model), "--corpus", str(tmp_path / "m30k")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    rows = [x for x in r.stdout.splitlines() if x.startswith("| ") and "---" not in x]
+    names = [x.split(" | ")[0][2:] for x in rows[1:]]
+    assert names[:4] == [
+        "oracle: each caption alone, joined",
+        "no splitting",
+        "nmt --split-sentences",
+        "sentencex alone",
+    ]
+    assert all(x.count(" / ") == 5 for x in rows[1:])
