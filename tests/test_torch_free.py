@@ -59,8 +59,12 @@ def run_nmt(args: list[str], stdin: str = "") -> tuple[str, set[str]]:
 
 @pytest.mark.parametrize(
     "options",
-    [[], ["--format", "jsonl", "--with-attention", "--nbest", "2", "--beam-size", "3"]],
-    ids=["text", "jsonl-attention"],
+    [
+        [],
+        ["--format", "jsonl", "--with-attention", "--nbest", "2", "--beam-size", "3"],
+        ["--split-sentences", "--format", "jsonl"],
+    ],
+    ids=["text", "jsonl-attention", "split-sentences"],
 )
 def test_translate_an_export_without_torch(export, options):
     out, modules = run_nmt(["translate", "-m", str(export), "--device", "cpu", *options],
