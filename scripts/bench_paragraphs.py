@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Translating paragraphs: the same 1,000 test_2016_flickr captions translated as lines of k
-captions (k = 2..6, scripts/make_joined_corpus.py), whole, or split into sentences by each
+captions (k = 1..6, scripts/make_joined_corpus.py), whole, or split into sentences by each
 segmenter (nmt's, sentencex alone, pysbd and Moses' rules where installed) and joined back, or
 as the oracle (each caption alone, joined in groups of k). BLEU and chrF per k, and the seconds
 each way took.
@@ -29,7 +29,7 @@ from make_joined_corpus import fixed_groups, join, make  # noqa: E402
 
 from nmt.data.sentences import Pieces, Segmenter  # noqa: E402
 
-KS = (2, 3, 4, 5, 6)
+KS = (1, 2, 3, 4, 5, 6)
 
 
 class Splitter:
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 (Path(tmp) / f"test.k{k}.{lang}").read_text(encoding="utf-8").splitlines()
                 for lang in (args.src, args.tgt)
             ]
-            for k in (1, *KS)
+            for k in KS
         }
     print(machine_line(0))
     rows = []

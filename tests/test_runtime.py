@@ -222,18 +222,31 @@ def test_quick_exit_waits_for_a_running_thread_as_an_ordinary_exit_does(tmp_path
 def test_nmt_command_exit_codes_through_the_entry_point(tmp_path):
     # `python -m nmt` is the console script's run(): statuses as typer / user_errors set them.
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    ok = subprocess.run([sys.executable, "-m", "nmt", "score", "--help"], capture_output=True,
-                        text=True, env=env, timeout=120)  # fmt: skip
+    ok = subprocess.run(
+        [sys.executable, "-m", "nmt", "score", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert ok.returncode == 0 and "BLEU" in ok.stdout
     hyp = tmp_path / "hyp"
     hyp.write_text("a b\n", encoding="utf-8")
     bad = subprocess.run(
         [sys.executable, "-m", "nmt", "score", str(hyp), "-r", str(tmp_path / "missing")],
-        capture_output=True, text=True, env=env, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "missing" in bad.stderr
-    usage = subprocess.run([sys.executable, "-m", "nmt", "score", "--no-such-option"],
-                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    usage = subprocess.run(
+        [sys.executable, "-m", "nmt", "score", "--no-such-option"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert usage.returncode == 2 and "No such option" in usage.stderr
 
 
@@ -276,3 +289,20 @@ def test_usable_cpus_takes_omp_num_threads_else_the_affinity(monkeypatch, omp, e
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 5}, raising=False)
     assert usable_cpus({"OMP_NUM_THREADS": omp}) == (3 if expected is None else expected)
     assert usable_cpus({}) == 3
+
+
+def test_parse_device_takes_every_spelling_once_for_both_engines():
+    from nmt.errors import NmtError
+    from nmt.runtime import parse_device
+
+    assert [parse_device(d) for d in ("auto", "cpu", "mps", "cuda", "cuda:3")] == [
+        ("auto", None),
+        ("cpu", None),
+        ("mps", None),
+        ("cuda", None),
+        ("cuda", 3),
+    ]
+    for bad in ("gpu", "cuda:", "cuda:x", "cpu:0", "CUDA"):
+        with pytest.raises(NmtError) as e:
+            parse_device(bad)
+        assert str(e.value) == f"--device {bad!r}: expected auto, cpu, cuda, cuda:N or mps"

@@ -281,7 +281,7 @@ def test_bench_paragraphs_prints_every_way_with_a_real_model(
     tmp_path, multi30k_mirror, monkeypatch
 ):
     """scripts/bench_paragraphs.py with a tiny model: a row for the oracle, no splitting and each
-    installed segmenter, five k columns."""
+    installed segmenter, six k columns."""
     import os
     import subprocess
     import sys
@@ -308,4 +308,4 @@ def test_bench_paragraphs_prints_every_way_with_a_real_model(
         "nmt --split-sentences",
         "sentencex alone",
     ]
-    assert all(x.count(" / ") == 5 for x in rows[1:])
+    assert all(x.count(" / ") == 6 for x in rows[1:])
