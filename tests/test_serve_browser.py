@@ -200,7 +200,8 @@ def test_page_splits_sentences_as_the_api_does(browser, server):
     browser.find_element(By.ID, "translate").click()
     items = "#results > li"
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, items)) == 1)
-    body = {"text": [paragraph], "split_sentences": True, "beam_size": 5}
+    beam = httpx.get(server + "/info").json()["decoding"]["beam_size"]  # what the page sends
+    body = {"text": [paragraph], "split_sentences": True, "beam_size": beam}
     api = httpx.post(server + "/translate", json=body).json()["translations"]
     assert len(api[0]["sentences"]) == 2
     shown = browser.find_element(By.CSS_SELECTOR, items + " > .translation").text
