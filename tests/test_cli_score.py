@@ -303,9 +303,11 @@ def test_bad_input_through_a_real_process(files, tmp_path):
 # ---- nmt evaluate ------------------------------------------------------------------------------
 
 
-class _Hyp:
-    def __init__(self, text: str):
-        self.text = text
+def _hyp(text: str):
+    """What an engine returns for a line: its text as the one hypothesis."""
+    from nmt.decode.engine import TextHypothesis, Translation
+
+    return Translation(text, [TextHypothesis(text, text.split(), 0.0, 0.0)])
 
 
 @pytest.fixture
@@ -328,7 +330,7 @@ def fake_translator(monkeypatch):
             calls["translate"], calls["on_warning"] = options, on_warning
             if progress is not None:
                 progress(len(lines))
-            return [_Hyp(x) for x in lines]
+            return [_hyp(x) for x in lines]
 
         def __enter__(self):
             return self

@@ -162,7 +162,10 @@ def test_split_sentences_translates_pieces_and_gives_line_n_for_line_n():
     assert [s.source for s in first.sentences] == ["One two.", "Three four."]
     assert first.hypotheses[0].score == -2.0 and first.hypotheses[0].log_prob == -4.0
     assert first.to_json()["sentences"][1]["hypotheses"][0]["translation"] == "THREE FOUR."
-    assert warnings == []
+    assert warnings == [  # its one sentence was over the limit
+        "line 4: longer than the model's 6 source subwords: translated in 2 pieces cut at "
+        "punctuation or spaces"
+    ]
 
 
 def test_a_long_line_is_cut_with_a_warning_not_truncated():
@@ -223,19 +226,24 @@ def test_cli_gives_line_n_for_line_n_from_files_and_pipes(tmp_path):
     src.write_text("".join(x + "\n" for x in lines))
     nmt = [sys.executable, "-m", "nmt", "translate", "-m", str(model), "-q", "--workers", "1"]
     outs = {}
-    for split in ([], ["--split-sentences"]):
+    for split in (["--whole-lines"], ["--split-sentences"], []):
         from_file = subprocess.run(nmt + [str(src), *split], capture_output=True, text=True)
         piped = subprocess.run(nmt + split, input=src.read_text(), capture_output=True, text=True)
         assert from_file.returncode == 0 and piped.returncode == 0, from_file.stderr + piped.stderr
         assert from_file.stdout == piped.stdout
         assert from_file.stdout.count("\n") == len(lines)
-        outs[bool(split)] = from_file.stdout.split("\n")[:-1]
+        outs[split[0] if split else "default"] = from_file.stdout.split("\n")[:-1]
+    whole, split_all, default = outs["--whole-lines"], outs["--split-sentences"], outs["default"]
     with Translator.from_dir(model, workers=1) as tr:
-        assert outs[False] == [t.text for t in tr.translate(lines)]
-        assert outs[True][2].startswith("  ") and outs[True][2].endswith("  ")
-        assert outs[True][1] == ""
+        assert whole == [t.text for t in tr.translate(lines)]
+        assert split_all[2].startswith("  ") and split_all[2].endswith("  ")
+        assert split_all[1] == ""
+        # the default splits the lines of several sentences and leaves the others whole
+        several = [len(Segmenter("en").sentences(x)) > 1 for x in lines]
+        assert default == [s if m else w for s, w, m in zip(split_all, whole, several, strict=True)]
+        assert any(several) and not all(several)
         one = tr.translate(["A man rides.", "Two dogs play in the snow."])
-        assert outs[True][0] == f"{one[0].text} {one[1].text}"
+        assert split_all[0] == f"{one[0].text} {one[1].text}"
 
 
 def test_evaluate_splits_sentences_as_translate_does(tmp_path):

@@ -101,12 +101,15 @@ def translate_cmd(
     topp: TopPOpt = None,
     seed: SamplingSeedOpt = None,
     split_sentences: bool = typer.Option(
-        False,
-        "--split-sentences",
-        help="Split each line into sentences (in the model's source language), translate them "
-        "in the same batches, and join each line's translations into its one output line; "
-        "JSONL keeps them under 'sentences'. Either way a line over the model's source limit is "
-        "cut at punctuation or spaces into pieces (with a warning), never truncated.",
+        None,
+        "--split-sentences/--whole-lines",
+        help="Split every line into sentences (in the model's source language), translate them "
+        "in the same batches, and join each line's translations into its one output line "
+        "(JSONL keeps them under 'sentences'); or translate whole lines. Default: split the "
+        "lines that hold several sentences unless --nbest, --with-attention or --sampling is "
+        "asked for. A line over the model's source limit is cut at punctuation or spaces into "
+        "pieces (with a warning), never truncated.",
+        show_default=False,
     ),
 ) -> None:
     """Translate text: exactly one output line per input line, in order (N lines with --nbest
@@ -130,7 +133,7 @@ def translate_cmd(
     from nmt.decode.paragraphs import check_split_options
     from nmt.decode.translate_files import translate_files
 
-    if split_sentences:
+    if split_sentences is True:
         check_split_options(options)
 
     translator = open_for(model_dir, options, device, checkpoint, precision, workers)

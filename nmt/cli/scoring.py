@@ -138,9 +138,10 @@ def evaluate_cmd(
     width: int = typer.Option(1, "--width", "-w", help="Decimals printed."),
     quiet: NoProgressOpt = False,
     split_sentences: bool = typer.Option(
-        False,
-        "--split-sentences",
-        help="Translate each line's sentences and join them (as nmt translate).",
+        None,
+        "--split-sentences/--whole-lines",
+        help="As nmt translate (default: split the lines that hold several sentences).",
+        show_default=False,
     ),
 ) -> None:
     """Translate a test set and score it in one call (inputs checked before the model loads)."""

@@ -52,6 +52,7 @@ class Pieces:
     lead: str
     sentences: list[str]
     trail: str
+    cut: bool = False  # a sentence over the model's source limit was cut into pieces (`fit`)
 
     def join(self, translations: list[str], tgt_lang: str | None) -> str:
         """The output line: the translations joined with the target's separator."""

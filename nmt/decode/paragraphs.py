@@ -25,9 +25,12 @@ def fits(line: str, limit: int) -> bool:
     return 2 * len(line) + 1 <= limit
 
 
-def plan(lines: Sequence[str], engine: Engine, segmenter: Segmenter | None) -> list[Pieces | None]:
+def plan(
+    lines: Sequence[str], engine: Engine, segmenter: Segmenter | None, several: bool = False
+) -> list[Pieces | None]:
     """Per line, its pieces, or None where the line goes to the engine as it is (no sentence
-    splitting asked, and it fits the model's source limit; an RNN has none)."""
+    splitting asked, or with `several` a line of one sentence; and it fits the model's source
+    limit, which an RNN has not)."""
     limit = engine.max_source if engine.max_source > 0 else sys.maxsize
 
     def count(text: str) -> int:
@@ -35,19 +38,36 @@ def plan(lines: Sequence[str], engine: Engine, segmenter: Segmenter | None) -> l
 
     out: list[Pieces | None] = []
     for line in lines:
-        if segmenter is None:
+        pieces = segmenter.split(line) if segmenter is not None else None
+        if pieces is None or (several and len(pieces.sentences) < 2):
             if not line.strip() or fits(line, limit) or count(line.strip()) <= limit:
                 out.append(None)
                 continue
             body = line.strip()
             start = line.index(body[0])
             pieces = Pieces(line[:start], [body], line[start + len(body) :])
-        else:
-            pieces = segmenter.split(line)
         fitted = [p for s in pieces.sentences for p in (
             [s] if fits(s, limit) else fit(s, count, limit))]  # fmt: skip
-        out.append(dataclasses.replace(pieces, sentences=fitted))
+        cut = len(fitted) > len(pieces.sentences)
+        out.append(dataclasses.replace(pieces, sentences=fitted, cut=cut))
     return out
+
+
+def sentence_splitting(
+    mode: bool | None, options: DecodeOptions, lang: str | None
+) -> tuple[Segmenter | None, bool]:
+    """What `--split-sentences` (True), `--whole-lines` (False) or neither (None, the default)
+    means for a run: (the segmenter or None, whether it splits only lines of several
+    sentences). The default splits a line that holds several sentences, as long as the search
+    gives one translation per line (no n-best list, attention or sampling); a line of one
+    sentence then reaches the model as it is (docs/benchmarks.md, "Paragraphs")."""
+    if mode is False:
+        return None, False
+    if mode is True:
+        check_split_options(options)
+        return Segmenter(lang), False
+    one_each = options.nbest == 1 and not options.with_attention and options.sampling is None
+    return (Segmenter(lang), True) if one_each else (None, False)
 
 
 def check_split_options(options: DecodeOptions, flag: str = "--split-sentences") -> None:
@@ -67,6 +87,7 @@ def translate_lines(
     options: DecodeOptions,
     *,
     segmenter: Segmenter | None = None,
+    several: bool = False,
     tgt_lang: str | None = None,
     first_line: int = 1,
     on_warning: Callable[[str], None] | None = None,
@@ -78,11 +99,12 @@ def translate_lines(
     cutting, and on the pieces of those that do (their sentences with a `segmenter`; any line
     over the model's limit), joined back with the target language's separator. A cut line's
     Translation keeps its pieces' Translations (`sentences`, in JSONL) and sums their scores.
+    With `several`, only the lines of several sentences are split.
     `keys` (sampling keys, one per line) give each piece its line's key; `fields` go to
     `engine.translate` as they are."""
-    if segmenter is not None:
+    if segmenter is not None and not several:
         check_split_options(options)
-    planned = plan(lines, engine, segmenter)
+    planned = plan(lines, engine, segmenter, several)
     if all(p is None for p in planned):
         return engine.translate(
             lines, options=options, first_line=first_line, on_warning=on_warning,
@@ -107,7 +129,7 @@ def translate_lines(
             continue
         parts = results[at : at + len(pieces.sentences)]
         at += len(pieces.sentences)
-        if segmenter is None and on_warning is not None:
+        if pieces.cut and on_warning is not None:
             on_warning(
                 f"line {first_line + i}: longer than the model's {engine.max_source} source "
                 f"subwords: translated in {len(parts)} pieces cut at punctuation or spaces"

@@ -9,7 +9,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from nmt.data.sentences import Segmenter
 from nmt.decode.engine import Engine
 from nmt.decode.lines import (
     BATCH_LINES,
@@ -22,7 +21,7 @@ from nmt.decode.lines import (
     warn_to_stderr,
 )
 from nmt.decode.options import DecodeOptions, given_options
-from nmt.decode.paragraphs import check_split_options, translate_lines
+from nmt.decode.paragraphs import sentence_splitting, translate_lines
 from nmt.textio import atomic_write
 
 # (exit stack, total lines) -> the per-batch advance(n) of a progress bar
@@ -39,7 +38,7 @@ def translate_files(
     errors: str = "strict",
     buffer_size: int | None = None,
     progress: Progress | None = None,
-    split_sentences: bool = False,
+    split_sentences: bool | None = None,
     **fields: Any,
 ) -> None:
     """Translate files (or stdin, '-') into `output` (atomically) or stdout, one result per input
@@ -48,9 +47,10 @@ def translate_files(
 
     `options` (`fields` on top) go to the translator's `translate`, scores only for jsonl;
     `progress(stack, total_lines)` returns the per-batch `advance(n)` when every input is a
-    regular file. `split_sentences` translates each line's sentences and joins them
-    (nmt.decode.paragraphs); a line over the model's source limit is cut at its best boundaries
-    either way, never truncated.
+    regular file. `split_sentences` True translates each line's sentences and joins them
+    (nmt.decode.paragraphs), False translates whole lines, None (the default) splits the lines
+    of several sentences when the search gives one translation per line; a line over the model's
+    source limit is cut at its best boundaries either way, never truncated.
     """
     opts = given_options(options, fields)
     nbest, with_attention = opts.nbest, opts.with_attention
@@ -58,10 +58,7 @@ def translate_files(
     check_output(output)
     opts = dataclasses.replace(opts, scores=fmt == "jsonl")
     translator.resolve_options(opts)  # bad options fail before any input is read
-    segmenter, tgt_lang = None, translator.languages[1]
-    if split_sentences:
-        check_split_options(opts)
-        segmenter = Segmenter(translator.languages[0])
+    segmenter, several = sentence_splitting(split_sentences, opts, translator.languages[0])
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         advance = None
@@ -72,7 +69,8 @@ def translate_files(
             first = 1
             for batch in read_batches(path, errors, buffer_size or BATCH_LINES):
                 results = translate_lines(
-                    translator, batch, opts, segmenter=segmenter, tgt_lang=tgt_lang,
+                    translator, batch, opts, segmenter=segmenter, several=several,
+                    tgt_lang=translator.languages[1],
                     first_line=first, on_warning=warn, progress=advance,
                 )  # fmt: skip
                 first += len(batch)

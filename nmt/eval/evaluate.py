@@ -54,7 +54,7 @@ def evaluate(
     precision: str = "auto",
     progress: Callable[[int, int], None] | None = None,
     decoding: DecodeOptions | None = None,
-    split_sentences: bool = False,
+    split_sentences: bool | None = None,
 ) -> list[Result]:
     """Translate `src` with the model (several directories: their ensemble) and score it; every
     input is checked before the model loads.
@@ -62,7 +62,7 @@ def evaluate(
     `decoding` says how to translate (None, or an unset option: the model config's value;
     scores are never computed, only the text is scored); `progress(n_done_now, n_total)` is
     called as batches finish. Lines are translated as `nmt translate` does (nmt.decode.paragraphs:
-    `split_sentences`, and long lines cut rather than truncated).
+    `split_sentences` True, False or None for the default, and long lines cut, not truncated).
     """
     metric_names = parse_metrics(metrics)
     opts = options or Options()
@@ -71,18 +71,19 @@ def evaluate(
     src_lines, refs = _check_inputs(dirs, src, ref_paths, opts)
 
     from nmt.decode.loading import open_translator  # torch only for a model directory
-    from nmt.decode.paragraphs import check_split_options, translate_lines
+    from nmt.decode.paragraphs import sentence_splitting, translate_lines
 
-    if split_sentences:
-        check_split_options(decoding or DecodeOptions())
+    how = dataclasses.replace(decoding or DecodeOptions(), scores=False)  # only text is scored
+    segmenter, several = sentence_splitting(split_sentences, how, None)
 
     translator = open_translator(dirs[0] if len(dirs) == 1 else dirs, device, checkpoint, precision)
-    how = dataclasses.replace(decoding or DecodeOptions(), scores=False)  # only text is scored
     advance = None if progress is None else lambda n: progress(n, len(src_lines))
-    segmenter = Segmenter(translator.languages[0]) if split_sentences else None
+    if segmenter is not None:
+        segmenter = Segmenter(translator.languages[0])  # the model's own source language
     with translator:  # its worker processes end with the translation
         translations = translate_lines(
-            translator, src_lines, how, segmenter=segmenter, tgt_lang=translator.languages[1],
+            translator, src_lines, how, segmenter=segmenter, several=several,
+            tgt_lang=translator.languages[1],
             on_warning=warn_to_stderr(str(src)), progress=advance,
         )  # fmt: skip
         hyps = [one_line(h.text) for h in translations]  # as translate writes them

@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 
 from nmt.data.sentences import Segmenter
 from nmt.decode.options import MAX_SAMPLES, DecodeOptions
-from nmt.decode.paragraphs import translate_lines
+from nmt.decode.paragraphs import sentence_splitting, translate_lines
 from nmt.errors import NmtError
 from nmt.serve.attention_query import (
     AttentionBody,
@@ -50,10 +50,11 @@ log = logging.getLogger("nmt.serve")
 
 @dataclass(frozen=True)
 class SplitSentences:
-    """The batcher options of /translate lines to split into sentences (`split_sentences`):
-    batched apart from unsplit ones, since they translate differently."""
+    """The batcher options of /translate lines to split into sentences (`split_sentences`, or
+    by default those of several sentences: `several`), batched apart from whole lines."""
 
     options: DecodeOptions
+    several: bool
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,8 @@ class ServerState:
         req = parse(TranslateBody, body, self.context())
         lines = req.lines()
         options = req.options(self.translator.decoding)
-        how = SplitSentences(options) if req.split_sentences else options
+        segmenter, several = sentence_splitting(req.split_sentences, options, None)
+        how = SplitSentences(options, several) if segmenter is not None else options
         return Work(lines, how, _lengths(self.translator, lines))
 
     def scoring(self, body: bytes) -> Work:
@@ -203,7 +205,7 @@ def _decoder(translator: Any, budget: int, share: bool = False) -> Decode:
     def decode(items: list[Any], options: Hashable, keys: list[int], slots: int) -> list[Any]:
         if isinstance(options, AttentionQuery):
             return attention_records(translator, items, options)
-        split = isinstance(options, SplitSentences)
+        split = options if isinstance(options, SplitSentences) else None
         if isinstance(options, SplitSentences):
             options = options.options
         if not isinstance(options, DecodeOptions):  # SCORE
@@ -216,7 +218,7 @@ def _decoder(translator: Any, budget: int, share: bool = False) -> Decode:
         parts: dict[str, Any] = {"parts": slots} if share else {}  # the workers it holds
         out = translate_lines(
             translator, items, options, segmenter=segmenter if split else None,
-            tgt_lang=translator.languages[1], on_warning=log.warning, keys=sampled,
+            several=split is not None and split.several, tgt_lang=translator.languages[1], on_warning=log.warning, keys=sampled,
             batch_tokens=budget, **parts,
         )  # fmt: skip
         return [tr.to_json(options.with_attention) for tr in out]

@@ -281,10 +281,12 @@ class TranslateBody(Body):
         "the settings. A line's samples depend on the seed and its place in the request only.",
         json_schema_extra=_boolean_or_settings,
     )
-    split_sentences: Flag = Field(
-        False,
-        description="Translate each line's sentences and join them into the line's one entry "
-        "(its pieces under 'sentences'); one hypothesis a line, no attention or sampling.",
+    split_sentences: Annotated[bool | None, BeforeValidator(_boolean)] = Field(
+        None,
+        description="true: translate each line's sentences and join them into the line's one "
+        "entry (its pieces under 'sentences'; one hypothesis a line, no attention or sampling); "
+        "false: whole lines; default: split the lines of several sentences when one hypothesis "
+        "a line, without attention or sampling, is asked for (as nmt translate).",
     )
 
     @model_validator(mode="after")
@@ -299,7 +301,7 @@ class TranslateBody(Body):
             )
         if self.sampling is not None and self.beam_size is not None:
             raise Refused("'sampling' draws its own tokens: drop 'beam_size'")
-        if self.split_sentences:
+        if self.split_sentences is True:
             try:
                 check_split_options(self.options(context.defaults), "'split_sentences'")
             except NmtError as e:
