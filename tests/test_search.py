@@ -299,8 +299,9 @@ def test_beam_equals_never_stopping_reference(seed, k, alpha, min_len, lengths, 
     model = ToyDecoder(random_table(seed))
     src, lens = toy_src(list(range(len(lengths))), lengths)
     opts = ResolvedOptions(
-        beam_size=k, length_penalty=alpha, max_len_a=1.0, max_len_b=2, min_len=min_len, nbest=nbest
-    )
+        beam_size=k, length_penalty=alpha, max_len_a=1.0, max_len_b=2, min_len=min_len,
+        nbest=nbest, stop="exact",  # the default (early) is not exact under a length penalty
+    )  # fmt: skip
     got = beam_search(model, src, lens, opts)
     for i, n in enumerate(lengths):
         ref = reference_beam(model, i + 7, n, k, alpha, 1.0, 2, min_len, nbest)

@@ -111,25 +111,54 @@ def translate_cmd(
         "pieces (with a warning), never truncated.",
         show_default=False,
     ),
+    input_format: str = typer.Option(
+        "text",
+        "--input-format",
+        help='text: one sentence per line; jsonl: one object per line, {"text": "...", '
+        '"constraints": ["target phrase", ...]}: phrases its translation must contain '
+        "(beam search; the line is not split into sentences).",
+    ),
+    glossary: str = typer.Option(
+        None,
+        "--glossary",
+        help="TSV file of 'source term<TAB>target term': where a source term occurs in a line "
+        "(as whole words; the longest where two start at one place), its translation must "
+        "contain the target term (beam search; model directories, not exports).",
+    ),
 ) -> None:
     """Translate text: exactly one output line per input line, in order (N lines with --nbest
-    N in text format). Empty lines give empty lines; --split-sentences for paragraphs."""
+    N in text format). Empty lines give empty lines; --split-sentences for paragraphs;
+    --glossary and --input-format jsonl for terminology."""
     from nmt.decode.lines import check_inputs, check_model_dirs, check_output
 
     check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)  # before the model loads
     check_output(output)
     check_model_dirs(model_dir)
+    from nmt.decode.constraints import (
+        CONSTRAINTS_REFUSED,
+        INPUT_FORMATS,
+        Glossary,
+        check_constraint_options,
+    )
     from nmt.decode.loading import checked_export  # a model directory, or an `nmt export`
     from nmt.decode.options import check_search
+    from nmt.errors import NmtError
 
-    checked_export(model_dir, checkpoint, precision)  # options an export refuses, named first
+    if input_format not in INPUT_FORMATS:
+        raise NmtError(f"--input-format must be text or jsonl, got {input_format!r}")
+    terms = Glossary.load(glossary) if glossary is not None else None
+    export = checked_export(model_dir, checkpoint, precision)  # options an export refuses, first
+    if terms is not None and export is not None:
+        raise NmtError(f"--glossary: {CONSTRAINTS_REFUSED}")
     options = decode_options(
         beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, nbest=nbest,
         max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens,
         stop=stop, with_attention=with_attention, sampling=sampling, temperature=temperature,
         top_k=topk, top_p=topp, seed=seed,
     )  # fmt: skip
-    check_search(model_dir[0], options)  # an ensemble decodes with its first one's defaults
+    resolved = check_search(model_dir[0], options)  # an ensemble: its first one's defaults
+    if terms is not None:
+        check_constraint_options(resolved, "--glossary:")
     from nmt.decode.paragraphs import check_split_options
     from nmt.decode.translate_files import translate_files
 
@@ -141,7 +170,7 @@ def translate_cmd(
         translate_files(
             translator, inputs, output, options, fmt=fmt, errors=errors,
             buffer_size=buffer_size, progress=None if quiet else count_progress,
-            split_sentences=split_sentences,
+            split_sentences=split_sentences, input_format=input_format, glossary=terms,
         )  # fmt: skip
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from nmt.data.vocab import EOS_PIECE, Tokenizer
+from nmt.decode.constraints import CONSTRAINTS_REFUSED
 from nmt.decode.engine import (
     FORCED_FLOOR,
     Capabilities,
@@ -147,11 +148,15 @@ class CT2Translator:
         on_warning: Callable[[str], None] | None = None,
         progress: Callable[[int], None] | None = None,
         keys: Sequence[int] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
         **fields: Any,
     ) -> list[Translation]:
         """Translate raw lines; one Translation per line, in input order (as Translator;
         `scores=False`: greedy search returns no scores, NaN in their place). Sampling is
-        refused (CTranslate2 does not draw nmt's keyed samples), so `keys` go unused."""
+        refused (CTranslate2 does not draw nmt's keyed samples), so `keys` go unused; so are
+        `constraints` (CTranslate2 has no lexically constrained search)."""
+        if constraints is not None and any(constraints):
+            raise NmtError(CONSTRAINTS_REFUSED)
         opts = self.resolve_options(options, **fields)
         if opts.sampling is not None:
             raise OptionError(

@@ -109,7 +109,8 @@ class Engine(Protocol):
     """The calls `nmt translate`, `nmt rescore`, `nmt serve` and the library make of an engine.
 
     `options` say how to decode, `fields` (DecodeOptions fields) on top of them; unset ones
-    come from the model's `decoding` defaults."""
+    come from the model's `decoding` defaults; `constraints`: target phrases per line that its
+    translations must contain (where `capabilities.constraints`)."""
 
     src_tok: Tokenizer  # the source SentencePiece model (lowercasing included)
     tgt_tok: Tokenizer  # the target one: what it writes (lowercase, for a lowercased model)
@@ -133,6 +134,7 @@ class Engine(Protocol):
         on_warning: Callable[[str], None] | None = None,
         progress: Callable[[int], None] | None = None,
         keys: Sequence[int] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
         **fields: Any,
     ) -> list[Translation]: ...
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nmt.data.sentences import Pieces, Segmenter, fit
+from nmt.decode.constraints import Glossary
 from nmt.decode.engine import Engine, TextHypothesis, Translation
 from nmt.decode.options import DecodeOptions
 from nmt.errors import NmtError
@@ -26,19 +27,24 @@ def fits(line: str, limit: int) -> bool:
 
 
 def plan(
-    lines: Sequence[str], engine: Engine, segmenter: Segmenter | None, several: bool = False
+    lines: Sequence[str],
+    engine: Engine,
+    segmenter: Segmenter | None,
+    several: bool = False,
+    whole: Sequence[bool] | None = None,
 ) -> list[Pieces | None]:
     """Per line, its pieces, or None where the line goes to the engine as it is (no sentence
-    splitting asked, or with `several` a line of one sentence; and it fits the model's source
-    limit, which an RNN has not)."""
+    splitting asked, or with `several` a line of one sentence, or `whole` says so; and it fits
+    the model's source limit, which an RNN has not)."""
     limit = engine.max_source if engine.max_source > 0 else sys.maxsize
 
     def count(text: str) -> int:
         return len(engine.src_tok.encode(text))
 
     out: list[Pieces | None] = []
-    for line in lines:
-        pieces = segmenter.split(line) if segmenter is not None else None
+    for i, line in enumerate(lines):
+        keep = whole is not None and whole[i]
+        pieces = segmenter.split(line) if segmenter is not None and not keep else None
         if pieces is None or (several and len(pieces.sentences) < 2):
             if not line.strip() or fits(line, limit) or count(line.strip()) <= limit:
                 out.append(None)
@@ -93,6 +99,8 @@ def translate_lines(
     on_warning: Callable[[str], None] | None = None,
     progress: Callable[[int], None] | None = None,
     keys: Sequence[int] | None = None,
+    constraints: Sequence[Sequence[str]] | None = None,
+    glossary: Glossary | None = None,
     **fields: Any,
 ) -> list[Translation]:
     """One Translation per line, in order: `engine.translate` on every line that needs no
@@ -100,22 +108,37 @@ def translate_lines(
     over the model's limit), joined back with the target language's separator. A cut line's
     Translation keeps its pieces' Translations (`sentences`, in JSONL) and sums their scores.
     With `several`, only the lines of several sentences are split.
-    `keys` (sampling keys, one per line) give each piece its line's key; `fields` go to
-    `engine.translate` as they are."""
+    `keys` (sampling keys, one per line) give each piece its line's key; `constraints` (target
+    phrases per line) keep their line whole; a `glossary` gives each piece the target terms of
+    the source terms in it; `fields` go to `engine.translate` as they are."""
     if segmenter is not None and not several:
         check_split_options(options)
-    planned = plan(lines, engine, segmenter, several)
+    whole = None if constraints is None else [bool(c) for c in constraints]
+    planned = plan(lines, engine, segmenter, several, whole)
+    flat: list[str] = []
+    flat_keys: list[int] = []
+    wanted: list[list[str]] = []
+    for i, (line, pieces) in enumerate(zip(lines, planned, strict=True)):
+        given = list(constraints[i]) if constraints is not None else []
+        if given and pieces is not None:
+            raise NmtError(
+                f"line {first_line + i}: longer than the model's {engine.max_source} source "
+                "subwords, so it is translated in pieces, and its constraints cannot be placed "
+                "in them: give its sentences on lines of their own"
+            )
+        n = 1 if pieces is None else len(pieces.sentences)
+        flat.extend([line] if pieces is None else pieces.sentences)
+        flat_keys.extend([keys[i]] * n if keys is not None else [])
+        for text in [line] if pieces is None else pieces.sentences:
+            terms = glossary.constraints(text, engine.src_tok.lowercase) if glossary else []
+            wanted.append(list(dict.fromkeys(given + terms)))
+    if any(wanted):
+        fields = {**fields, "constraints": wanted}
     if all(p is None for p in planned):
         return engine.translate(
             lines, options=options, first_line=first_line, on_warning=on_warning,
             progress=progress, keys=keys, **fields,
         )  # fmt: skip
-    flat: list[str] = []
-    flat_keys: list[int] = []
-    for i, (line, pieces) in enumerate(zip(lines, planned, strict=True)):
-        n = 1 if pieces is None else len(pieces.sentences)
-        flat.extend([line] if pieces is None else pieces.sentences)
-        flat_keys.extend([keys[i]] * n if keys is not None else [])
     results = engine.translate(
         flat, options=options, first_line=first_line, on_warning=on_warning,
         keys=flat_keys if keys is not None else None, **fields,

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from nmt.decode.constraints import Glossary, parse_jsonl_line
 from nmt.decode.engine import Engine
 from nmt.decode.lines import (
     BATCH_LINES,
@@ -22,6 +23,7 @@ from nmt.decode.lines import (
 )
 from nmt.decode.options import DecodeOptions, given_options
 from nmt.decode.paragraphs import sentence_splitting, translate_lines
+from nmt.errors import NmtError
 from nmt.textio import atomic_write
 
 # (exit stack, total lines) -> the per-batch advance(n) of a progress bar
@@ -39,6 +41,8 @@ def translate_files(
     buffer_size: int | None = None,
     progress: Progress | None = None,
     split_sentences: bool | None = None,
+    input_format: str = "text",
+    glossary: Glossary | None = None,
     **fields: Any,
 ) -> None:
     """Translate files (or stdin, '-') into `output` (atomically) or stdout, one result per input
@@ -50,7 +54,9 @@ def translate_files(
     regular file. `split_sentences` True translates each line's sentences and joins them
     (nmt.decode.paragraphs), False translates whole lines, None (the default) splits the lines
     of several sentences when the search gives one translation per line; a line over the model's
-    source limit is cut at its best boundaries either way, never truncated.
+    source limit is cut at its best boundaries either way, never truncated. `input_format`
+    "jsonl" reads {"text", "constraints"} objects (nmt.decode.constraints); a `glossary` gives
+    each line (each sentence, when split) the target terms of its source terms as constraints.
     """
     opts = given_options(options, fields)
     nbest, with_attention = opts.nbest, opts.with_attention
@@ -68,11 +74,19 @@ def translate_files(
             warn = warn_to_stderr("<stdin>" if path == "-" else path)
             first = 1
             for batch in read_batches(path, errors, buffer_size or BATCH_LINES):
-                results = translate_lines(
-                    translator, batch, opts, segmenter=segmenter, several=several,
-                    tgt_lang=translator.languages[1],
-                    first_line=first, on_warning=warn, progress=advance,
-                )  # fmt: skip
+                constraints = None
+                if input_format == "jsonl":
+                    name = "<stdin>" if path == "-" else path
+                    records = [parse_jsonl_line(r, name, first + n) for n, r in enumerate(batch)]
+                    batch, constraints = [t for t, _ in records], [c for _, c in records]
+                try:
+                    results = translate_lines(
+                        translator, batch, opts, segmenter=segmenter, several=several,
+                        tgt_lang=translator.languages[1], first_line=first, on_warning=warn,
+                        progress=advance, constraints=constraints, glossary=glossary,
+                    )  # fmt: skip
+                except NmtError as e:  # a line's constraints: name the file too
+                    raise NmtError(f"{'<stdin>' if path == '-' else path}: {e}") from None
                 first += len(batch)
                 out.writelines(format_translation(tr, fmt, nbest, with_attention) for tr in results)
                 out.flush()

@@ -20,14 +20,16 @@ import torch
 from nmt.config import Config, DecodingConfig
 from nmt.data.batching import decoding_runs
 from nmt.data.vocab import EOS_ID, EOS_PIECE, PAD_ID, Tokenizer
+from nmt.decode.constraints import check_constraint_options, constraint_ids, warn_missing
 from nmt.decode.engine import Capabilities, TextHypothesis, Translation, translate_chunks
 from nmt.decode.forced import score_ids
 from nmt.decode.lines import model_dirs
 from nmt.decode.options import DecodeOptions, ResolvedOptions, given_options
 from nmt.decode.packed import pack_for_decoding
 from nmt.decode.search.beam import beam_search
+from nmt.decode.search.constrained import constrained_beam_search
 from nmt.decode.search.greedy import greedy_search, sample_search
-from nmt.decode.search.rows import Hypothesis
+from nmt.decode.search.rows import Hypothesis, max_lengths
 from nmt.decode.tokenizers import check_same_vocabulary, model_tokenizers
 from nmt.decode.workers import (
     DecodePool,
@@ -44,7 +46,7 @@ from nmt.device import (
     resolve_device,
 )
 from nmt.errors import NmtError
-from nmt.models.base import ATTENTION_KINDS, Decoder
+from nmt.models.base import Decoder
 from nmt.models.ensemble import Ensemble
 
 MAX_BATCH_ROWS = 640  # sentences x beam per batch: beyond this CPU steps stop getting cheaper
@@ -52,21 +54,6 @@ MAX_BATCH_ROWS = 640  # sentences x beam per batch: beyond this CPU steps stop g
 
 def _warn(message: str) -> None:
     warnings.warn(message, stacklevel=3)
-
-
-def _check_utf8(text: str | None, what: str) -> None:
-    """Refuse text that came from bytes that were not UTF-8 (a command-line argument keeps
-    them as lone surrogates), naming the byte, before SentencePiece fails on it."""
-    if text is None:
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        code = ord(text[e.start])
-        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
-        raise NmtError(
-            f"the {what} is not valid UTF-8 ({byte} at character {e.start + 1})"
-        ) from None
 
 
 class Translator:
@@ -157,6 +144,7 @@ class Translator:
         progress: Callable[[int], None] | None = None,
         keys: Sequence[int] | None = None,
         parts: int | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
         **fields: Any,
     ) -> list[Translation]:
         """Translate raw lines; one Translation per line, in input order.
@@ -169,7 +157,10 @@ class Translator:
         batched with. `first_line` numbers the lines in warnings; `progress(n)` is called after
         each batch with the number of lines it finished. `parts` caps how many batches the lines
         are evenly cut into (None: one per decoding worker): `nmt serve` decodes several
-        requests' batches at once and gives each the workers that are free.
+        requests' batches at once and gives each the workers that are free. `constraints` (a
+        list of target phrases per line) are phrases each line's translations must contain
+        (nmt.decode.search.constrained; beam search only); those lines are batched apart, so the
+        others translate as without them.
         """
         opts = self.resolve_options(options, **fields)
         lines = list(lines)
@@ -182,11 +173,17 @@ class Translator:
         results, todo = _blank_translations(lines, encoded)
         if progress and len(todo) < len(lines):
             progress(len(lines) - len(todo))
-        batches = self._batches(encoded, todo, opts, parts)
+        wanted = self._constraint_ids(constraints, encoded, opts, first_line)
+        groups = [todo] if wanted is None else [
+            [i for i in todo if not wanted[i]], [i for i in todo if wanted[i]]]  # fmt: skip
+        batches = [
+            b for group in groups if group for b in self._batches(encoded, group, opts, parts)
+        ]
         jobs = [
             _Job(
                 [lines[i] for i in batch], [encoded[i] for i in batch], opts,
                 [line_keys[i] for i in batch] if opts.sampling is not None else None,
+                [wanted[i] for i in batch] if wanted is not None and wanted[batch[0]] else None,
             )
             for batch in batches
         ]  # fmt: skip
@@ -195,6 +192,9 @@ class Translator:
                 results[i] = translation
             if progress:
                 progress(len(batches[b]))
+        if wanted is not None and constraints is not None:
+            pieces = self.tgt_tok.id_to_piece
+            warn_missing(results, constraints, wanted, pieces, first_line, on_warning or _warn)
         return results  # type: ignore[return-value]
 
     def start_workers(self) -> None:
@@ -209,7 +209,7 @@ class Translator:
         per worker process, else 1: `nmt serve` keeps that many in flight)."""
         size, kinds = self._pool_size(), self.model.attention_kinds
         slots = size if self.worker_processes and size > 1 else 1
-        return Capabilities(True, kinds, "cross" in kinds, slots)
+        return Capabilities(True, kinds, "cross" in kinds, slots, constraints=True)
 
     def worker_peak_mb(self) -> int:
         """Memory the worker processes added at their peak (0 without them; nmt.decode.workers)."""
@@ -253,39 +253,9 @@ class Translator:
         pieces, and the translation. `kind` "cross": target x source (eos on both); "self" (a
         Transformer's encoder): source x source; "decoder" (its masked self-attention): bos +
         target x the same. Searches (with `options`, `fields` on top), or force-decodes `target`."""
-        for given, what in ((source, "source sentence"), (target, "target")):
-            _check_utf8(given, what)
-        if kind not in ATTENTION_KINDS:
-            raise NmtError(f"attention kind must be cross, self or decoder, got {kind!r}")
-        silent = target is None  # the search encodes it again, and warns there
-        (ids,) = self.encode_sources([source], 1, (lambda _: None) if silent else _warn)
-        if not ids:  # blank, or nothing left after normalisation (control characters)
-            raise NmtError("the source sentence is empty")
-        if target is None:
-            search = given_options(options, fields)
-            (tr,) = self.translate([source], search, nbest=1, with_attention=kind == "cross")
-            hyp = tr.hypotheses[0]
-            if kind == "cross":
-                assert hyp.attention is not None  # asked for with_attention
-                weights = np.transpose(hyp.attention, (1, 2, 0, 3))  # (L, H, T, S)
-                return weights, tr.source_tokens, hyp.tokens + [EOS_PIECE], hyp.text
-            tgt, text = [self.tgt_tok.sp.piece_to_id(p) for p in hyp.tokens], hyp.text
-        else:
-            tgt = self.tgt_tok.encode(target)
-            if 0 < self.max_source < len(tgt):  # Seq2Seq has no position limit (max_source -1)
-                _warn(f"target has {len(tgt)} subword tokens, truncated to {self.max_source}")
-                tgt = tgt[: self.max_source]
-            text = self.tgt_tok.decode(tgt)
-        dev = self.device
-        src = torch.tensor([ids + [EOS_ID]], device=dev)  # (1, S)
-        tgt_in = torch.tensor([[self.model.vocab.bos_id] + tgt], device=dev)  # (1, T)
-        with torch.inference_mode(), self.autocast():
-            lengths = torch.tensor([src.size(1)], device=dev)  # (1,)
-            _, attn = self.model.forward_with_attention(src, lengths, tgt_in, kind)
-        weights = attn[0].float().cpu().numpy()  # (L, H, rows, columns)
-        inputs = [self.tgt_tok.id_to_piece(i) for i in tgt_in[0].tolist()]  # bos y1 .. yn
-        rows = {"cross": inputs[1:] + [EOS_PIECE], "self": self._pieces(ids)}.get(kind, inputs)
-        return weights, (self._pieces(ids) if kind == "cross" else rows), rows, text
+        from nmt.decode.sentence_attention import sentence_attention
+
+        return sentence_attention(self, source, target, given_options(options, fields), kind)
 
     @property
     def decoding(self) -> DecodingConfig:
@@ -330,6 +300,27 @@ class Translator:
                     )
                     encoded[i] = ids[:limit]
         return encoded
+
+    def _constraint_ids(
+        self,
+        constraints: Sequence[Sequence[str]] | None,
+        encoded: list[list[int]],
+        opts: ResolvedOptions,
+        first_line: int,
+    ) -> list[list[list[int]]] | None:
+        """Each line's constraints as target subword ids (None: no line has any), checked
+        against the search and each line's length limit."""
+        if constraints is None or not any(constraints):
+            return None
+        if len(constraints) != len(encoded):
+            raise NmtError(f"{len(constraints)} constraint lists for {len(encoded)} lines")
+        check_constraint_options(opts)
+        lengths = torch.tensor([len(ids) + 1 for ids in encoded])
+        rooms = max_lengths(self.model, lengths, opts.max_len_a, opts.max_len_b).tolist()
+        return [
+            constraint_ids(c, self.tgt_tok.encode, first_line, i, room) if c and ids else []
+            for i, (c, ids, room) in enumerate(zip(constraints, encoded, rooms, strict=True))
+        ]
 
     def _map(self, jobs: list[_Job]) -> Iterator[tuple[int, list[Translation]]]:
         """(i, translations of jobs[i]) as they finish: here, on worker processes or on worker
@@ -376,7 +367,12 @@ class Translator:
         """Search one batch and detokenize it: what a worker does (in this process or not)."""
         src, src_lengths = self._padded(job.ids)
         with self.autocast():
-            hyps = self._search(src, src_lengths, job.options, job.keys)
+            if job.constraints is not None:
+                hyps = constrained_beam_search(
+                    self.model, src, src_lengths, job.constraints, job.options
+                )
+            else:
+                hyps = self._search(src, src_lengths, job.options, job.keys)
         return [
             self._to_translation(line, ids, h)
             for line, ids, h in zip(job.lines, job.ids, hyps, strict=True)
@@ -433,6 +429,7 @@ class _Job:
     ids: list[list[int]]  # subword ids per line, no eos
     options: ResolvedOptions
     keys: list[int] | None = None  # sampling keys per line
+    constraints: list[list[list[int]]] | None = None  # target subword ids per phrase per line
 
 
 def _blank_translations(

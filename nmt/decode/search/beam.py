@@ -35,7 +35,7 @@ class _Candidates:
 
 
 @dataclass
-class _Hyps:
+class Hyps:
     """Per-hypothesis history, rows (n*k) in sentence-major order."""
 
     tokens: torch.Tensor  # (n*k, t)
@@ -68,7 +68,7 @@ def beam_search(
     start = start_search(model, src, src_lengths, opts.max_len_a, opts.max_len_b)
     rows = _beam_rows(start.max_len, k, nbest, alpha)
     bsz, device = src.size(0), src.device
-    hyps = _Hyps(torch.empty(bsz * k, 0, dtype=torch.long, device=device))
+    hyps = Hyps(torch.empty(bsz * k, 0, dtype=torch.long, device=device))
     finished: list[list[Hypothesis]] = [[] for _ in range(bsz)]
     enc, state, prev, t = start.enc, start.state, start.prev, 0
     while True:
@@ -98,7 +98,7 @@ def beam_search(
             enc = model.reorder_encoder_out(enc, (base + torch.arange(k, device=device)).view(-1))
         order = (base + rows.next_beam).view(-1)  # (n'*k,) old row of each new hypothesis
         state = model.reorder_state(state, order)
-        hyps = _reorder_hyps(hyps, order, rows.next_tok)
+        hyps = reorder_hyps(hyps, order, rows.next_tok)
         prev = rows.next_tok.reshape(-1)
     return [sorted(sent, key=lambda h: -h.score)[:nbest] for sent in finished]
 
@@ -162,18 +162,18 @@ def _stable_slots(parent: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(parent).scatter_(1, slot_of_rank, ranks)
 
 
-def _reorder_hyps(hyps: _Hyps, order: torch.Tensor, tok: torch.Tensor) -> _Hyps:
+def reorder_hyps(hyps: Hyps, order: torch.Tensor, tok: torch.Tensor) -> Hyps:
     """Follow the surviving hypotheses (order: old row of each new one) and append their token."""
     tokens = torch.cat([hyps.tokens.index_select(0, order), tok.view(-1, 1)], 1)
     attn = None if hyps.attn is None else hyps.attn.index_select(0, order)
-    return _Hyps(tokens, attn)
+    return Hyps(tokens, attn)
 
 
 def _collect_beam(
     finished: list[list[Hypothesis]],
     rows: BeamRows,
     cands: _Candidates,
-    hyps: _Hyps,
+    hyps: Hyps,
     t: int,
     alpha: float,
     src_len: list[int],

@@ -1,0 +1,312 @@
+"""Lexically constrained beam search: every finished hypothesis holds each of its sentence's
+constraints (target phrases as subword ids) somewhere in its tokens, by dynamic beam allocation
+(Post and Vilar 2018) in the round-robin form of Hu et al. (2019).
+
+A hypothesis's bank is the number of constraint tokens it has produced: those of the constraints
+it holds, plus the longest unfinished start of one it is in the middle of (a phrase abandoned
+half-way gives its tokens back). Each step the candidates are the 2k best continuations of the
+beam, each live hypothesis's own best token, and every token that continues or starts one of its
+missing constraints; they are ranked best first within their bank, and the beam takes the best of
+the fullest bank, then the best of the next, and so on round the banks, so hypotheses that placed
+more of the constraints survive beside better-scoring ones that have not yet. eos is blocked until
+a hypothesis holds every constraint (forced at the maximum length all the same, where the caller
+checks what is missing). Without constraints it ranks as `beam_search` does.
+
+Constraint bookkeeping is per hypothesis in Python: a few small sets a step, next to a decoder
+step that costs far more."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from nmt.decode.engine import gnmt_length_penalty
+from nmt.decode.options import ResolvedOptions, check_rows
+from nmt.decode.search.beam import Hyps, reorder_hyps
+from nmt.decode.search.rows import (
+    NEG_INF,
+    RETIRE_EVERY,
+    BeamRows,
+    Hypothesis,
+    append_attention,
+    make_hypothesis,
+    mask_step,
+    start_search,
+)
+from nmt.decode.search.stop import StopRule, stop_rule
+from nmt.decode.search.topk import topk_rows
+from nmt.models.base import Decoder
+
+Phrase = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where one hypothesis stands: the constraints it holds and its last tokens (as many as the
+    longest constraint), from which the phrase it is in the middle of is read."""
+
+    met: frozenset[int]
+    tail: Phrase = ()
+
+
+class SentenceConstraints:
+    """One sentence's constraints (distinct, non-empty phrases) and the moves they allow."""
+
+    def __init__(self, phrases: Sequence[Sequence[int]]) -> None:
+        self.phrases: list[Phrase] = list(dict.fromkeys(tuple(p) for p in phrases if p))
+        self.total = sum(len(p) for p in self.phrases)  # the fullest bank
+        self.width = max((len(p) for p in self.phrases), default=0)
+        self.start = Progress(frozenset())
+
+    def done(self, progress: Progress) -> bool:
+        """Holds every constraint: eos is allowed."""
+        return len(progress.met) == len(self.phrases)
+
+    def after(self, progress: Progress, tok: int) -> Progress:
+        """The progress once `tok` is produced: a constraint is held once its last token lands."""
+        tail = (progress.tail + (tok,))[-self.width :] if self.width else ()
+        met = progress.met
+        for i, phrase in enumerate(self.phrases):
+            if i not in met and tail[-len(phrase) :] == phrase:
+                met = met | {i}
+        return Progress(met, tail)
+
+    def bank(self, progress: Progress) -> int:
+        """Constraint tokens produced: the held phrases' and the longest started one's."""
+        held = sum(len(self.phrases[i]) for i in progress.met)
+        return held + max((n for _, n in self._started(progress)), default=0)
+
+    def wanted(self, progress: Progress) -> set[int]:
+        """The tokens that start a missing constraint or continue one begun."""
+        return {p[n] for p, n in self._started(progress)} | {
+            p[0] for i, p in enumerate(self.phrases) if i not in progress.met
+        }
+
+    def _started(self, progress: Progress) -> list[tuple[Phrase, int]]:
+        """Each missing phrase with the length of its longest start the tail ends with."""
+        out = []
+        for i, p in enumerate(self.phrases):
+            if i in progress.met:
+                continue
+            n = min(len(p) - 1, len(progress.tail))
+            while n and progress.tail[-n:] != p[:n]:
+                n -= 1
+            out.append((p, n))
+        return out
+
+
+@dataclass
+class _Choice:
+    """One sentence's step: the next beam (parent slot, token, log-prob, progress) and the
+    hypotheses that end here (parent slot, log-prob)."""
+
+    beam: list[tuple[int, int, float, Progress]]
+    ended: list[tuple[int, float]]
+
+
+@torch.inference_mode()
+def constrained_beam_search(
+    model: Decoder,
+    src: torch.Tensor,
+    src_lengths: torch.Tensor,
+    constraints: Sequence[Sequence[Sequence[int]]],
+    options: ResolvedOptions | None = None,
+    stop: StopRule | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search where sentence i's results hold every phrase of `constraints[i]` (subword
+    ids); per sentence the `options.nbest` best finished hypotheses by normalized score that
+    hold every constraint (fewer where the search found fewer; where it found none, the best of
+    those the maximum length forced to end: the caller checks). Stops as `beam_search` does (`stop`, else `options.stop`)."""
+    opts = options or ResolvedOptions()
+    rule = stop or stop_rule(opts.stop)
+    need_attn, nbest = opts.with_attention, opts.nbest
+    alpha, k = float(opts.length_penalty), opts.beam_size
+    check_rows(k, False, nbest, False)
+    start = start_search(model, src, src_lengths, opts.max_len_a, opts.max_len_b)
+    sents = [SentenceConstraints(c) for c in constraints]
+    rows = _beam_rows(start.max_len, k, nbest, alpha)
+    bsz, device = src.size(0), src.device
+    progress = [s.start for s in sents for _ in range(k)]  # per decoder row
+    hyps = Hyps(torch.empty(bsz * k, 0, dtype=torch.long, device=device))
+    finished: list[list[tuple[bool, Hypothesis]]] = [[] for _ in range(bsz)]
+    enc, state, prev, t = start.enc, start.state, start.prev, 0
+    while True:
+        n = rows.origin.numel()
+        lp, state, attn = model.decode_step(prev, enc, state, need_attn=need_attn)
+        if t == 0:  # all k beams start identical: one row per sentence so far, now k each
+            expand = torch.arange(bsz, device=device).repeat_interleave(k)  # (B*k,)
+            enc = model.repeat_encoder_out(enc, k)
+            state = model.reorder_state(state, expand)
+            lp = lp.index_select(0, expand)
+            attn = None if attn is None else attn.index_select(0, expand)
+        at_max = rows.at_max(t, k)
+        mask_step(lp, t, opts.min_len, start, at_max)
+        origin = rows.origin.tolist()
+        _block_eos(lp, [sents[origin[r // k]].done(p) for r, p in enumerate(progress)], at_max,
+                   start.eos)  # fmt: skip
+        lp.add_(rows.scores.view(-1, 1))  # (n*k, V) total log-prob of each continuation
+        choices = _choose(lp, rows, [sents[i] for i in origin], progress, k, start.eos)
+        hyps.attn = append_attention(hyps.attn, attn if need_attn else None)
+        t += 1
+        _collect(finished, choices, rows, sents, progress, hyps, t, alpha, start.src_len)
+        progress = _next_beam(rows, choices, k)
+        done = rows.retired | rule.done(rows, t, alpha) | (rows.max_len < t)  # (n,)
+        n_done = int(done.sum())
+        if n_done == n:
+            break
+        rows.retired = done
+        base = torch.arange(n, device=device).unsqueeze(1) * k  # (n, 1) old row offset
+        if n_done * RETIRE_EVERY >= n:
+            keep = (~done).nonzero().squeeze(1)  # (n',)
+            rows, base = rows.select(keep), base[keep]
+            enc = model.reorder_encoder_out(enc, (base + torch.arange(k, device=device)).view(-1))
+            progress = [progress[j * k + s] for j in keep.tolist() for s in range(k)]
+        order = (base + rows.next_beam).view(-1)  # (n'*k,) old row of each new hypothesis
+        state = model.reorder_state(state, order)
+        hyps = reorder_hyps(hyps, order, rows.next_tok)
+        prev = rows.next_tok.reshape(-1)
+    return [_results(sent, nbest) for sent in finished]
+
+
+def _results(finished: list[tuple[bool, Hypothesis]], nbest: int) -> list[Hypothesis]:
+    """The n best that hold every constraint (fewer where fewer ended so), else the best that
+    the maximum length forced to end without them."""
+    held = [h for ok, h in finished if ok] or [h for _, h in finished]
+    return sorted(held, key=lambda h: -h.score)[:nbest]
+
+
+def _beam_rows(max_len: torch.Tensor, k: int, nbest: int, alpha: float) -> BeamRows:
+    """Every sentence active: one live hypothesis (score 0) and k - 1 dead ones (-inf)."""
+    bsz, device = max_len.numel(), max_len.device
+    scores = torch.full((bsz, k), NEG_INF, device=device)
+    scores[:, 0] = 0.0
+    return BeamRows(
+        origin=torch.arange(bsz, device=device),
+        max_len=max_len,
+        scores=scores,
+        lp_max=gnmt_length_penalty(max_len + 1, alpha),
+        top_fin=torch.full((bsz, nbest), NEG_INF, device=device),
+        retired=torch.zeros(bsz, dtype=torch.bool, device=device),
+        next_beam=torch.zeros(bsz, k, dtype=torch.long, device=device),
+        next_tok=torch.zeros(bsz, k, dtype=torch.long, device=device),
+    )
+
+
+def _block_eos(lp: torch.Tensor, done: list[bool], at_max: torch.Tensor | None, eos: int) -> None:
+    """eos only for hypotheses that hold every constraint, or that must end now."""
+    blocked = ~torch.tensor(done, dtype=torch.bool, device=lp.device)  # (rows,)
+    if at_max is not None:
+        blocked &= ~at_max
+    lp[blocked, eos] = NEG_INF
+
+
+def _choose(
+    total: torch.Tensor,
+    rows: BeamRows,
+    sents: list[SentenceConstraints],
+    progress: list[Progress],
+    k: int,
+    eos: int,
+) -> list[_Choice]:
+    """Each sentence's next beam and ended hypotheses from `total` (n*k, V), the log-prob of
+    every continuation: candidates gathered (see the module's docstring), ranked round the banks."""
+    n, vsize = rows.scores.size(0), total.size(1)
+    top_s, top_i = topk_rows(total.view(n, k * vsize), 2 * k)  # (n, 2k)
+    best_s, best_t = total.max(1)  # (n*k,) each hypothesis's own best continuation
+    wanted = [(r, tok) for r, p in enumerate(progress) for tok in sents[r // k].wanted(p)]
+    if wanted:
+        at = torch.tensor(wanted, device=total.device)  # (m, 2)
+        wanted_s = total[at[:, 0], at[:, 1]].tolist()
+    else:
+        wanted_s = []
+    pairs: list[dict[tuple[int, int], float]] = [{} for _ in range(n)]
+    for j, (scores, idx) in enumerate(zip(top_s.tolist(), top_i.tolist(), strict=True)):
+        for s, i in zip(scores, idx, strict=True):
+            pairs[j][(i // vsize, i % vsize)] = s
+    for r, (s, tok) in enumerate(zip(best_s.tolist(), best_t.tolist(), strict=True)):
+        pairs[r // k][(r % k, tok)] = s
+    for (r, tok), s in zip(wanted, wanted_s, strict=True):
+        pairs[r // k][(r % k, tok)] = s
+    retired = rows.retired.tolist()
+    return [
+        _Choice([], []) if retired[j] else _rank(pairs[j], sents[j], progress[j * k : j * k + k],
+                                                 k, eos)
+        for j in range(n)
+    ]  # fmt: skip
+
+
+def _rank(
+    cands: dict[tuple[int, int], float],
+    sent: SentenceConstraints,
+    progress: list[Progress],
+    k: int,
+    eos: int,
+) -> _Choice:
+    """Round the banks, fullest first: the best candidate of each bank, then the second best of
+    each, ...; the first k of that order that end are finished, the first k that go on the beam."""
+    banks: dict[int, list[tuple[float, int, int, Progress]]] = {}
+    for (slot, tok), score in cands.items():
+        if score == NEG_INF:
+            continue
+        after = progress[slot] if tok == eos else sent.after(progress[slot], tok)
+        banks.setdefault(sent.bank(after), []).append((score, slot, tok, after))
+    order = []
+    for bank, members in banks.items():
+        members.sort(key=lambda m: (-m[0], m[1], m[2]))
+        order += [(rank, -bank, m) for rank, m in enumerate(members)]
+    order.sort(key=lambda o: (o[0], o[1]))
+    ranked = [m for *_, m in order]
+    ended = [(slot, score) for score, slot, tok, _ in ranked[:k] if tok == eos]
+    beam = [(slot, tok, score, after) for score, slot, tok, after in ranked if tok != eos][:k]
+    return _Choice(beam, ended)
+
+
+def _collect(
+    finished: list[list[tuple[bool, Hypothesis]]],
+    choices: list[_Choice],
+    rows: BeamRows,
+    sents: list[SentenceConstraints],
+    progress: list[Progress],
+    hyps: Hyps,
+    t: int,
+    alpha: float,
+    src_len: list[int],
+) -> None:
+    """Move each sentence's ended hypotheses into its finished list (with whether they hold
+    every constraint), and update its n best normalized scores."""
+    lp_now = gnmt_length_penalty(t, alpha)
+    k = rows.scores.size(1)
+    top = rows.top_fin.tolist()
+    for j, choice in enumerate(choices):
+        i = int(rows.origin[j])
+        for slot, raw in choice.ended:
+            row = j * k + slot
+            tokens = hyps.tokens[row].tolist()
+            hyp = make_hypothesis(tokens, raw, lp_now, hyps.attn, row, t, src_len[i])
+            held = sents[i].done(progress[row])
+            finished[i].append((held, hyp))
+            if held:  # the stopping rule waits for n that hold every constraint
+                top[j] = sorted([*top[j], hyp.score], reverse=True)[: len(top[j])]
+    rows.top_fin = torch.tensor(top, device=rows.top_fin.device)
+
+
+def _next_beam(rows: BeamRows, choices: list[_Choice], k: int) -> list[Progress]:
+    """Set each sentence's next beam (an empty slot is a dead hypothesis) and return the
+    progress of each new decoder row."""
+    n = len(choices)
+    beam = [[0] * k for _ in range(n)]
+    tok = [[0] * k for _ in range(n)]
+    scores = [[NEG_INF] * k for _ in range(n)]
+    progress: list[Progress] = []
+    for j, choice in enumerate(choices):
+        slots = choice.beam + [(s, 0, NEG_INF, Progress(frozenset())) for s in range(k)]
+        for s, (parent, token, score, after) in enumerate(slots[:k]):
+            beam[j][s], tok[j][s], scores[j][s] = parent, token, score
+            progress.append(after)
+    device = rows.scores.device
+    rows.next_beam = torch.tensor(beam, device=device)
+    rows.next_tok = torch.tensor(tok, device=device)
+    rows.scores = torch.tensor(scores, device=device)
+    return progress
