@@ -174,7 +174,24 @@ ERRORS = [
     (b'{"text": "a\\nb"}', 422, "'text' contains a line break; send one sentence per list item"),
     (b'{"text": "a", "src": "b"}', 422,
      "unknown field 'src' (expected text, beam_size, nbest, length_penalty, with_attention, "
-     "sampling, split_sentences)"),
+     "sampling, split_sentences, constraints, glossary)"),
+    (b'{"text": "a", "constraints": "b"}', 422, "'constraints' must be a list of strings, got string"),
+    (b'{"text": "a", "constraints": ["b", ""]}', 422,
+     "'constraints'[1] must be a non-empty string, got an empty string"),
+    (b'{"text": ["a", "b"], "constraints": [["c"]]}', 422,
+     "'constraints' must be a list of strings for a string 'text', or one list of strings per "
+     "line for a list"),
+    (b'{"text": "a", "constraints": [["c"]]}', 422,
+     "'constraints' must be a list of strings for a string 'text', or one list of strings per "
+     "line for a list"),
+    (b'{"text": "a", "constraints": ["b"], "beam_size": 1}', 422,
+     "'constraints': constraints need beam search with a beam of 2 or more"),
+    (b'{"text": "a", "glossary": [["a", "b"]], "sampling": true}', 422,
+     "'glossary': constraints need beam search, not sampling"),
+    (b'{"text": "a", "glossary": {"a": "b"}}', 422,
+     "'glossary' must be a list of [source term, target term] pairs, got object"),
+    (b'{"text": "a", "glossary": [["a", "b"], ["c"]]}', 422,
+     "'glossary'[1] must be a [source term, target term] pair of non-empty strings"),
     (b'{"text": "a", "split_sentences": true, "nbest": 2}', 422,
      "'split_sentences' gives one translation per line: use nbest 1"),
     (b'{"text": "a", "beam_size": "5"}', 422, "'beam_size' must be an integer, got string"),
@@ -591,6 +608,33 @@ def test_server_splits_sentences_as_nmt_translate(server, model_dir, tmp_path):
     assert [s["source"] for s in got[0]["sentences"]] == ["A man rides.", "Two dogs play."]
 
 
+def test_server_applies_constraints_and_glossaries_as_nmt_translate(server, model_dir, tmp_path):
+    """A real server process: per-line constraints and a glossary give the records of `nmt
+    translate --input-format jsonl` / `--glossary`; unconstrained lines are unchanged."""
+    phrases = [["roten hut"], [], [], ["park", "zwei"]]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t, "constraints": c}) + "\n"
+                           for t, c in zip(LINES, phrases, strict=True)))  # fmt: skip
+    base = ["-m", str(model_dir), "--device", "cpu", "-q", "--format", "jsonl"]
+    out = CliRunner().invoke(cli, ["translate", str(src), "--input-format", "jsonl", *base])
+    assert out.exit_code == 0, out.output
+    want = [json.loads(line) for line in out.stdout.splitlines()]
+    r = httpx.post(server + "/translate", json={"text": LINES, "constraints": phrases})
+    assert r.json()["translations"] == want
+    assert "roten hut" in want[0]["hypotheses"][0]["translation"]
+    free = httpx.post(server + "/translate", json={"text": LINES}).json()["translations"]
+    assert same_records(free[1:3], want[1:3])  # batched apart: equal up to float digits
+    gloss = tmp_path / "g.tsv"
+    gloss.write_text("dogs\tkinder spielen\n")
+    plain = tmp_path / "in.txt"
+    plain.write_text("\n".join(LINES) + "\n")
+    out = CliRunner().invoke(cli, ["translate", str(plain), "--glossary", str(gloss), *base])
+    want = [json.loads(line) for line in out.stdout.splitlines()]
+    body = {"text": LINES, "glossary": [["dogs", "kinder spielen"]]}
+    assert httpx.post(server + "/translate", json=body).json()["translations"] == want
+    assert "kinder spielen" in want[3]["hypotheses"][0]["translation"]
+
+
 def test_server_scores_and_samples_as_the_cli(server, model_dir, tmp_path):
     src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
     src.write_text("\n".join(LINES) + "\n")
@@ -679,6 +723,14 @@ def test_an_export_is_served_by_ctranslate2(export_dir, tmp_path):
             "'sampling' needs a model directory: this server runs an `nmt export` "
             "(CTranslate2 does not draw nmt's keyed samples)",
         )
+        for body in ({"text": "a", "constraints": ["b"]}, {"text": "a", "glossary": [["a", "b"]]}):
+            r = httpx.post(url + "/translate", json=body)
+            field = "constraints" if "constraints" in body else "glossary"
+            assert (r.status_code, r.json()["detail"]) == (
+                422,
+                f"'{field}': constraints need a model directory: an `nmt export` decodes with "
+                "CTranslate2, which cannot apply them",
+            )
         assert info["attention_kinds"] == []
         r = httpx.post(url + "/attention", json={"text": "a", "kind": "cross"})
         assert (r.status_code, r.json()["detail"]) == (

@@ -209,6 +209,35 @@ def test_page_splits_sentences_as_the_api_does(browser, server):
     assert browser.find_element(By.ID, "attention").get_attribute("hidden") == "true"
 
 
+def test_page_glossary_reaches_the_translation_as_the_api_gives_it(browser, server):
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 30)
+    wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "ready"))
+    browser.find_element(By.CSS_SELECTOR, "#glossary-box summary").click()
+    glossary = browser.find_element(By.ID, "glossary")  # "=" typed, a tab pasted
+    browser.execute_script("arguments[0].value = 'dogs = kinder spielen\\nbike\\tpark'", glossary)
+    box = browser.find_element(By.ID, "source")
+    box.clear()
+    lines = ["two dogs play in the snow .", "a man rides his bike ."]
+    box.send_keys("\n".join(lines))
+    browser.find_element(By.ID, "translate").click()
+    items = "#results > li > .translation"
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, items)) == 2)
+    beam = httpx.get(server + "/info").json()["decoding"]["beam_size"]
+    body = {"text": lines, "with_attention": True, "beam_size": beam,
+            "glossary": [["dogs", "kinder spielen"], ["bike", "park"]]}  # fmt: skip
+    api = httpx.post(server + "/translate", json=body).json()["translations"]
+    shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, items)]
+    assert shown == [" ".join(r["hypotheses"][0]["translation"].split()) for r in api]
+    assert "kinder spielen" in shown[0] and "park" in shown[1]
+    browser.find_element(By.ID, "glossary").send_keys("\nno separator")
+    browser.find_element(By.ID, "translate").click()
+    error = wait.until(ec.visibility_of_element_located((By.ID, "error")))
+    assert error.text == (
+        "422: 'glossary'[2] must be a [source term, target term] pair of non-empty strings"
+    )
+
+
 def test_page_shows_api_errors(browser, server):
     browser.get(server + "/")
     WebDriverWait(browser, 30).until(ec.text_to_be_present_in_element((By.ID, "status"), "ready"))

@@ -16,7 +16,8 @@ from nmt.config import DecodingConfig
 from nmt.decode.engine import Engine
 from nmt.decode.options import DecodeOptions
 from nmt.errors import NmtError
-from nmt.serve.request import Body, Refused, body_context, check_line, integer, json_type
+from nmt.serve.fields import Refused, body_context, check_line, integer, json_type
+from nmt.serve.request import Body
 
 KINDS = ("cross", "self", "decoder")
 EXPORT = (

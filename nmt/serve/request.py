@@ -1,14 +1,12 @@
 """The bodies of `POST /translate` and `POST /score` as pydantic models: they check a request and
-describe it in the OpenAPI docs. Every mistake gets one line that names the field (pydantic's own
-errors list each alternative of a union; clients need one sentence): a field's validator raises
-`Refused`, `DecodeOptions.resolve` an `OptionError` (the decoding ranges are the model config's),
-and `parse` answers the first as {"detail": line} with its status (400 / 413 / 422)."""
+describe it in the OpenAPI docs. Every mistake gets one line that names the field: a field's
+validator (nmt.serve.fields) raises `Refused`, `DecodeOptions.resolve` an `OptionError` (the
+decoding ranges are the model config's), and `parse` answers the first as {"detail": line} with
+its status (400 / 413 / 422)."""
 
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar
 
 from fastapi import HTTPException
@@ -21,198 +19,30 @@ from pydantic import (
     ValidationInfo,
     model_validator,
 )
-from pydantic_core import PydanticUseDefault
 
 from nmt.config import DecodingConfig, Range
-from nmt.decode.options import CONFIG_FIELDS, DecodeOptions, OptionError, Sampling
+from nmt.decode.constraints import CONSTRAINTS_REFUSED, Glossary, check_constraint_options
+from nmt.decode.options import DecodeOptions, OptionError, ResolvedOptions, Sampling
 from nmt.decode.paragraphs import check_split_options
 from nmt.errors import NmtError
-
-Loc = tuple[str | int, ...]  # where pydantic found a value: field names and list indices
-SAMPLING_EXAMPLE = '{"temperature": 0.8, "top_p": 0.9, "seed": 1}'
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one request may hold (`--max-request-lines`, `--max-line-chars`)."""
-
-    max_lines: int = 256
-    max_chars: int = 2000
-
-    @property
-    def max_body_bytes(self) -> int:
-        """A body bound that no request within the limits reaches (\\uXXXX escapes included)."""
-        return self.max_lines * (12 * self.max_chars + 8) + 4096  # astral: two escapes
-
-
-@dataclass(frozen=True)
-class Context:
-    """What a body is checked against: the server's limits, the model's decoding defaults, and
-    whether its engine samples (an export's CTranslate2 does not draw nmt's keyed samples)."""
-
-    limits: Limits
-    defaults: DecodingConfig
-    sampling_ok: bool = True
-
-
-class Refused(ValueError):
-    """A field's one-line error: `template` names the field as {name}, spelled from where
-    pydantic found it and `at` (deeper: a list item, an unknown key); `values` fill the rest."""
-
-    def __init__(self, template: str, status: int = 422, at: Loc = (), **values: Any) -> None:
-        super().__init__(template)
-        self.template, self.status, self.at, self.values = template, status, at, values
-
-    def message(self, loc: Loc) -> str:
-        """The line a client reads."""
-        return self.template.format(name=spell(loc + self.at), **self.values)
-
-
-def spell(loc: Loc) -> str:
-    """A field as messages name it: 'text', 'sampling.temperature', 'text'[1]."""
-    keys = ".".join(str(part) for part in loc if isinstance(part, str))
-    return repr(keys) + "".join(f"[{part}]" for part in loc if isinstance(part, int))
-
-
-def bad(status: int, message: str) -> HTTPException:
-    """An HTTP error whose body is {"detail": message}."""
-    return HTTPException(status_code=status, detail=message)
-
-
-def json_type(value: Any) -> str:
-    """The JSON name of a parsed value's type, for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
-    return names.get(type(value), type(value).__name__)
-
-
-# ---- field validators -------------------------------------------------------------------------
-
-
-def body_context(info: ValidationInfo) -> Context:
-    """The `Context` a body is validated with (`parse` gives it)."""
-    if not isinstance(info.context, Context):
-        raise TypeError("request bodies are validated with context=Context(...)")
-    return info.context
-
-
-def _lines(value: Any, info: ValidationInfo) -> Any:
-    """`text`, `source`, `target`: a string or a non-empty list of strings, within the limits."""
-    if not isinstance(value, str | list):
-        got = json_type(value)
-        raise Refused("{name} must be a string or a list of strings, got {got}", got=got)
-    if value in ("", []):
-        raise Refused("{name} is empty")
-    limits = body_context(info).limits
-    if isinstance(value, str):
-        check_line(value, (), limits)
-        return value
-    if len(value) > limits.max_lines:
-        template = "{name} has {n} lines; the limit is {limit} (--max-request-lines)"
-        raise Refused(template, 413, n=len(value), limit=limits.max_lines)
-    for i, line in enumerate(value):
-        check_line(line, (i,), limits)
-    return value
-
-
-def check_line(line: Any, at: Loc, limits: Limits) -> None:
-    """One line: a string within --max-line-chars, without line breaks, encodable as UTF-8."""
-    if not isinstance(line, str):
-        raise Refused("{name} must be a string, got {got}", at=at, got=json_type(line))
-    if len(line) > limits.max_chars:
-        template = "{name} has {n} characters; the limit is {limit} (--max-line-chars)"
-        raise Refused(template, 413, at, n=len(line), limit=limits.max_chars)
-    if "\n" in line or "\r" in line:
-        raise Refused("{name} contains a line break; send one sentence per list item", at=at)
-    try:
-        line.encode("utf-8")
-    except UnicodeEncodeError:
-        raise Refused("{name} is not valid Unicode (an unpaired surrogate escape)", at=at) from None
-
-
-def integer(bounds: Range | None = None, requirement: str = "") -> BeforeValidator:
-    """An integer (not a boolean, not 2.0) within `bounds` (`requirement`: how they read); null
-    takes the field's default."""
-
-    def check(value: Any) -> Any:
-        if value is None:
-            raise PydanticUseDefault
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise Refused("{name} must be an integer, got {got}", got=json_type(value))
-        if bounds is not None and value not in bounds:
-            raise Refused(
-                "{name} must be {requirement}, got {got}", requirement=requirement, got=value
-            )
-        return value
-
-    return BeforeValidator(check)
-
-
-def number(bounds: Range, always_finite: bool = False) -> BeforeValidator:
-    """A JSON number as a finite float within `bounds`; null takes the field's default. Its error
-    says "a finite number" when the value is not one (`always_finite`: whatever failed, as a
-    decoding option's does)."""
-
-    def check(value: Any) -> Any:
-        if value is None:
-            raise PydanticUseDefault
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise Refused("{name} must be a number, got {got}", got=json_type(value))
-        try:
-            x = float(value)
-        except OverflowError:  # an integer beyond any float
-            x = math.inf
-        if x not in bounds:
-            requirement = f"a finite number {bounds}" if always_finite else bounds.requirement(x)
-            overflow = isinstance(value, int) and math.isinf(x)
-            got = f"an integer of {len(str(value))} digits" if overflow else x
-            raise Refused(
-                "{name} must be {requirement}, got {got}", requirement=requirement, got=got
-            )
-        return x
-
-    return BeforeValidator(check)
-
-
-def decoding_number(key: str) -> BeforeValidator:
-    """A float decoding option, in the range its `decoding` config key declares."""
-    return number(CONFIG_FIELDS[key]["range"], always_finite=True)
-
-
-def _boolean(value: Any) -> Any:
-    """true or false (null is neither)."""
-    if not isinstance(value, bool):
-        raise Refused("{name} must be true or false, got {got}", got=json_type(value))
-    return value
-
-
-def _sampling(value: Any) -> Any:
-    """`sampling`: true (`nmt translate --sampling`'s settings), false or null (search), or an
-    object of settings."""
-    if value is True:
-        return {}
-    if value is False or value is None:
-        return None
-    if not isinstance(value, dict):
-        template = "{name} must be true, false or an object like {example}, got {got}"
-        raise Refused(template, example=SAMPLING_EXAMPLE, got=json_type(value))
-    return value
-
-
-def _boolean_or_settings(schema: dict[str, Any]) -> None:
-    """The docs of `sampling` as clients send it: a boolean or the settings, false by default."""
-    settings = [s for s in schema.pop("anyOf") if s.get("type") != "null"]
-    schema.update(anyOf=[{"type": "boolean"}, *settings], default=False)
-
-
-Lines = Annotated[str | list[str], BeforeValidator(_lines)]
-Flag = Annotated[bool, BeforeValidator(_boolean)]
-
+from nmt.serve.fields import (
+    Context,
+    Flag,
+    Lines,
+    Refused,
+    bad,
+    body_context,
+    boolean_or_settings,
+    constraint_lists,
+    decoding_number,
+    glossary_pairs,
+    integer,
+    json_type,
+    number,
+    sampling_value,
+    spell,
+    true_or_false,
+)
 
 # ---- the bodies -------------------------------------------------------------------------------
 
@@ -275,18 +105,31 @@ class TranslateBody(Body):
     with_attention: Flag = Field(
         False, description="Add source_tokens and per hypothesis attention (target x source)."
     )
-    sampling: Annotated[SamplingBody | None, BeforeValidator(_sampling)] = Field(
+    sampling: Annotated[SamplingBody | None, BeforeValidator(sampling_value)] = Field(
         None,
         description="Draw tokens instead of searching (no beam_size): true for the defaults or "
         "the settings. A line's samples depend on the seed and its place in the request only.",
-        json_schema_extra=_boolean_or_settings,
+        json_schema_extra=boolean_or_settings,
     )
-    split_sentences: Annotated[bool | None, BeforeValidator(_boolean)] = Field(
+    split_sentences: Annotated[bool | None, BeforeValidator(true_or_false)] = Field(
         None,
         description="true: translate each line's sentences and join them into the line's one "
         "entry (its pieces under 'sentences'; one hypothesis a line, no attention or sampling); "
         "false: whole lines; default: split the lines of several sentences when one hypothesis "
         "a line, without attention or sampling, is asked for (as nmt translate).",
+    )
+    constraints: Annotated[
+        list[str] | list[list[str]] | None, BeforeValidator(constraint_lists)
+    ] = Field(
+        None,
+        description="Target phrases the translations must contain (beam search; model "
+        "directories, not exports): a list of strings for one line, or one list per line. "
+        "A line with constraints is not split into sentences.",
+    )
+    glossary: Annotated[list[tuple[str, str]] | None, BeforeValidator(glossary_pairs)] = Field(
+        None,
+        description="[[source term, target term], ...]: where a source term occurs in a line "
+        "(or sentence) as whole words, its translation must contain the target term.",
     )
 
     @model_validator(mode="after")
@@ -306,8 +149,41 @@ class TranslateBody(Body):
                 check_split_options(self.options(context.defaults), "'split_sentences'")
             except NmtError as e:
                 raise Refused(str(e)) from None
-        self.options(context.defaults).resolve(context.defaults)
+        resolved = self.options(context.defaults).resolve(context.defaults)
+        if self.constraints is not None or self.glossary:
+            self._constrainable(context, resolved)
         return self
+
+    def _constrainable(self, context: Context, resolved: ResolvedOptions) -> None:
+        """Constraints need nmt's beam search, and one list per line."""
+        field = "'constraints'" if self.constraints is not None else "'glossary'"
+        if not context.constraints_ok:
+            raise Refused(f"{field}: {CONSTRAINTS_REFUSED}")
+        try:
+            check_constraint_options(resolved, f"{field}:")
+        except NmtError as e:
+            raise Refused(str(e)) from None
+        many = isinstance(self.text, list)
+        shaped = self.constraints is None or (
+            all(isinstance(c, list) for c in self.constraints) if many
+            else all(isinstance(c, str) for c in self.constraints)
+        )  # fmt: skip
+        if not shaped or (many and len(self.constraints or self.text) != len(self.text)):
+            raise Refused(
+                "'constraints' must be a list of strings for a string 'text', or one list of "
+                "strings per line for a list"
+            )
+
+    def line_constraints(self) -> list[list[str]] | None:
+        """Each line's target phrases (None: none given)."""
+        given: Any = self.constraints
+        if given is None:
+            return None
+        return [given] if isinstance(self.text, str) else given
+
+    def glossary_terms(self) -> Glossary | None:
+        """The request's glossary (None: none given)."""
+        return Glossary(tuple(self.glossary)) if self.glossary else None
 
     def lines(self) -> list[str]:
         """The lines to translate, in order."""

@@ -10,7 +10,8 @@ from typing import Any
 
 from nmt.decode.lines import model_dirs
 from nmt.errors import NmtError
-from nmt.serve.app import Settings, create_app
+from nmt.serve.app import create_app
+from nmt.serve.state import Settings
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 

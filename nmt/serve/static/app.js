@@ -83,9 +83,26 @@ async function translate() {
   }
 }
 
+// The glossary box as [[source term, target term], ...]: one "source = target" (or
+// tab-separated) entry a line; a line without a separator is shown as an error by the API.
+function glossaryPairs() {
+  return $("glossary").value.split("\n").map((s) => s.trim()).filter((s) => s).map((entry) => {
+    const at = entry.includes("\t") ? entry.indexOf("\t") : entry.indexOf("=");
+    return at < 0 ? [entry] : [entry.slice(0, at).trim(), entry.slice(at + 1).trim()];
+  });
+}
+
 // What the controls ask for: beam search (beam size, alternatives = n-best) or sampling
-// (alternatives = samples per sentence, drawn at the temperature from the seed).
+// (alternatives = samples per sentence, drawn at the temperature from the seed), with the
+// glossary's entries where it has any.
 function requestBody(lines) {
+  const body = controlsBody(lines);
+  const glossary = glossaryPairs();
+  if (glossary.length) body.glossary = glossary;
+  return body;
+}
+
+function controlsBody(lines) {
   if ($("split").checked) {
     // one translation per line, its sentences joined: no alternatives, sampling or attention
     const beam = parseInt($("beam").value, 10);
