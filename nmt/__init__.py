@@ -2,7 +2,15 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "DecodeOptions", "Sampling", "Segmenter", "Translator", "translate_lines"]
+__all__ = [
+    "__version__",
+    "DecodeOptions",
+    "Glossary",
+    "Sampling",
+    "Segmenter",
+    "Translator",
+    "translate_lines",
+]
 
 # Public names and the module that defines each: imported on first use, so `nmt --help` starts
 # without torch.
@@ -12,6 +20,7 @@ _LAZY = {
     "DecodeOptions": "nmt.decode.options",
     "Sampling": "nmt.decode.options",
     "Segmenter": "nmt.data.sentences",
+    "Glossary": "nmt.decode.constraints",
     "translate_lines": "nmt.decode.paragraphs",
 }
 

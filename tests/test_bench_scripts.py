@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,3 +79,19 @@ def test_translate_bench_scores_a_lowercased_model_case_insensitively(tmp_path):
         meta = {"src_size": 8000, "tgt_size": 8000, "lowercase": lc}
         (model / "vocab.json").write_text(json.dumps(meta), encoding="utf-8")
         assert bench.lowercased(model) is lc
+
+
+def test_constraint_phrases_come_from_the_reference_without_overlap():
+    bench = _script("bench_constraints")
+
+    ref = "Ein Mann in einem blauen Hemd fährt mit dem Fahrrad die Straße hinunter."
+    for seed in range(20):
+        phrases = bench.draw_phrases(ref, 3, random.Random(seed))
+        assert len(phrases) == 3 and all(1 <= len(p.split()) <= 3 for p in phrases)
+        assert all(p in ref and not p.endswith(".") for p in phrases)
+        spans = [ref.index(p) for p in phrases]  # distinct words: no span starts inside another
+        assert len(set(spans)) == 3
+    again = bench.draw_phrases(ref, 2, random.Random(1))
+    assert again == bench.draw_phrases(ref, 2, random.Random(1))
+    assert bench.draw_phrases("Hund", 3, random.Random(0)) == ["Hund"]
+    assert bench.coverage(["a b c", "a"], [["a", "c"], ["b"]]) == 50.0

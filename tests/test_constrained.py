@@ -89,16 +89,18 @@ def test_progress_gives_back_an_abandoned_phrase():
     cons = SentenceConstraints([[A, B, C], [B], [A, B, C]])  # duplicates count once
     assert cons.phrases == [(A, B, C), (B,)] and cons.total == 4
     p = cons.start
-    assert cons.wanted(p) == {A, B} and cons.bank(p) == 0
+    assert cons.wanted(p) == {A, B} and p.bank == 0
     p = cons.after(p, A)
-    assert cons.bank(p) == 1 and cons.wanted(p) == {A, B}
+    assert p.bank == 1 and cons.wanted(p) == {A, B}
     p = cons.after(p, B)  # b held; a b begun
-    assert p.met == frozenset({1}) and cons.bank(p) == 3 and cons.wanted(p) == {A, C}
+    assert p.met == frozenset({1}) and p.bank == 3 and cons.wanted(p) == {A, C}
     p = cons.after(p, A)  # a b c abandoned, a begun again
-    assert cons.bank(p) == 2 and not cons.done(p)
-    for tok in (B, C):
+    assert p.bank == 2 and not cons.done(p)
+    p = cons.after(p, 3)  # a token of no phrase gives back the started one
+    assert p.bank == 1 and cons.wanted(p) == {A}
+    for tok in (A, B, C):
         p = cons.after(p, tok)
-    assert cons.done(p) and cons.bank(p) == 4 and cons.wanted(p) == set()
+    assert cons.done(p) and p.bank == 4 and cons.wanted(p) == set()
     assert SentenceConstraints([]).done(Progress(frozenset()))
 
 

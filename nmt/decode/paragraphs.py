@@ -117,21 +117,11 @@ def translate_lines(
     planned = plan(lines, engine, segmenter, several, whole)
     flat: list[str] = []
     flat_keys: list[int] = []
-    wanted: list[list[str]] = []
     for i, (line, pieces) in enumerate(zip(lines, planned, strict=True)):
-        given = list(constraints[i]) if constraints is not None else []
-        if given and pieces is not None:
-            raise NmtError(
-                f"line {first_line + i}: longer than the model's {engine.max_source} source "
-                "subwords, so it is translated in pieces, and its constraints cannot be placed "
-                "in them: give its sentences on lines of their own"
-            )
         n = 1 if pieces is None else len(pieces.sentences)
         flat.extend([line] if pieces is None else pieces.sentences)
         flat_keys.extend([keys[i]] * n if keys is not None else [])
-        for text in [line] if pieces is None else pieces.sentences:
-            terms = glossary.constraints(text, engine.src_tok.lowercase) if glossary else []
-            wanted.append(list(dict.fromkeys(given + terms)))
+    wanted = piece_constraints(engine, planned, flat, constraints, glossary, first_line)
     if any(wanted):
         fields = {**fields, "constraints": wanted}
     if all(p is None for p in planned):
@@ -161,6 +151,34 @@ def translate_lines(
     if progress is not None:
         progress(len(lines))
     return out
+
+
+def piece_constraints(
+    engine: Engine,
+    planned: Sequence[Pieces | None],
+    flat: Sequence[str],
+    constraints: Sequence[Sequence[str]] | None,
+    glossary: Glossary | None,
+    first_line: int,
+) -> list[list[str]]:
+    """The target phrases of each piece in `flat` (a whole line's own `constraints`; the
+    `glossary` terms found in the piece); a line with constraints that had to be cut is refused."""
+    wanted: list[list[str]] = []
+    at = 0
+    for i, pieces in enumerate(planned):
+        given = list(constraints[i]) if constraints is not None else []
+        if given and pieces is not None:
+            raise NmtError(
+                f"line {first_line + i}: longer than the model's {engine.max_source} source "
+                "subwords, so it is translated in pieces, and its constraints cannot be placed "
+                "in them: give its sentences on lines of their own"
+            )
+        n = 1 if pieces is None else len(pieces.sentences)
+        for text in flat[at : at + n]:
+            terms = glossary.constraints(text, engine.src_tok.lowercase) if glossary else []
+            wanted.append(list(dict.fromkeys(given + terms)))
+        at += n
+    return wanted
 
 
 def joined(

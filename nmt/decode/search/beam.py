@@ -133,19 +133,19 @@ def _rank(lp: torch.Tensor, scores: torch.Tensor, k: int, eos: int) -> _Candidat
 
 def _next_beam(rows: BeamRows, cands: _Candidates, k: int) -> None:
     """The k best non-eos candidates form the next beam, each in its parent's slot where it can
-    (see _stable_slots); a retired sentence's slots stay where they are."""
+    (see stable_slots); a retired sentence's slots stay where they are."""
     pos = torch.arange(2 * k, device=cands.scores.device)  # (2k,)
     key = cands.is_eos.long() * (2 * k) + pos  # eos candidates sort last
     sel = key.topk(k, dim=1, largest=False).indices  # (n, k) in rank order
     beam = cands.beam.gather(1, sel)  # (n, k)
-    slots = _stable_slots(beam)  # (n, k) rank held by each slot
+    slots = stable_slots(beam)  # (n, k) rank held by each slot
     sel = sel.gather(1, slots)
     rows.scores = cands.scores.gather(1, sel)  # (n, k)
     rows.next_beam = torch.where(rows.retired.unsqueeze(1), pos[:k], beam.gather(1, slots))
     rows.next_tok = cands.tok.gather(1, sel)  # (n, k)
 
 
-def _stable_slots(parent: torch.Tensor) -> torch.Tensor:
+def stable_slots(parent: torch.Tensor) -> torch.Tensor:
     """A permutation (n, k): slot s holds rank slots[s]. Each parent's best child takes the
     parent's own slot, the other children the free slots in rank order, so most rows of the
     decoder state stay in place and reordering copies only the others (the search itself

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 from nmt.decode.engine import gnmt_length_penalty
 from nmt.decode.options import ResolvedOptions, check_rows
-from nmt.decode.search.beam import Hyps, reorder_hyps
+from nmt.decode.search.beam import Hyps, reorder_hyps, stable_slots
 from nmt.decode.search.rows import (
     NEG_INF,
     RETIRE_EVERY,
@@ -36,19 +37,21 @@ from nmt.decode.search.rows import (
     start_search,
 )
 from nmt.decode.search.stop import StopRule, stop_rule
-from nmt.decode.search.topk import topk_rows
+from nmt.decode.search.topk import max_rows, topk_rows
 from nmt.models.base import Decoder
 
 Phrase = tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class Progress:
-    """Where one hypothesis stands: the constraints it holds and its last tokens (as many as the
-    longest constraint), from which the phrase it is in the middle of is read."""
+class Progress(NamedTuple):
+    """Where one hypothesis stands: the constraints it holds, its last tokens (as many as the
+    longest constraint), and what follows from them, worked out once when it is made: the
+    start of each missing phrase the tail ends with (phrase, tokens) and its bank."""
 
     met: frozenset[int]
     tail: Phrase = ()
+    started: tuple[tuple[Phrase, int], ...] = ()
+    bank: int = 0
 
 
 class SentenceConstraints:
@@ -58,43 +61,47 @@ class SentenceConstraints:
         self.phrases: list[Phrase] = list(dict.fromkeys(tuple(p) for p in phrases if p))
         self.total = sum(len(p) for p in self.phrases)  # the fullest bank
         self.width = max((len(p) for p in self.phrases), default=0)
+        self.tokens = {t for p in self.phrases for t in p}  # any other token begins nothing
         self.start = Progress(frozenset())
+        self._held: dict[frozenset[int], tuple[int, set[int]]] = {}  # by the set held
 
     def done(self, progress: Progress) -> bool:
         """Holds every constraint: eos is allowed."""
         return len(progress.met) == len(self.phrases)
 
     def after(self, progress: Progress, tok: int) -> Progress:
-        """The progress once `tok` is produced: a constraint is held once its last token lands."""
+        """The progress once `tok` is produced: a constraint is held once its last token lands;
+        the bank counts the held phrases' tokens and the longest started one's."""
         tail = (progress.tail + (tok,))[-self.width :] if self.width else ()
         met = progress.met
+        if tok not in self.tokens:  # no phrase ends or begins here
+            return Progress(met, tail, (), self._held_by(met)[0])
         for i, phrase in enumerate(self.phrases):
             if i not in met and tail[-len(phrase) :] == phrase:
                 met = met | {i}
-        return Progress(met, tail)
-
-    def bank(self, progress: Progress) -> int:
-        """Constraint tokens produced: the held phrases' and the longest started one's."""
-        held = sum(len(self.phrases[i]) for i in progress.met)
-        return held + max((n for _, n in self._started(progress)), default=0)
+        started = []
+        for i, p in enumerate(self.phrases):
+            if i not in met:
+                n = min(len(p) - 1, len(tail))
+                while n and tail[-n:] != p[:n]:
+                    n -= 1
+                if n:
+                    started.append((p, n))
+        bank = self._held_by(met)[0] + max((n for _, n in started), default=0)
+        return Progress(met, tail, tuple(started), bank)
 
     def wanted(self, progress: Progress) -> set[int]:
         """The tokens that start a missing constraint or continue one begun."""
-        return {p[n] for p, n in self._started(progress)} | {
-            p[0] for i, p in enumerate(self.phrases) if i not in progress.met
-        }
+        return {p[n] for p, n in progress.started} | self._held_by(progress.met)[1]
 
-    def _started(self, progress: Progress) -> list[tuple[Phrase, int]]:
-        """Each missing phrase with the length of its longest start the tail ends with."""
-        out = []
-        for i, p in enumerate(self.phrases):
-            if i in progress.met:
-                continue
-            n = min(len(p) - 1, len(progress.tail))
-            while n and progress.tail[-n:] != p[:n]:
-                n -= 1
-            out.append((p, n))
-        return out
+    def _held_by(self, met: frozenset[int]) -> tuple[int, set[int]]:
+        """The tokens of the phrases `met` holds, and the first tokens of the others."""
+        known = self._held.get(met)
+        if known is None:
+            held = sum(len(self.phrases[i]) for i in met)
+            firsts = {p[0] for i, p in enumerate(self.phrases) if i not in met}
+            known = self._held[met] = (held, firsts)
+        return known
 
 
 @dataclass
@@ -214,7 +221,7 @@ def _choose(
     every continuation: candidates gathered (see the module's docstring), ranked round the banks."""
     n, vsize = rows.scores.size(0), total.size(1)
     top_s, top_i = topk_rows(total.view(n, k * vsize), 2 * k)  # (n, 2k)
-    best_s, best_t = total.max(1)  # (n*k,) each hypothesis's own best continuation
+    best_s, best_t = max_rows(total)  # (n*k,) each hypothesis's own best continuation
     wanted = [(r, tok) for r, p in enumerate(progress) for tok in sents[r // k].wanted(p)]
     if wanted:
         at = torch.tensor(wanted, device=total.device)  # (m, 2)
@@ -251,7 +258,7 @@ def _rank(
         if score == NEG_INF:
             continue
         after = progress[slot] if tok == eos else sent.after(progress[slot], tok)
-        banks.setdefault(sent.bank(after), []).append((score, slot, tok, after))
+        banks.setdefault(after.bank, []).append((score, slot, tok, after))
     order = []
     for bank, members in banks.items():
         members.sort(key=lambda m: (-m[0], m[1], m[2]))
@@ -296,17 +303,20 @@ def _next_beam(rows: BeamRows, choices: list[_Choice], k: int) -> list[Progress]
     """Set each sentence's next beam (an empty slot is a dead hypothesis) and return the
     progress of each new decoder row."""
     n = len(choices)
-    beam = [[0] * k for _ in range(n)]
-    tok = [[0] * k for _ in range(n)]
+    parents = [[0] * k for _ in range(n)]
+    tokens = [[0] * k for _ in range(n)]
     scores = [[NEG_INF] * k for _ in range(n)]
     progress: list[Progress] = []
     for j, choice in enumerate(choices):
-        slots = choice.beam + [(s, 0, NEG_INF, Progress(frozenset())) for s in range(k)]
-        for s, (parent, token, score, after) in enumerate(slots[:k]):
-            beam[j][s], tok[j][s], scores[j][s] = parent, token, score
+        filled = choice.beam + [(s, 0, NEG_INF, Progress(frozenset())) for s in range(k)]
+        for s, (parent, token, score, after) in enumerate(filled[:k]):
+            parents[j][s], tokens[j][s], scores[j][s] = parent, token, score
             progress.append(after)
     device = rows.scores.device
-    rows.next_beam = torch.tensor(beam, device=device)
-    rows.next_tok = torch.tensor(tok, device=device)
-    rows.scores = torch.tensor(scores, device=device)
-    return progress
+    ranked = torch.tensor(parents, device=device)  # (n, k) in rank order
+    slots = stable_slots(ranked)  # each parent's best child in its own slot: fewer rows copied
+    rows.next_beam = ranked.gather(1, slots)
+    rows.next_tok = torch.tensor(tokens, device=device).gather(1, slots)
+    rows.scores = torch.tensor(scores, device=device).gather(1, slots)
+    at = slots.tolist()
+    return [progress[j * k + r] for j in range(n) for r in at[j]]
