@@ -613,3 +613,21 @@ def test_resume_turns_on_the_weight_average_from_the_restored_weights(copy_data,
     assert state["train_state"]["step"] == 20
     assert all(torch.equal(last[k], avg[k]) for k in last)
     assert not all(torch.equal(avg[k], state["model"][k]) for k in last)
+
+
+def test_training_opens_its_data_folder_once(copy_data, tmp_path, monkeypatch):
+    """One manifest parse and one SentencePiece load (a joint vocabulary) per training process,
+    with validation and subword sampling, which all read the folder."""
+    from nmt.data import dataset
+    from nmt.data.vocab import Tokenizer
+
+    parses, loads = [], []
+    parse, load = dataset._parse_manifest, Tokenizer.load.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(dataset, "_parse_manifest", lambda d: parses.append(d) or parse(d))
+    monkeypatch.setattr(
+        Tokenizer, "load", classmethod(lambda c, *a, **k: loads.append(a) or load(c, *a, **k))
+    )
+    _run(copy_data, tmp_path / "m", "training.max_steps=4", "training.valid_every=2",
+         "training.subword_alpha=0.1")  # fmt: skip
+    assert parses == [copy_data]
+    assert [Path(a[0]).name for a in loads] == ["spm.model"]

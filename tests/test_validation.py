@@ -11,6 +11,7 @@ import pytest
 
 from nmt.config import load_config
 from nmt.data import batching
+from nmt.data.dataset import DataDir
 from nmt.train.loop import train
 
 VOCAB = "red green blue cyan pink gray gold jade ruby teal".split()
@@ -99,7 +100,7 @@ def test_validation_on_workers_equals_one_thread(long_valid_data):
     from nmt.models import build
     from nmt.train.validation import load_data, validate
 
-    data = load_data(long_valid_data)
+    data = load_data(DataDir(long_valid_data))
     assert data.valid is not None
     cfg = load_config(preset="transformer-tiny", overrides=["model.max_positions=24"])
     torch.manual_seed(0)
@@ -119,22 +120,20 @@ def test_a_damaged_valid_split_is_an_error_and_a_missing_one_means_no_validation
     # without validation, early stopping or a best checkpoint.
     import shutil
 
-    from nmt.data.vocab import Tokenizer
     from nmt.errors import NmtError
     from nmt.train.validation import load_valid
 
     data = tmp_path / "data"
     shutil.copytree(long_valid_data, data)
     manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
-    tok = Tokenizer.load(data / manifest["spm"]["tgt"])
-    assert load_valid(data, "de", tok) is not None
+    assert load_valid(DataDir(data)) is not None
     ids = data / manifest["splits"]["valid"]["files"]["de"]["ids"]
     ids.write_bytes(ids.read_bytes()[:-2])  # one id short of what the offsets say
     with pytest.raises(NmtError, match=f"^{ids}: corrupt"):
-        load_valid(data, "de", tok)
+        load_valid(DataDir(data))
     del manifest["splits"]["valid"]
     (data / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    assert load_valid(data, "de", tok) is None
+    assert load_valid(DataDir(data)) is None
 
 
 def test_validation_batches_stay_within_max_tokens_on_the_target_side(tmp_path, monkeypatch):
@@ -160,7 +159,7 @@ def test_validation_batches_stay_within_max_tokens_on_the_target_side(tmp_path, 
         "en", "de", tmp_path / "train", valid=tmp_path / "valid", vocab_size=32, threads=1
     )
     preprocess(cfg_p, tmp_path / "data", quiet=True)
-    data = load_data(tmp_path / "data")
+    data = load_data(DataDir(tmp_path / "data"))
     assert data.valid is not None
     cfg = load_config(preset="transformer-tiny")
     model = build(cfg.model, data.vocab)
@@ -190,7 +189,7 @@ def test_validation_batches_do_not_depend_on_the_workers(long_valid_data, monkey
     from nmt.models import build
     from nmt.train.validation import load_data, validate
 
-    data = load_data(long_valid_data)
+    data = load_data(DataDir(long_valid_data))
     cfg = load_config(preset="transformer-tiny", overrides=["model.max_positions=24"])
     torch.manual_seed(0)
     model = build(cfg.model, data.vocab)

@@ -186,9 +186,81 @@ def _memmap(path: Path, dtype: npt.DTypeLike) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r")
 
 
-def read_manifest(data_dir: str | Path) -> dict[str, Any]:
+class DataDir:
+    """A preprocessed data folder, opened once: its manifest read and checked (a wrong folder is
+    a one-line error), the files it records, its languages, and its vocabulary (the tokenizer
+    pair, loaded at first use). What training and the tools take instead of a path."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.manifest = _parse_manifest(self.path)
+
+    @property
+    def languages(self) -> tuple[str, str]:
+        """(source, target) language codes."""
+        src, tgt = self.manifest.get("src_lang"), self.manifest.get("tgt_lang")
+        if not src or not tgt:
+            raise NmtError(f"{self.path / MANIFEST}: no source/target languages")
+        return src, tgt
+
+    @property
+    def lowercase(self) -> bool:
+        """Whether its text was lowercased (`nmt preprocess --lowercase`)."""
+        return lowercased(self.manifest)
+
+    @property
+    def spm_paths(self) -> tuple[Path, Path]:
+        """The (source, target) SentencePiece models (the same file for a joint vocabulary)."""
+        spm = self.manifest["spm"]
+        return self.path / spm["src"], self.path / spm["tgt"]
+
+    def has(self, split: str) -> bool:
+        """Whether the manifest lists `split`."""
+        return split in self.manifest["splits"]
+
+    def split(self, split: str) -> Split:
+        """Open one split (train, valid, or a test name) without reading it into memory."""
+        m = self.manifest
+        if split not in m["splits"]:
+            raise NmtError(f"{self.path}: no split {split!r} (have: {', '.join(m['splits'])})")
+        files = m["splits"][split]["files"]
+        dtype = np.dtype(m["dtype"]).newbyteorder("<")
+        src, tgt = (
+            TokenArray(self.path / files[lang]["ids"], self.path / files[lang]["idx"], dtype)
+            for lang in (m["src_lang"], m["tgt_lang"])
+        )
+        if len(src) != len(tgt):
+            raise NmtError(
+                f"{self.path}: split {split} has {len(src)} source but {len(tgt)} target lines"
+            )
+        return Split(split, src, tgt)
+
+    def text(self, split: str, lang: str) -> Path:
+        """The raw lines of a valid or test split in `lang` (which may be absent)."""
+        return self.path / f"{split}.{lang}.txt"
+
+    @functools.cached_property
+    def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
+        """(source, target) tokenizers; the same object twice for a joint vocabulary."""
+        src_path, tgt_path = self.spm_paths
+        src = Tokenizer.load(src_path, self.lowercase)
+        return src, src if tgt_path == src_path else Tokenizer.load(tgt_path, self.lowercase)
+
+    @property
+    def vocab_info(self) -> VocabInfo:
+        """What a model needs to know about the vocabulary."""
+        m = self.manifest
+        return VocabInfo(
+            src_size=m["vocab_size"]["src"],
+            tgt_size=m["vocab_size"]["tgt"],
+            joint=m["joint"],
+            lowercase=self.lowercase,
+        )
+
+
+def _parse_manifest(data_dir: Path) -> dict[str, Any]:
     """The manifest of a preprocessed data folder; a wrong folder is a user error."""
-    path = Path(data_dir) / MANIFEST
+    path = data_dir / MANIFEST
     if not path.is_file():
         raise NmtError(
             f"{data_dir}: not a preprocessed data folder (no {MANIFEST}; run nmt preprocess)"
@@ -204,37 +276,19 @@ def read_manifest(data_dir: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def read_manifest(data_dir: str | Path) -> dict[str, Any]:
+    """The manifest of a preprocessed data folder (`DataDir(data_dir).manifest`)."""
+    return DataDir(data_dir).manifest
+
+
 def load(data_dir: str | Path, split: str) -> Split:
-    """Open one split (train, valid, or a test name) without reading the corpus into memory."""
-    data_dir = Path(data_dir)
-    m = read_manifest(data_dir)
-    if split not in m["splits"]:
-        raise NmtError(f"{data_dir}: no split {split!r} (have: {', '.join(m['splits'])})")
-    files = m["splits"][split]["files"]
-    dtype = np.dtype(m["dtype"]).newbyteorder("<")
-    src, tgt = (
-        TokenArray(data_dir / files[lang]["ids"], data_dir / files[lang]["idx"], dtype)
-        for lang in (m["src_lang"], m["tgt_lang"])
-    )
-    if len(src) != len(tgt):
-        raise NmtError(
-            f"{data_dir}: split {split} has {len(src)} source but {len(tgt)} target lines"
-        )
-    return Split(split, src, tgt)
+    """Open one split of a data folder (`DataDir(data_dir).split(split)`)."""
+    return DataDir(data_dir).split(split)
 
 
 def tokenizers(data_dir: str | Path) -> tuple[Tokenizer, Tokenizer]:
-    """(source, target) tokenizers of a data folder; the same object twice for a joint vocabulary."""
-    data_dir = Path(data_dir)
-    m = read_manifest(data_dir)
-    lc = lowercased(m)
-    src = Tokenizer.load(data_dir / m["spm"]["src"], lc)
-    tgt = (
-        src
-        if m["spm"]["tgt"] == m["spm"]["src"]
-        else Tokenizer.load(data_dir / m["spm"]["tgt"], lc)
-    )
-    return src, tgt
+    """(source, target) tokenizers of a data folder (`DataDir(data_dir).tokenizers`)."""
+    return DataDir(data_dir).tokenizers
 
 
 def lowercased(manifest: dict[str, Any]) -> bool:
@@ -245,10 +299,4 @@ def lowercased(manifest: dict[str, Any]) -> bool:
 
 def vocab_info(data_dir: str | Path) -> VocabInfo:
     """What a model needs to know about the vocabulary of a data folder."""
-    m = read_manifest(data_dir)
-    return VocabInfo(
-        src_size=m["vocab_size"]["src"],
-        tgt_size=m["vocab_size"]["tgt"],
-        joint=m["joint"],
-        lowercase=lowercased(m),
-    )
+    return DataDir(data_dir).vocab_info

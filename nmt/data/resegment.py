@@ -16,13 +16,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 import sentencepiece as spm
 
-from nmt.data.dataset import Split, TokenArray, tokenizers
+from nmt.data.dataset import Split, TokenArray
 from nmt.data.encoding import flatten, seq_lengths
 from nmt.data.vocab import UNK_ID, Tokenizer
 
@@ -120,9 +119,13 @@ class Resegmenter:
     (~2.5 s for Multi30k's 29k pairs, ~5% of an epoch on 2 cores)."""
 
     def __init__(
-        self, data_dir: str | Path, train: Split, alpha: float, background: bool = False
+        self,
+        tokenizers: tuple[Tokenizer, Tokenizer],
+        train: Split,
+        alpha: float,
+        background: bool = False,
     ) -> None:
-        src_tok, tgt_tok = tokenizers(data_dir)
+        src_tok, tgt_tok = tokenizers
         self.alpha = alpha
         self.background = background
         self.dtype = train.src.ids.dtype

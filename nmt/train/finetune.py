@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nmt.config import ModelConfig, TrainingConfig
-from nmt.data.dataset import lowercased, read_manifest
+from nmt.data.dataset import DataDir
 from nmt.data.spm_source import MODEL_META, spm_source
 from nmt.data.vocab import Tokenizer, vocabulary_difference
 from nmt.errors import NmtError
@@ -27,15 +27,12 @@ VOCAB_ROWS = {"src_embed.weight": 0, "tgt_embed.weight": 1, "output.weight": 1}
 THIS_RUN = "the model section of this run"  # what the initial weights must match, in errors
 
 
-def check_same_vocabulary(
-    init_dir: Path, data_dir: Path, data_spm: tuple[Path, Path]
-) -> tuple[int, int]:
+def check_same_vocabulary(init_dir: Path, source: DataDir) -> tuple[int, int]:
     """The corpus must be encoded with the pieces the initial weights were trained on (or those
     plus appended ones, `--extend-vocab`), and lowercased as they were
     (nmt.data.vocab.vocabulary_difference); returns the initial model's (source, target) sizes."""
     theirs = spm_source(init_dir)
-    lc = lowercased(read_manifest(data_dir))
-    mine = (Tokenizer.load(data_spm[0], lc), Tokenizer.load(data_spm[1], lc))
+    mine, data_dir = source.tokenizers, source.path
     trained = (
         Tokenizer.load(theirs.src, theirs.lowercase),
         Tokenizer.load(theirs.tgt, theirs.lowercase),
@@ -60,8 +57,7 @@ def init_weights(
     arch: ModelConfig,
     init_dir: str | Path,
     checkpoint: str,
-    data_dir: Path,
-    data_spm: tuple[Path, Path],
+    source: DataDir,
 ) -> dict[str, Any]:
     """Load MODEL_DIR's checkpoint into the freshly built `model` (of the model section `arch`),
     after checking vocabularies; returns what was loaded ({"init_from", "checkpoint", "step"})
@@ -72,7 +68,7 @@ def init_weights(
     if not (init_dir / MODEL_META).is_file():
         spm_source(init_dir)  # names what the folder is (missing, or a DATA_DIR)
         raise NmtError(f"{init_dir}: not a model directory (--init-from takes a MODEL_DIR)")
-    sizes = check_same_vocabulary(init_dir, data_dir, data_spm)
+    sizes = check_same_vocabulary(init_dir, source)
     path = checkpoint_path(init_dir, checkpoint)
     added = extend_rows(model, path, sizes)
     if added is None:

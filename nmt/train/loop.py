@@ -26,6 +26,7 @@ from torch import nn
 from nmt import modeldir
 from nmt.config import Config, parse_duration
 from nmt.data import batching
+from nmt.data.dataset import DataDir
 from nmt.data.resegment import Segmentation
 from nmt.device import autocast_for, resolve_device, resolve_precision
 from nmt.errors import NmtError
@@ -73,8 +74,8 @@ class Trainer:
             retain_freed_memory()  # a step's large activations reuse heap memory, no page faults
         self.budget = setup.run_budget(tc)
         setup.seed_all(tc.seed)
-        self.data = load_data(data_dir, tc.valid_max_sentences)
-        self.model, self.init = setup.build_model(cfg, self.data, data_dir, device, resume)
+        self.data = load_data(DataDir(data_dir), tc.valid_max_sentences)
+        self.model, self.init = setup.build_model(cfg, self.data, device, resume)
         self.n_params = count_parameters(self.model)
         self.optimizer = make_optimizer(self.model, tc, device)
         scaler = setup.grad_scaler(self.prec.train)
@@ -87,7 +88,7 @@ class Trainer:
             self.context, self.src_len, self.tgt_len, self.model.max_positions
         )
         self.segmentation = Segmentation(train.src, train.tgt)
-        self.resegmenter = setup.resegmenter(data_dir, self.data, tc, device)
+        self.resegmenter = setup.resegmenter(self.data, tc, device)
         self.settings = run_settings(tc, data_dir)  # saved with the state, checked on resume
         self.resumed = setup.Resumed()
         if resume:

@@ -110,7 +110,7 @@ def seed_all(seed: int) -> None:
 
 
 def build_model(
-    cfg: Config, data: Data, data_dir: Path, device: torch.device, resume: bool
+    cfg: Config, data: Data, device: torch.device, resume: bool
 ) -> tuple[Model, dict[str, Any] | None]:
     """The model on `device` (unwrapped: validation and checkpoints use it) and, when fine-tuning,
     what its initial weights were (a resumed run continues from its own weights instead)."""
@@ -120,8 +120,7 @@ def build_model(
     tc = cfg.training
     if not tc.init_from or resume:
         return built, None
-    spm = (data.src_spm, data.tgt_spm)
-    return built, init_weights(built, cfg.model, tc.init_from, tc.init_checkpoint, data_dir, spm)
+    return built, init_weights(built, cfg.model, tc.init_from, tc.init_checkpoint, data.source)
 
 
 def grad_scaler(precision: str) -> torch.amp.GradScaler | None:
@@ -154,13 +153,12 @@ def keep_mask(run: Run, src_len: np.ndarray, tgt_len: np.ndarray, max_positions:
     return keep
 
 
-def resegmenter(
-    data_dir: Path, data: Data, tc: TrainingConfig, device: torch.device
-) -> Resegmenter | None:
+def resegmenter(data: Data, tc: TrainingConfig, device: torch.device) -> Resegmenter | None:
     """Subword sampling's segmenter (a new segmentation every epoch); None without sampling."""
     if not tc.subword_alpha:
         return None
-    return Resegmenter(data_dir, data.train, tc.subword_alpha, background=device.type != "cpu")
+    tokenizers = data.source.tokenizers
+    return Resegmenter(tokenizers, data.train, tc.subword_alpha, background=device.type != "cpu")
 
 
 @dataclass

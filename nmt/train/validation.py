@@ -17,10 +17,9 @@ import torch
 from torch import nn
 
 from nmt.data import batching
-from nmt.data.dataset import Split
+from nmt.data.dataset import DataDir, Split
 from nmt.data.vocab import Tokenizer, VocabInfo
 from nmt.decode.workers import decode_workers, map_batches
-from nmt.errors import NmtError
 from nmt.models.base import Decoder
 from nmt.train.loss import chunked_nll, label_smoothed_nll
 
@@ -59,44 +58,34 @@ class Data:
     tgt_lang: str
     src_spm: Path
     tgt_spm: Path
+    source: DataDir  # the folder, opened once
 
 
-def load_data(data_dir: Path, valid_max: int = 0) -> Data:
+def load_data(source: DataDir, valid_max: int = 0) -> Data:
     """Train split, valid split with its raw references, and vocabulary facts."""
-    from nmt.data import dataset
-
-    manifest = dataset.read_manifest(data_dir)
-    src, tgt = manifest.get("src_lang"), manifest.get("tgt_lang")
-    if not src or not tgt:
-        raise NmtError(f"{data_dir}/manifest.json: no source/target languages")
-    train = dataset.load(data_dir, "train")
-    _, tgt_tok = dataset.tokenizers(data_dir)
-    vocab = dataset.vocab_info(data_dir)
-    spm = [data_dir / manifest["spm"][side] for side in ("src", "tgt")]
-    valid = load_valid(data_dir, tgt, tgt_tok, valid_max)
-    return Data(train, valid, vocab, src, tgt, spm[0], spm[1])
+    src, tgt = source.languages
+    valid = load_valid(source, valid_max)
+    src_spm, tgt_spm = source.spm_paths
+    return Data(source.split("train"), valid, source.vocab_info, src, tgt, src_spm, tgt_spm, source)
 
 
-def load_valid(
-    data_dir: Path, tgt_lang: str, tgt_tok: Tokenizer, max_sentences: int = 0
-) -> ValidSet | None:
+def load_valid(source: DataDir, max_sentences: int = 0) -> ValidSet | None:
     """The valid split with its references; None when DATA_DIR has none (no validation)."""
-    from nmt.data import dataset
-
-    if "valid" not in dataset.read_manifest(data_dir)["splits"]:
-        return None  # a damaged valid split is an error (dataset.load), not "no validation"
-    split = dataset.load(data_dir, "valid")
-    refs = references(data_dir, tgt_lang, split, tgt_tok)
+    if not source.has("valid"):
+        return None  # a damaged valid split is an error (DataDir.split), not "no validation"
+    split = source.split("valid")
+    tgt_tok = source.tokenizers[1]
+    refs = references(source, split, tgt_tok)
     if max_sentences > 0 and len(refs) > max_sentences:
         refs = refs[:max_sentences]
     return ValidSet(split, refs, tgt_tok) if refs else None
 
 
-def references(data_dir: Path, tgt_lang: str, valid: Split, tgt_tok: Tokenizer) -> list[str]:
+def references(source: DataDir, valid: Split, tgt_tok: Tokenizer) -> list[str]:
     """Raw valid references (what BLEU is computed against), or detokenized ids as fallback."""
     from nmt.textio import read_lines
 
-    path = data_dir / f"valid.{tgt_lang}.txt"
+    path = source.text("valid", source.languages[1])
     if path.exists():
         refs = list(read_lines(path))
         if len(refs) == len(valid.tgt):
