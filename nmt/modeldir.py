@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import filecmp
+import functools
 import json
-import os
-import re
 import shutil
-import socket
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-from nmt.config import Config, ModelConfig, read_saved_config
+from nmt.config import Config, DecodingConfig, ModelConfig, read_saved_config
 from nmt.data.spm_source import MODEL_META
-from nmt.data.vocab import VocabInfo
+from nmt.data.vocab import Tokenizer, VocabInfo
 from nmt.errors import NmtError
 from nmt.textio import atomic_write, publishing, read_json_object
 
@@ -34,6 +31,7 @@ CHECKPOINTS = "checkpoints"
 NAMED = ("best", "last", "averaged")
 STATE = "last.state.pt"  # the resumable trainer state, in CHECKPOINTS
 DEFAULT = "default.json"  # in CHECKPOINTS: which named checkpoint `default` means (else best)
+CONFIG = "config.yaml"  # the resolved Config a MODEL_DIR was trained with
 
 
 def write_meta(
@@ -65,32 +63,65 @@ def write_meta(
     }
     with atomic_write(model_dir / MODEL_META) as f:
         json.dump(meta, f, indent=2)
-    cfg.save(model_dir / "config.yaml")
+    cfg.save(model_dir / CONFIG)
+
+
+class ModelDir:
+    """A model directory opened once: config.yaml and vocab.json read and checked (errors name the
+    missing file), its languages and SentencePiece models (the tokenizer pair, loaded at first
+    use), and its checkpoints. What decoding takes instead of a path."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise NmtError(f"{self.path}: model directory not found")
+        for name in (CONFIG, MODEL_META):
+            if not (self.path / name).exists():
+                raise NmtError(
+                    f"{self.path / name}: file not found (is {self.path} a model directory?)"
+                )
+        self.config = read_saved_config(self.path / CONFIG)
+        self.meta = read_json_object(self.path / MODEL_META)
+        fields = {f.name for f in dataclasses.fields(VocabInfo)}
+        try:
+            self.vocab = VocabInfo(**{k: v for k, v in self.meta.items() if k in fields})
+        except TypeError as e:
+            raise NmtError(f"{self.path / MODEL_META}: not a vocabulary file ({e})") from None
+
+    @property
+    def languages(self) -> tuple[str | None, str | None]:
+        """(source, target) language codes, where training recorded them."""
+        return self.meta.get("src_lang"), self.meta.get("tgt_lang")
+
+    @functools.cached_property
+    def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
+        """Its source and target SentencePiece models (one object when they are one file); a
+        `nmt preprocess --lowercase` model lowercases what it is given."""
+        lc = self.meta.get("lowercase", False) is True
+        src = Tokenizer.load(self.path / self.meta["src_spm"], lc)
+        if self.meta["tgt_spm"] == self.meta["src_spm"]:
+            return src, src
+        return src, Tokenizer.load(self.path / self.meta["tgt_spm"], lc)
+
+    @property
+    def decoding(self) -> DecodingConfig:
+        """Its decoding defaults (the config's `decoding` section)."""
+        return self.config.decoding
+
+    def checkpoint(self, which: str = "default") -> Path:
+        """The weights file `which` names (default, best, last, averaged, or a path)."""
+        return checkpoint_path(self.path, which)
 
 
 def read_meta(model_dir: str | Path) -> tuple[Config, VocabInfo, dict[str, Any]]:
-    """Load config.yaml and vocab.json; errors name the missing file."""
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise NmtError(f"{model_dir}: model directory not found")
-    for name in ("config.yaml", MODEL_META):
-        if not (model_dir / name).exists():
-            raise NmtError(
-                f"{model_dir / name}: file not found (is {model_dir} a model directory?)"
-            )
-    cfg = read_saved_config(model_dir / "config.yaml")
-    meta = read_json_object(model_dir / MODEL_META)
-    fields = {f.name for f in dataclasses.fields(VocabInfo)}
-    try:
-        vocab = VocabInfo(**{k: v for k, v in meta.items() if k in fields})
-    except TypeError as e:
-        raise NmtError(f"{model_dir / 'vocab.json'}: not a vocabulary file ({e})") from None
-    return cfg, vocab, meta
+    """config.yaml and vocab.json of a model directory (`ModelDir`'s)."""
+    opened = ModelDir(model_dir)
+    return opened.config, opened.vocab, opened.meta
 
 
 def saved_config(model_dir: str | Path) -> Config | None:
     """MODEL_DIR's config.yaml (None when it has none): how its run was set up."""
-    path = Path(model_dir) / "config.yaml"
+    path = Path(model_dir) / CONFIG
     return read_saved_config(path) if path.exists() else None
 
 
@@ -243,86 +274,17 @@ def unwrap(model: Any) -> Any:
 
 
 def load_model(
-    model_dir: str | Path, checkpoint: str = "default", device: str = "cpu"
+    model_dir: str | Path | ModelDir, checkpoint: str = "default", device: str = "cpu"
 ) -> tuple[Any, Config, VocabInfo, dict[str, Any]]:
-    """Build the model from MODEL_DIR's config and load a checkpoint; returns (model, cfg, vocab, meta)."""
+    """Build the model from MODEL_DIR's config and load a checkpoint; returns (model, cfg, vocab,
+    meta). Takes an opened `ModelDir` (read once) or a path."""
     from nmt.models import build
 
-    cfg, vocab, meta = read_meta(model_dir)
-    model = build(cfg.model, vocab, init=False)  # every weight comes from the checkpoint
-    load_weights(model, checkpoint_path(model_dir, checkpoint), device="cpu")
+    opened = model_dir if isinstance(model_dir, ModelDir) else ModelDir(model_dir)
+    model = build(opened.config.model, opened.vocab, init=False)  # every weight from the file
+    load_weights(model, opened.checkpoint(checkpoint), device="cpu")
     model.to(device).eval()
-    return model, cfg, vocab, meta
-
-
-@contextlib.contextmanager
-def model_dir_lock(model_dir: Path) -> Iterator[None]:
-    """Refuse a second process training into MODEL_DIR; the kernel drops the lock when we die."""
-    model_dir.mkdir(parents=True, exist_ok=True)
-    lock = model_dir / ".lock"
-    fd = _take_lock(model_dir, lock)
-    try:
-        remove_stale_temps(model_dir)
-        yield
-    finally:
-        lock.unlink(missing_ok=True)  # still held: a process that opened it re-checks the inode
-        os.close(fd)
-
-
-def _take_lock(model_dir: Path, lock: Path) -> int:
-    """flock MODEL_DIR/.lock (the file's "host pid" line only informs the error message)."""
-    for _ in range(10):
-        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            owner = lock.read_text(encoding="utf-8", errors="replace").strip()
-            raise NmtError(
-                f"{model_dir}: another process is training into this directory "
-                f"(lock {lock} held by {owner or 'unknown'})"
-            ) from None
-        if _same_file(fd, lock):
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{socket.gethostname()} {os.getpid()}\n".encode())
-            return fd
-        os.close(fd)  # its holder removed the file between our open and flock: retry
-    raise NmtError(f"{lock}: cannot take the lock")
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    """Whether the open `fd` is still the file at `path` (not an unlinked predecessor)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    fst = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
-
-
-# Training's own temporaries (written under the lock). Not averaged.safetensors: `nmt average`
-# writes it without the lock, and its temporary may belong to a live process.
-_TEMPS = {
-    "": re.compile(r"^\.(config\.yaml|vocab\.json|metrics\.jsonl|[\w.-]+\.model)\.\w+\.tmp$"),
-    CHECKPOINTS: re.compile(
-        r"^\.(last\.state\.pt|(last|best|step-\d+)\.safetensors|(index|default)\.json)"
-        r"\.\w+\.tmp$"
-    ),
-}
-
-
-def remove_stale_temps(model_dir: Path) -> list[Path]:
-    """Delete temporaries of a killed run (training's own names only); call under the lock."""
-    removed = []
-    for sub, pattern in _TEMPS.items():
-        folder = model_dir / sub if sub else model_dir
-        if not folder.is_dir():
-            continue
-        for path in folder.iterdir():
-            if pattern.match(path.name) and path.is_file():
-                path.unlink(missing_ok=True)
-                removed.append(path)
-    return removed
+    return model, opened.config, opened.vocab, opened.meta
 
 
 def state_path(model_dir: str | Path) -> Path:

@@ -23,12 +23,12 @@ from nmt.errors import NmtError
 from nmt.modeldir import (
     check_model_dir,
     load_model,
-    model_dir_lock,
     reset_model_dir,
     save_weights,
     write_meta,
 )
 from nmt.models import build
+from nmt.train.lock import model_dir_lock
 from nmt.train.selection import average
 
 
@@ -67,7 +67,7 @@ def test_lock_file_without_a_live_flock_does_not_block(tmp_path, owner):
 
 def test_lock_held_by_a_live_process_blocks(tmp_path):
     code = (
-        "import sys; from pathlib import Path; from nmt.modeldir import model_dir_lock\n"
+        "import sys; from pathlib import Path; from nmt.train.lock import model_dir_lock\n"
         "with model_dir_lock(Path(sys.argv[1])):\n"
         "    print('held', flush=True); sys.stdin.read()\n"
     )
@@ -319,7 +319,7 @@ def test_load_model_draws_no_random_weights_and_keeps_buffers_and_ties(tmp_path,
 def test_stale_temporaries_of_every_file_training_writes_are_removed(tmp_path):
     # A SIGKILL mid-write leaves `.NAME.XXXX.tmp` beside NAME; the next run under the lock
     # removes those of training's own files and nothing else.
-    from nmt.modeldir import remove_stale_temps
+    from nmt.train.lock import remove_stale_temps
 
     (tmp_path / "checkpoints").mkdir()
     ours = [

@@ -626,3 +626,36 @@ def test_source_gets_eos(echo):
     h = tr.hypotheses[0]
     assert tr.source_tokens[-1] == "</s>" and EOS_ID == 3
     assert h.attention.shape == (len(h.tokens) + 1, 1, 1, len(tr.source_tokens))
+
+
+def test_translate_opens_each_model_directory_once(tiny_model_dir, tmp_path, monkeypatch):
+    """`nmt translate` (an ensemble of two: each member is its own directory) reads each
+    config.yaml and vocab.json once and each SentencePiece model once, checks before the model
+    loads included."""
+    import nmt.modeldir as modeldir
+    from nmt.data.vocab import Tokenizer
+
+    reads: list[str] = []
+    config, meta = modeldir.read_saved_config, modeldir.read_json_object
+    load = Tokenizer.load.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(modeldir, "read_saved_config", lambda p: reads.append(str(p)) or config(p))
+    monkeypatch.setattr(modeldir, "read_json_object", lambda p: reads.append(str(p)) or meta(p))
+    monkeypatch.setattr(
+        Tokenizer, "load", classmethod(lambda c, p, *a: reads.append(str(p)) or load(c, p, *a))
+    )
+    other = tmp_path / "other"
+    import shutil
+
+    shutil.copytree(tiny_model_dir, other)
+    src = tmp_path / "in.txt"
+    src.write_text("a man in a blue shirt .\n", encoding="utf-8")
+    args = ["translate", "-m", str(tiny_model_dir), "-m", str(other), "-q", str(src)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    names = sorted(str(Path(p).relative_to(Path(p).parents[1])) for p in reads)
+    want = [
+        f"{d.name}/{f}"
+        for d in (tiny_model_dir, other)
+        for f in ("config.yaml", "spm.model", "vocab.json")
+    ]
+    assert names == sorted(want)

@@ -140,7 +140,7 @@ def translate_cmd(
         Glossary,
         check_constraint_options,
     )
-    from nmt.decode.loading import checked_export  # a model directory, or an `nmt export`
+    from nmt.decode.loading import checked_export, open_dirs  # model directories, or an export
     from nmt.decode.options import check_search
     from nmt.errors import NmtError
 
@@ -148,6 +148,7 @@ def translate_cmd(
         raise NmtError(f"--input-format must be text or jsonl, got {input_format!r}")
     terms = Glossary.load(glossary) if glossary is not None else None
     export = checked_export(model_dir, checkpoint, precision)  # options an export refuses, first
+    dirs = [export] if export is not None else open_dirs(model_dir)  # each read once, here
     if terms is not None and export is not None:
         raise NmtError(f"--glossary: {CONSTRAINTS_REFUSED}")
     options = decode_options(
@@ -156,7 +157,7 @@ def translate_cmd(
         stop=stop, with_attention=with_attention, sampling=sampling, temperature=temperature,
         top_k=topk, top_p=topp, seed=seed,
     )  # fmt: skip
-    resolved = check_search(model_dir[0], options)  # an ensemble: its first one's defaults
+    resolved = check_search(dirs[0], options)  # an ensemble: its first one's defaults
     if terms is not None:
         check_constraint_options(resolved, "--glossary:")
     from nmt.decode.paragraphs import check_split_options
@@ -165,7 +166,7 @@ def translate_cmd(
     if split_sentences is True:
         check_split_options(options)
 
-    translator = open_for(model_dir, options, device, checkpoint, precision, workers)
+    translator = open_for(model_dir, options, device, checkpoint, precision, workers, dirs)
     with translator:  # its worker processes end with the command
         translate_files(
             translator, inputs, output, options, fmt=fmt, errors=errors,
@@ -181,14 +182,15 @@ def open_for(
     checkpoint: str,
     precision: str,
     workers: int,
+    opened: list[Any] | None = None,
 ) -> Any:
-    """The engine of `model_dir` (nmt.decode.loading.open_translator), refused at once when it
-    cannot decode as `options` ask (attention from a model without any; sampling from an
-    `nmt export`)."""
+    """The engine of `model_dir` (nmt.decode.loading.open_translator; `opened`: its directories
+    already opened), refused at once when it cannot decode as `options` ask (attention from a
+    model without any; sampling from an `nmt export`)."""
     from nmt.decode.loading import open_translator
     from nmt.errors import NmtError
 
-    translator = open_translator(model_dir, device, checkpoint, precision, workers)
+    translator = open_translator(opened or model_dir, device, checkpoint, precision, workers)
     if options.with_attention:
         require_attention(translator, ", ".join(model_dir))
     if options.sampling is not None and not translator.capabilities.sampling:

@@ -42,13 +42,12 @@ from nmt.decode.engine import (
     gnmt_length_penalty,
     translate_chunks,
 )
-from nmt.decode.exported import PAD_PIECE, read_export_manifest, require_ctranslate2
+from nmt.decode.exported import PAD_PIECE, ExportDir, export_decoding, require_ctranslate2
 from nmt.decode.options import (
     DecodeOptions,
     OptionError,
     ResolvedOptions,
     given_options,
-    manifest_decoding,
 )
 from nmt.decode.workers import resolve_workers
 from nmt.errors import NmtError
@@ -76,7 +75,7 @@ class CT2Translator:
         self, translator: Any, manifest: dict, src_tok: Tokenizer, tgt_tok: Tokenizer
     ) -> None:
         self.ct2, self.manifest, self.src_tok, self.tgt_tok = translator, manifest, src_tok, tgt_tok
-        self.decoding = manifest_decoding(manifest)
+        self.decoding = export_decoding(manifest)
         self.max_positions = int(manifest["max_positions"])
         self.max_source = self.max_positions - 1  # eos included
         self.languages = (manifest.get("src_lang"), manifest.get("tgt_lang"))  # (source, target)
@@ -88,7 +87,11 @@ class CT2Translator:
 
     @classmethod
     def from_dir(
-        cls, export_dir: str | Path, device: str = "auto", threads: int = 0, workers: int = 0
+        cls,
+        export_dir: str | Path | ExportDir,
+        device: str = "auto",
+        threads: int = 0,
+        workers: int = 0,
     ) -> CT2Translator:
         """Load EXPORT_DIR (CTranslate2 model, SentencePiece, manifest). `workers` as
         `Translator`'s (0: auto), as CTranslate2's `inter_threads`: batches translated at once,
@@ -96,13 +99,9 @@ class CT2Translator:
         (CTranslate2's `default` compute type): float32 unless `nmt export --quantization` chose
         int8 or bfloat16, the faster explicit choices (DESIGN.md, "Decisions")."""
         ct2 = require_ctranslate2()
-        export_dir = Path(export_dir)
-        manifest = read_export_manifest(export_dir)
-        lc = manifest.get("lowercase", False) is True
-        src_tok = Tokenizer.load(export_dir / manifest["src_spm"], lc)
-        tgt_tok = src_tok
-        if manifest["tgt_spm"] != manifest["src_spm"]:
-            tgt_tok = Tokenizer.load(export_dir / manifest["tgt_spm"], lc)
+        opened = export_dir if isinstance(export_dir, ExportDir) else ExportDir(export_dir)
+        export_dir, manifest = opened.path, opened.manifest
+        src_tok, tgt_tok = opened.tokenizers
         dev, index = _ct2_device(device, ct2)
         cores = threads or usable_cpus()
         workers = resolve_workers(workers, cores, on_cpu=dev == "cpu")

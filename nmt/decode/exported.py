@@ -3,10 +3,14 @@ ctranslate2 import. Torch-free, so the deployment path can read an export withou
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
+from nmt.config import DecodingConfig
+from nmt.data.vocab import Tokenizer
 from nmt.errors import NmtError, install_hint
 
 EXPORT_MANIFEST = "nmt-export.json"
@@ -34,6 +38,47 @@ def read_export_manifest(export_dir: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("format") != "ctranslate2":
         raise NmtError(f"{path}: not an nmt CTranslate2 export manifest")
     return data
+
+
+class ExportDir:
+    """An `nmt export` directory opened once: its manifest read and checked, its languages,
+    decoding defaults and SentencePiece models (loaded at first use)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.manifest = read_export_manifest(self.path)
+
+    @property
+    def languages(self) -> tuple[str | None, str | None]:
+        """(source, target) language codes, where the model recorded them."""
+        return self.manifest.get("src_lang"), self.manifest.get("tgt_lang")
+
+    @property
+    def checkpoint(self) -> str | None:
+        """The name of the checkpoint it holds (best, averaged, ...), where recorded."""
+        held = self.manifest.get("checkpoint")
+        return held if isinstance(held, str) else None
+
+    @property
+    def decoding(self) -> DecodingConfig:
+        """Its decoding defaults."""
+        return export_decoding(self.manifest)
+
+    @functools.cached_property
+    def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
+        """Its source and target SentencePiece models (one object when they are one file)."""
+        lc = self.manifest.get("lowercase", False) is True
+        src = Tokenizer.load(self.path / self.manifest["src_spm"], lc)
+        if self.manifest["tgt_spm"] == self.manifest["src_spm"]:
+            return src, src
+        return src, Tokenizer.load(self.path / self.manifest["tgt_spm"], lc)
+
+
+def export_decoding(manifest: dict[str, Any]) -> DecodingConfig:
+    """An export manifest's decoding defaults (keys this version does not know ignored)."""
+    saved = manifest.get("decoding", {})
+    known = {f.name for f in dataclasses.fields(DecodingConfig)}
+    return DecodingConfig(**{k: v for k, v in saved.items() if k in known})
 
 
 def is_export(model_dir: str | Path) -> bool:

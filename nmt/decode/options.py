@@ -16,14 +16,21 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from nmt.config import DecodingConfig, read_saved_config
+from nmt.config import DecodingConfig
 from nmt.errors import NmtError
 
 MAX_SAMPLES = 200  # samples per line with sampling (as the beam's limit)
 # The options a model's `decoding` config gives defaults for, in its order (the order of checks).
 CONFIG_FIELDS = {f.name: f.metadata for f in dataclasses.fields(DecodingConfig)}
+
+
+class HasDecoding(Protocol):
+    """An opened model or export directory: what its decoding defaults are."""
+
+    @property
+    def decoding(self) -> DecodingConfig: ...
 
 
 class OptionError(NmtError, ValueError):
@@ -169,27 +176,19 @@ def check_rows(beam_size: int, greedy: bool, nbest: int, sampling: bool) -> None
         raise OptionError(template, k=k, got=nbest)
 
 
-def manifest_decoding(manifest: dict[str, Any]) -> DecodingConfig:
-    """An `nmt export` manifest's decoding defaults (keys this version does not know ignored)."""
-    saved = manifest.get("decoding", {})
-    return DecodingConfig(**{k: v for k, v in saved.items() if k in CONFIG_FIELDS})
-
-
-def decoding_defaults(model_dir: str | Path) -> DecodingConfig:
+def decoding_defaults(model_dir: str | Path | HasDecoding) -> DecodingConfig:
     """The decoding section of a model directory's config.yaml (an `nmt export`'s manifest),
-    read without torch, so option mistakes fail before any model loads."""
-    from nmt.decode.exported import is_export, read_export_manifest
+    read without torch, so option mistakes fail before any model loads; an opened directory
+    (`ModelDir`, `ExportDir`) gives its own."""
+    if not isinstance(model_dir, str | Path):
+        return model_dir.decoding
+    from nmt.decode.exported import ExportDir, is_export
+    from nmt.modeldir import ModelDir
 
-    directory = Path(model_dir)
-    if is_export(directory):
-        return manifest_decoding(read_export_manifest(directory))
-    path = directory / "config.yaml"
-    if not path.is_file():
-        raise NmtError(f"{path}: file not found (is {directory} a model directory?)")
-    return read_saved_config(path).decoding
+    return (ExportDir(model_dir) if is_export(model_dir) else ModelDir(model_dir)).decoding
 
 
-def check_search(model_dir: str | Path, options: DecodeOptions) -> ResolvedOptions:
+def check_search(model_dir: str | Path | HasDecoding, options: DecodeOptions) -> ResolvedOptions:
     """The options against the decoding defaults of the model (an ensemble's first), before it
     loads: an impossible combination fails at once, not once the first input has arrived."""
     return options.resolve(decoding_defaults(model_dir))

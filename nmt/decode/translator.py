@@ -23,14 +23,13 @@ from nmt.data.vocab import EOS_ID, EOS_PIECE, PAD_ID, Tokenizer
 from nmt.decode.constraints import check_constraint_options, constraint_ids, warn_missing
 from nmt.decode.engine import Capabilities, TextHypothesis, Translation, translate_chunks
 from nmt.decode.forced import score_ids
-from nmt.decode.lines import model_dirs
 from nmt.decode.options import DecodeOptions, ResolvedOptions, given_options
 from nmt.decode.packed import pack_for_decoding
 from nmt.decode.search.beam import beam_search
 from nmt.decode.search.constrained import constrained_beam_search
 from nmt.decode.search.greedy import greedy_search, sample_search
 from nmt.decode.search.rows import Hypothesis, max_lengths
-from nmt.decode.tokenizers import check_same_vocabulary, model_tokenizers
+from nmt.decode.tokenizers import check_same_vocabulary
 from nmt.decode.workers import (
     DecodePool,
     decode_workers,
@@ -46,6 +45,7 @@ from nmt.device import (
     resolve_device,
 )
 from nmt.errors import NmtError
+from nmt.modeldir import ModelDir
 from nmt.models.base import Decoder
 from nmt.models.ensemble import Ensemble
 
@@ -86,7 +86,7 @@ class Translator:
     @classmethod
     def from_dir(
         cls,
-        model_dir: str | Path | Sequence[str | Path],
+        model_dir: str | Path | ModelDir | Sequence[str | Path | ModelDir],
         device: str = "auto",
         checkpoint: str = "default",
         precision: str = "auto",
@@ -101,17 +101,17 @@ class Translator:
         decoder cache follows); scores stay fp32 (log-softmax in fp32). `workers` batches run at
         once (0: one per intra-op thread, at most 4), on forked processes where `processes`
         (None: on Linux CPUs, `nmt.decode.workers`), else on threads; `close` stops the processes."""
-        from nmt.modeldir import load_model, read_meta
+        from nmt.modeldir import load_model
 
-        dirs = model_dirs(model_dir)
-        if not dirs:
+        given = [model_dir] if isinstance(model_dir, str | Path | ModelDir) else list(model_dir)
+        if not given:
             raise NmtError("no model directory given")
+        dirs = [d if isinstance(d, ModelDir) else ModelDir(d) for d in given]
         dev = resolve_device(device)
         prec = decode_precision(precision, dev)  # fp16 on a CPU: refused before any weights load
-        meta = read_meta(dirs[0])[2]
-        src_tok, tgt_tok = model_tokenizers(Path(dirs[0]), meta)
+        src_tok, tgt_tok = dirs[0].tokenizers
         for d in dirs[1:]:  # a member with other pieces fails before any weights load
-            check_same_vocabulary(Path(dirs[0]), (src_tok, tgt_tok), Path(d), read_meta(d)[2])
+            check_same_vocabulary(dirs[0], d)
         loaded = [load_model(d, checkpoint=checkpoint, device=str(dev)) for d in dirs]
         if message := emulated_bf16_warning(prec, dev, fix="--precision fp32"):
             _warn(message)
@@ -124,7 +124,7 @@ class Translator:
             models.append(model)
         model = models[0] if len(models) == 1 else Ensemble(models)
         engine = cls(model, loaded[0][1], src_tok, tgt_tok, dev, prec, workers, processes)
-        engine.languages = (meta.get("src_lang"), meta.get("tgt_lang"))
+        engine.languages = dirs[0].languages
         return engine
 
     def resolve_options(

@@ -39,6 +39,7 @@ from nmt.runtime import (
 )
 from nmt.train import checkpoint, distributed, selection, setup
 from nmt.train.checkpoint import Checkpoints
+from nmt.train.lock import model_dir_lock
 from nmt.train.log import Log, Metrics, Reporter, TrainSummary, summarize
 from nmt.train.loss import LossHead
 from nmt.train.schedule import SaveClock, Stop, lr_at, out_of_patience, stop_signals
@@ -419,7 +420,7 @@ def train(
                 "machines needs MODEL_DIR on a shared file system"
             )
         distributed.barrier(dist)
-        lock = modeldir.model_dir_lock(model_dir) if dist.is_main else contextlib.nullcontext()
+        lock = model_dir_lock(model_dir) if dist.is_main else contextlib.nullcontext()
         with lock:
             if dist.is_main and (force or resume and not has_state):  # no state: from scratch
                 modeldir.reset_model_dir(model_dir)
