@@ -19,7 +19,7 @@ from torch import nn
 
 import nmt.train.checkpoint as ck
 from nmt.errors import NmtError
-from nmt.modeldir import load_state, load_weights, save_weights, weights_step
+from nmt.modeldir import SavedState, load_state, load_weights, save_weights, weights_step
 from nmt.train.selection import average
 
 
@@ -59,9 +59,15 @@ def test_rng_state_round_trips_through_weights_only_load(tmp_path):
     assert [random.random() for _ in range(3)] == expect[2]
 
 
+def _state(step: int, **fields) -> SavedState:
+    """A trainer state at `step` with nothing else in it."""
+    base = dict(model={}, optimizer={}, train_state={"step": step}, rng={}, world_size=1)
+    return SavedState(**{**base, **fields})
+
+
 def test_crash_while_writing_leaves_previous_checkpoint_loadable(tmp_path, monkeypatch):
     c = ck.Checkpoints(tmp_path)
-    c.save_last(_model(1.0), {"step": 1})
+    c.save_last(_model(1.0), _state(1))
 
     def torn_save(obj, f, *a, **kw):
         f.write(b"half a checkpoint")
@@ -69,7 +75,7 @@ def test_crash_while_writing_leaves_previous_checkpoint_loadable(tmp_path, monke
 
     monkeypatch.setattr(ck.torch, "save", torn_save)
     with pytest.raises(OSError, match="disk full"):
-        c.save_last(_model(2.0), {"step": 2})
+        c.save_last(_model(2.0), _state(2))
     monkeypatch.undo()
 
     def torn_weights(tensors, filename, metadata=None):
@@ -80,7 +86,7 @@ def test_crash_while_writing_leaves_previous_checkpoint_loadable(tmp_path, monke
     with pytest.raises(OSError, match="disk full"):
         c.save_step(_model(3.0), 5, "bleu", 1.0, is_best=True)
     monkeypatch.undo()
-    assert load_state(c.state_path)["step"] == 1
+    assert load_state(c.state_path)["train_state"]["step"] == 1
     assert torch.all(load_file(str(c.dir / "last.safetensors"))["emb.weight"] == 1.0)
     assert sorted(p.name for p in c.dir.iterdir()) == ["last.safetensors", "last.state.pt"]
 
@@ -200,7 +206,7 @@ def test_published_files_are_durable_with_normal_permissions(tmp_path, monkeypat
     old = os.umask(0o022)
     try:
         c = ck.Checkpoints(tmp_path, keep_best=5, keep_last=5)
-        c.save_last(_model(1.0), {"train_state": {"step": 1}})
+        c.save_last(_model(1.0), _state(1))
         c.save_step(_model(1.0), 1, "bleu", 1.0, is_best=False)
         c.save_step(_model(2.0), 2, "bleu", 2.0, is_best=False)
         average(tmp_path, last=2)
@@ -275,7 +281,7 @@ def test_average_refuses_a_negative_count(tmp_path, last, best, flag):
 
 def test_a_full_disk_while_saving_the_state_is_one_line_naming_it(tmp_path, monkeypatch):
     c = ck.Checkpoints(tmp_path)
-    c.save_last(_model(1.0), {"step": 1})
+    c.save_last(_model(1.0), _state(1))
 
     def torn_save(obj, f, *a, **kw):  # what torch's zip writer raises on ENOSPC
         f.write(b"half a checkpoint")
@@ -283,10 +289,10 @@ def test_a_full_disk_while_saving_the_state_is_one_line_naming_it(tmp_path, monk
 
     monkeypatch.setattr(ck.torch, "save", torn_save)
     monkeypatch.setattr("shutil.disk_usage", lambda p: shutil._ntuple_diskusage(1, 1, 0))
-    state = {"step": 2, "w": torch.zeros(3 << 18)}  # 3 MB
+    state = _state(2, model={"w": torch.zeros(3 << 18)})  # 3 MB
     with pytest.raises(NmtError) as e:
         c.save_last(_model(2.0), state)
     assert str(e.value) == f"{c.state_path}: no space left on device (3.0 MB needed)"
     monkeypatch.undo()
-    assert load_state(c.state_path)["step"] == 1
+    assert load_state(c.state_path)["train_state"]["step"] == 1
     assert sorted(p.name for p in c.dir.iterdir()) == ["last.safetensors", "last.state.pt"]

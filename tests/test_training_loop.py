@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from nmt.config import load_config
 from nmt.errors import NmtError
-from nmt.modeldir import load_state
+from nmt.modeldir import SavedState, load_state
 from nmt.runtime import KERNEL_CACHE_VARIABLES
 from nmt.train.finetune import check_init_outside
 from nmt.train.loop import train
@@ -507,15 +507,19 @@ def test_resume_keeps_the_room_max_time_leaves_for_validation(copy_data, tmp_pat
 def test_resume_position_changes_table():
     from nmt.train.state import check_position, position_changes
 
+    def saved(settings: dict | None = None, world_size: int = 1) -> SavedState:
+        raw = dict(model={}, optimizer={}, train_state={}, rng={}, world_size=world_size)
+        return SavedState.from_saved({**raw, "settings": settings}, "last.state.pt")
+
     now = {"max_tokens": 600, "accumulate": 2, "seed": 1, "data_dir": "/d"}
-    old = {"settings": {**now, "accumulate": 1}, "world_size": 2}
+    old = saved({**now, "accumulate": 1}, 2)
     changes = position_changes(old, now, 1)
     assert changes == ["training.accumulate changed (1 -> 2)", "world size changed (2 -> 1)"]
-    assert position_changes({"world_size": 1}, now, 1) == []  # an older state: nothing to compare
+    assert position_changes(saved(), now, 1) == []  # an older state: nothing to compare
     # A state saved before subword sampling existed has no subword_alpha: not compared.
     sampled = {**now, "subword_alpha": 0.3}
-    assert position_changes({"settings": now}, sampled, 1) == []
-    assert position_changes({"settings": {**now, "subword_alpha": 0.0}}, sampled, 1) == [
+    assert position_changes(saved(now), sampled, 1) == []
+    assert position_changes(saved({**now, "subword_alpha": 0.0}), sampled, 1) == [
         "training.subword_alpha changed (0.0 -> 0.3)"
     ]
     assert check_position(changes, 0, False) is False  # an epoch boundary means the same batches
@@ -631,3 +635,28 @@ def test_training_opens_its_data_folder_once(copy_data, tmp_path, monkeypatch):
          "training.subword_alpha=0.1")  # fmt: skip
     assert parses == [copy_data]
     assert [Path(a[0]).name for a in loads] == ["spm.model"]
+
+
+def test_a_state_in_the_format_before_versioning_still_resumes_bitwise(copy_data, tmp_path):
+    """States written before they carried `format` (format 1: the same fields) resume as today's;
+    a state from a newer nmt, or another file, is one line naming it."""
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    _run(copy_data, full, "training.max_steps=12")
+    _run(copy_data, cut, "training.max_steps=6")
+    path = cut / "checkpoints" / "last.state.pt"
+    raw = load_state(path)
+    assert raw["format"] == 2
+    del raw["format"]  # how every state was written before the format was recorded
+    torch.save(raw, path)
+    assert _run(copy_data, cut, "training.max_steps=12", resume=True).steps == 12
+    a, b = _weights(full), _weights(cut)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    torch.save({**raw, "format": 3}, path)
+    with pytest.raises(NmtError) as e:
+        _run(copy_data, cut, "training.max_steps=14", resume=True)
+    assert str(e.value) == (
+        f"{path}: trainer state format 3; this nmt reads formats 1 to 2 (a newer nmt wrote it)"
+    )
+    torch.save({"model": {}}, path)
+    with pytest.raises(NmtError, match=r"not a trainer state \(no 'optimizer'\)$"):
+        _run(copy_data, cut, "training.max_steps=14", resume=True)

@@ -54,12 +54,12 @@ def valid_files(model_dir: str | Path, data_dir: str | Path | None) -> tuple[Pat
 
 def training_data_dir(model_dir: str | Path) -> Path:
     """The DATA_DIR recorded in MODEL_DIR's trainer state."""
-    from nmt.modeldir import load_state, state_path
+    from nmt.modeldir import read_state, state_path
 
     path = state_path(model_dir)
     if not path.exists():
         raise NmtError(f"{path}: no trainer state to find the training DATA_DIR; give --data")
-    data = (load_state(path).get("settings") or {}).get("data_dir")
+    data = read_state(path).settings.get("data_dir")
     if not data:
         raise NmtError(f"{path}: the trainer state does not record its DATA_DIR; give --data")
     return Path(data)

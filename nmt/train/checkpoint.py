@@ -30,8 +30,9 @@ from nmt.errors import NmtError
 from nmt.modeldir import (
     CHECKPOINTS,
     STATE,
+    SavedState,
     has_checkpoints,
-    load_state,
+    read_state,
     save_weights,
     tensor_bytes,
     weights_step,
@@ -88,31 +89,31 @@ def save_state(path: str | Path, state: dict[str, Any]) -> None:
 
 def capture(
     model: Any, optimizer: Any, scaler: Any, train_state: dict[str, Any], world_size: int
-) -> dict[str, Any]:
+) -> SavedState:
     """Everything `--resume` needs, as tensors and plain types."""
-    return {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scaler": scaler.state_dict() if scaler is not None else {},
-        "train_state": train_state,
-        "rng": rng_state(),
-        "world_size": world_size,
-    }
+    return SavedState(
+        model=model.state_dict(),
+        optimizer=optimizer.state_dict(),
+        scaler=scaler.state_dict() if scaler is not None else {},
+        train_state=train_state,
+        rng=rng_state(),
+        world_size=world_size,
+    )
 
 
-def restore(path: Path, model: Any, optimizer: Any, scaler: Any) -> dict[str, Any]:
+def restore(path: Path, model: Any, optimizer: Any, scaler: Any) -> SavedState:
     """Load a saved state into the live model, optimizer and scaler; return it (counters, RNGs)."""
-    st = load_state(path, "cpu")
+    st = read_state(path, "cpu")
     try:
-        model.load_state_dict(st["model"])
+        model.load_state_dict(st.model)
     except RuntimeError:
         raise NmtError(
             f"{path}: the saved model does not match this config's model section; "
             "resume with the same model settings (omit --preset/CONFIG to reuse the saved ones)"
         ) from None
-    optimizer.load_state_dict(st["optimizer"])
-    if scaler is not None and st.get("scaler"):
-        scaler.load_state_dict(st["scaler"])
+    optimizer.load_state_dict(st.optimizer)
+    if scaler is not None and st.scaler:
+        scaler.load_state_dict(st.scaler)
     return st
 
 
@@ -133,10 +134,10 @@ class Checkpoints:
         """Whether a previous run left anything here."""
         return has_checkpoints(self.dir.parent)
 
-    def save_last(self, model: Any, state: dict[str, Any]) -> None:
+    def save_last(self, model: Any, state: SavedState) -> None:
         """Write last.safetensors and the full trainer state (which embeds the weights too)."""
-        save_state(self.state_path, state)
-        step = state.get("train_state", {}).get("step")
+        save_state(self.state_path, state.to_saved())
+        step = state.train_state.get("step")
         save_weights(model, self.dir / "last.safetensors", step)
 
     def read_index(self) -> list[dict[str, Any]]:

@@ -137,10 +137,9 @@ class Trainer:
                 self.dist.world_size,
             )
             if self.average is not None:
-                state["weight_average"] = self.average.state_dict()
-            state.update(settings=self.settings, valid_seconds=self.valid_seconds)
-            if ranks_rng is not None:
-                state["ranks_rng"] = ranks_rng
+                state.weight_average = self.average.state_dict()
+            state.settings, state.valid_seconds = self.settings, self.valid_seconds
+            state.ranks_rng = ranks_rng
             self.ckpt.save_last(self.eval_model, state)
         self.save_clock.saved()
 

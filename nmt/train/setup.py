@@ -184,7 +184,7 @@ def restore(
     means other batches (or, opted in, start the epoch over)."""
     tc, log = run.tc, run.log
     saved = checkpoint.restore(modeldir.state_path(run.model_dir), model, optimizer, scaler)
-    state = TrainState(**saved["train_state"])
+    state = TrainState(**saved.train_state)
     check_metric(saved, settings)
     changes = position_changes(saved, settings, run.dist.world_size)
     if check_position(changes, state.position, tc.reset_data_position):
@@ -193,12 +193,10 @@ def restore(
     retuned = retune_optimizer(optimizer, saved, tc)
     if retuned:
         log.info(f"optimizer settings changed: {', '.join(retuned)}")
-    average = saved.get("weight_average")
+    average = saved.weight_average
     if tc.ema_decay and average is None:
         log.info("the saved state has no weight average: it starts from these weights")
-    return Resumed(
-        state, saved["rng"], saved.get("ranks_rng"), float(saved.get("valid_seconds", 0.0)), average
-    )
+    return Resumed(state, saved.rng, saved.ranks_rng, float(saved.valid_seconds), average)
 
 
 def weight_average(

@@ -17,6 +17,7 @@ from torch import nn
 
 from nmt.config import TrainingConfig
 from nmt.errors import NmtError
+from nmt.modeldir import SavedState
 
 
 @dataclass
@@ -68,10 +69,10 @@ def run_settings(tc: TrainingConfig, data_dir: Path) -> dict[str, Any]:
     }
 
 
-def check_metric(saved: dict[str, Any], now: dict[str, Any]) -> None:
+def check_metric(saved: SavedState, now: dict[str, Any]) -> None:
     """Refuse another early_stop_metric: the best score, patience and kept checkpoints were
     judged by the saved one (BLEU and loss ranks cannot be mixed)."""
-    old = (saved.get("settings") or {}).get("early_stop_metric")
+    old = saved.settings.get("early_stop_metric")
     if old is not None and old != now["early_stop_metric"]:
         raise NmtError(
             f"--resume: training.early_stop_metric changed ({old} -> {now['early_stop_metric']}); "
@@ -80,18 +81,18 @@ def check_metric(saved: dict[str, Any], now: dict[str, Any]) -> None:
         )
 
 
-def position_changes(saved: dict[str, Any], now: dict[str, Any], world_size: int) -> list[str]:
+def position_changes(saved: SavedState, now: dict[str, Any], world_size: int) -> list[str]:
     """'training.KEY changed (old -> new)' for each batching setting that differs.
 
     `saved` is a loaded trainer state; keys it lacks (older states) are not compared."""
-    old = saved.get("settings") or {}
+    old = saved.settings
     label = {"data_dir": "data directory"}
     changes = [
         f"{label.get(k, 'training.' + k)} changed ({old[k]} -> {now[k]})"
         for k in POSITION_KEYS
         if k in old and old[k] != now[k]
     ]
-    old_ws = saved.get("world_size")
+    old_ws = saved.world_size
     if old_ws is not None and old_ws != world_size:
         changes.append(f"world size changed ({old_ws} -> {world_size})")
     return changes
@@ -110,7 +111,7 @@ def check_position(changes: list[str], position: int, reset: bool) -> bool:
 
 
 def retune_optimizer(
-    optimizer: torch.optim.Optimizer, saved: dict[str, Any], tc: TrainingConfig
+    optimizer: torch.optim.Optimizer, saved: SavedState, tc: TrainingConfig
 ) -> list[str]:
     """Apply betas and weight_decay to the loaded optimizer; return what changed (lr included).
 
@@ -121,8 +122,8 @@ def retune_optimizer(
         "betas": [float(b) for b in betas],
         "weight_decay": float(groups[0]["weight_decay"]),
     }
-    if "lr" in (saved.get("settings") or {}):
-        old["lr"] = saved["settings"]["lr"]
+    if "lr" in saved.settings:
+        old["lr"] = saved.settings["lr"]
     new_betas = [float(b) for b in tc.betas]
     new: dict[str, Any] = {"lr": tc.lr, "betas": new_betas, "weight_decay": tc.weight_decay}
     for g in groups:
