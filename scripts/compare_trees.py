@@ -53,10 +53,10 @@ def translate(tree: Path, model: Path, src: Path, out: Path, greedy: bool, cwd: 
     return run_tree(tree, args + (["--greedy"] if greedy else []), cwd)
 
 
-def train(tree: Path, data: Path, out: Path, cwd: Path) -> float:
-    """Training tokens a second of `tree` over TRAIN_STEPS updates (from its metrics.jsonl)."""
+def train(tree: Path, data: Path, out: Path, cwd: Path, steps: int = TRAIN_STEPS) -> float:
+    """Training tokens a second of `tree` over `steps` updates (from its metrics.jsonl)."""
     args = ["train", "--preset", "transformer-multi30k", "-d", str(data.resolve()), "-o", str(out),
-            "--force", "--quiet", "--set", f"training.max_steps={TRAIN_STEPS}",
+            "--force", "--quiet", "--set", f"training.max_steps={steps}",
             "--set", "training.valid_every=0", "--set", "training.save_every=0"]  # fmt: skip
     run_tree(tree, args, cwd)
     events = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-d", "--data", type=Path, default=ROOT / "work/demo/data")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--no-train", action="store_true", help="decoding only")
+    p.add_argument("--no-decode", action="store_true", help="training only")
+    p.add_argument("--train-steps", type=int, default=TRAIN_STEPS)
     args = p.parse_args(argv)
     src = multi30k(None) / "test_2016_flickr.en"
     trees = {"old": args.old, "new": args.new}
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         for r in range(args.rounds):
             order = ["old", "new"] if r % 2 == 0 else ["new", "old"]
-            for mode in ("beam", "greedy"):
+            for mode in () if args.no_decode else ("beam", "greedy"):
                 secs, texts = {}, {}
                 for name in order:
                     out = work / f"{name}.{mode}.txt"
