@@ -34,9 +34,7 @@ def open_translator(
         return engine
     from nmt.decode.translator import Translator
 
-    members = [
-        d if isinstance(d, ModelDir) else ModelDir(d) for d in given if not isinstance(d, ExportDir)
-    ]
+    members = [d for d in given if not isinstance(d, ExportDir)]  # opened by Translator.from_dir
     engine = Translator.from_dir(
         members if len(members) > 1 else members[0], device=device, checkpoint=checkpoint,
         precision=precision, workers=workers,
