@@ -24,7 +24,7 @@ from typing import Any
 from nmt.config import Config, DecodingConfig, ModelConfig, read_saved_config
 from nmt.data.spm_source import MODEL_META
 from nmt.data.vocab import Tokenizer, VocabInfo
-from nmt.errors import NmtError
+from nmt.errors import NmtError, check_format_version
 from nmt.textio import atomic_write, publishing, read_json_object
 
 CHECKPOINTS = "checkpoints"
@@ -32,6 +32,7 @@ NAMED = ("best", "last", "averaged")
 STATE = "last.state.pt"  # the resumable trainer state, in CHECKPOINTS
 DEFAULT = "default.json"  # in CHECKPOINTS: which named checkpoint `default` means (else best)
 CONFIG = "config.yaml"  # the resolved Config a MODEL_DIR was trained with
+MODEL_FORMAT = 1  # vocab.json's "format": the layout this nmt writes (absent: 1)
 
 
 def write_meta(
@@ -55,6 +56,7 @@ def write_meta(
                 shutil.copyfileobj(src, out)  # a kill mid-copy leaves the old model intact
         names[side] = spm.name
     meta = {
+        "format": MODEL_FORMAT,
         "src_lang": src_lang,
         "tgt_lang": tgt_lang,
         "src_spm": names["src"],
@@ -80,8 +82,9 @@ class ModelDir:
                 raise NmtError(
                     f"{self.path / name}: file not found (is {self.path} a model directory?)"
                 )
-        self.config = read_saved_config(self.path / CONFIG)
         self.meta = read_json_object(self.path / MODEL_META)
+        check_format_version(self.path / MODEL_META, self.meta.get("format"), MODEL_FORMAT, "model")
+        self.config = read_saved_config(self.path / CONFIG)
         fields = {f.name for f in dataclasses.fields(VocabInfo)}
         try:
             self.vocab = VocabInfo(**{k: v for k, v in self.meta.items() if k in fields})
@@ -411,12 +414,7 @@ class SavedState:
         if not isinstance(raw, dict) or (absent := [k for k in _STATE_NEEDS if k not in raw]):
             what = f"no {absent[0]!r}" if isinstance(raw, dict) else type(raw).__name__
             raise NmtError(f"{path}: not a trainer state ({what})")
-        version = raw.get("format", 1)
-        if not isinstance(version, int) or not 1 <= version <= STATE_FORMAT:
-            raise NmtError(
-                f"{path}: trainer state format {version!r}; this nmt reads formats 1 to "
-                f"{STATE_FORMAT} (a newer nmt wrote it)"
-            )
+        check_format_version(path, raw.get("format"), STATE_FORMAT, "trainer state")
         known = {f.name for f in dataclasses.fields(cls)}
         fields = {k: v for k, v in raw.items() if k in known and v is not None}
         return cls(**{**fields, "format": STATE_FORMAT})

@@ -115,6 +115,13 @@ def test_read_manifest_invalid_json_and_format(tmp_path):
     (tmp_path / "manifest.json").write_text('{"format": "nmt-data/0"}', encoding="utf-8")
     with pytest.raises(NmtError, match=r"unsupported data format 'nmt-data/0' \(need nmt-data/1\)"):
         dataset.read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text('{"format": "nmt-data/2"}', encoding="utf-8")
+    with pytest.raises(NmtError) as e:
+        dataset.read_manifest(tmp_path)
+    assert str(e.value) == (
+        f"{tmp_path / 'manifest.json'}: data format 2; this nmt reads formats 1 to 1 (a newer nmt "
+        "wrote it)"
+    )
 
 
 def _random_array(

@@ -257,6 +257,27 @@ def test_nbest_empty_lines_and_manifest(exported):
         model_dir.resolve()
     )
     assert (out / manifest["src_spm"]).is_file() and (out / manifest["tgt_spm"]).is_file()
+    assert manifest["format_version"] == 1
+
+
+def test_an_export_manifest_before_versions_loads_and_a_newer_one_is_named(exported, tmp_path):
+    import shutil
+
+    from nmt.decode.exported import ExportDir
+
+    out = tmp_path / "copy"
+    shutil.copytree(exported[3], out)
+    path = out / EXPORT_MANIFEST
+    manifest = json.loads(path.read_text())
+    del manifest["format_version"]  # as exports were written before it was recorded
+    path.write_text(json.dumps(manifest))
+    assert ExportDir(out).checkpoint == "best"
+    path.write_text(json.dumps({**manifest, "format_version": 2}))
+    with pytest.raises(NmtError) as e:
+        ExportDir(out)
+    assert str(e.value) == (
+        f"{path}: export format 2; this nmt reads formats 1 to 1 (a newer nmt wrote it)"
+    )
 
 
 @pytest.fixture(scope="module")

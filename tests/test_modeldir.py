@@ -21,6 +21,8 @@ from nmt.config import load_config
 from nmt.data.vocab import VocabInfo
 from nmt.errors import NmtError
 from nmt.modeldir import (
+    MODEL_FORMAT,
+    ModelDir,
     check_model_dir,
     load_model,
     reset_model_dir,
@@ -211,6 +213,20 @@ def test_write_meta_and_load_model_round_trip(tmp_path):
     assert not loaded.training
     with pytest.raises(NmtError, match="last.safetensors: checkpoint not found"):
         load_model(out, "last")
+    # The directory records its format; one written before it did (no "format") still loads,
+    # one from a newer nmt is one line naming the file.
+    meta_path = out / "vocab.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    assert meta["format"] == MODEL_FORMAT == 1
+    del meta["format"]
+    meta_path.write_text(json.dumps(meta), encoding="utf-8")
+    assert ModelDir(out).vocab == vocab
+    meta_path.write_text(json.dumps({**meta, "format": 2}), encoding="utf-8")
+    with pytest.raises(NmtError) as e:
+        ModelDir(out)
+    assert str(e.value) == (
+        f"{meta_path}: model format 2; this nmt reads formats 1 to 1 (a newer nmt wrote it)"
+    )
 
 
 class _Two(nn.Module):

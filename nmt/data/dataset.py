@@ -22,9 +22,10 @@ import numpy as np
 import numpy.typing as npt
 
 from nmt.data.vocab import Tokenizer, VocabInfo
-from nmt.errors import NmtError
+from nmt.errors import NmtError, check_format_version
 
-FORMAT = "nmt-data/1"
+DATA_FORMAT = 1  # the manifest's "format" is nmt-data/<this>: the layout this nmt writes
+FORMAT = f"nmt-data/{DATA_FORMAT}"
 MANIFEST = "manifest.json"
 
 
@@ -269,10 +270,12 @@ def _parse_manifest(data_dir: Path) -> dict[str, Any]:
         manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
         raise NmtError(f"{path}: invalid JSON ({e})") from None
-    if manifest.get("format") != FORMAT:
-        raise NmtError(
-            f"{path}: unsupported data format {manifest.get('format')!r} (need {FORMAT})"
-        )
+    found = manifest.get("format")
+    kind, _, version = str(found).partition("/")
+    if kind == "nmt-data" and version.isdigit() and int(version) > DATA_FORMAT:
+        check_format_version(path, int(version), DATA_FORMAT, "data")
+    if found != FORMAT:
+        raise NmtError(f"{path}: unsupported data format {found!r} (need {FORMAT})")
     return manifest
 
 

@@ -11,9 +11,10 @@ from typing import Any
 
 from nmt.config import DecodingConfig
 from nmt.data.vocab import Tokenizer
-from nmt.errors import NmtError, install_hint
+from nmt.errors import NmtError, check_format_version, install_hint
 
 EXPORT_MANIFEST = "nmt-export.json"
+EXPORT_FORMAT = 1  # the manifest's "format_version": the layout this nmt writes (absent: 1)
 PAD_PIECE = "<blank>"  # CTranslate2's name for padding; our id 0
 
 
@@ -37,6 +38,7 @@ def read_export_manifest(export_dir: str | Path) -> dict[str, Any]:
         raise NmtError(f"{path}: invalid JSON ({e})") from None
     if not isinstance(data, dict) or data.get("format") != "ctranslate2":
         raise NmtError(f"{path}: not an nmt CTranslate2 export manifest")
+    check_format_version(path, data.get("format_version"), EXPORT_FORMAT, "export")
     return data
 
 

@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from nmt.decode.exported import EXPORT_MANIFEST, PAD_PIECE, require_ctranslate2
+from nmt.decode.exported import EXPORT_FORMAT, EXPORT_MANIFEST, PAD_PIECE, require_ctranslate2
 from nmt.errors import NmtError
 
 FORMATS = ("ctranslate2",)
@@ -109,6 +109,7 @@ def _manifest(
 
     return {
         "format": "ctranslate2",
+        "format_version": EXPORT_FORMAT,
         "nmt_version": __version__,
         "source_model_dir": str(model_dir.resolve()),
         "checkpoint": checkpoint,
