@@ -101,10 +101,9 @@ class ModelDir:
         """Its source and target SentencePiece models (one object when they are one file); a
         `nmt preprocess --lowercase` model lowercases what it is given."""
         lc = self.meta.get("lowercase", False) is True
-        src = Tokenizer.load(self.path / self.meta["src_spm"], lc)
-        if self.meta["tgt_spm"] == self.meta["src_spm"]:
-            return src, src
-        return src, Tokenizer.load(self.path / self.meta["tgt_spm"], lc)
+        return Tokenizer.pair(
+            self.path / self.meta["src_spm"], self.path / self.meta["tgt_spm"], lc
+        )
 
     @property
     def decoding(self) -> DecodingConfig:

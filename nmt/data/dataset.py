@@ -243,9 +243,7 @@ class DataDir:
     @functools.cached_property
     def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
         """(source, target) tokenizers; the same object twice for a joint vocabulary."""
-        src_path, tgt_path = self.spm_paths
-        src = Tokenizer.load(src_path, self.lowercase)
-        return src, src if tgt_path == src_path else Tokenizer.load(tgt_path, self.lowercase)
+        return Tokenizer.pair(*self.spm_paths, self.lowercase)
 
     @property
     def vocab_info(self) -> VocabInfo:

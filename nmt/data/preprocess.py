@@ -254,7 +254,7 @@ class _Run:
             self.sums = {p: hasher.submit(sha256_file, p) for p in set(self.inputs["train"])}
             counts, chunks = self.clean_train(clean)
             models = self.learn_sentencepiece(clean)
-            toks = (Tokenizer.load(models[0]), Tokenizer.load(models[1]))
+            toks = Tokenizer.pair(models[0], models[1])
             dtype = "<u2" if max(t.vocab_size for t in toks) <= 65535 else "<i4"
             splits = {"train": self.encode_train(clean, chunks, models, dtype, counts)}
         for split, paths in self.inputs.items():

@@ -268,6 +268,13 @@ class Tokenizer:
             raise NmtError(f"{path}: not a SentencePiece model ({e})") from None
         return cls(sp, path, lowercase)
 
+    @classmethod
+    def pair(cls, src: Path, tgt: Path, lowercase: bool = False) -> tuple[Tokenizer, Tokenizer]:
+        """A directory's (source, target) models: one object twice when they are one file (a
+        joint vocabulary). What every directory kind loads its tokenizers with."""
+        first = cls.load(src, lowercase)
+        return first, first if Path(tgt) == Path(src) else cls.load(tgt, lowercase)
+
     @property
     def vocab_size(self) -> int:
         """Number of ids, special pieces included."""

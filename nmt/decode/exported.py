@@ -69,11 +69,8 @@ class ExportDir:
     @functools.cached_property
     def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
         """Its source and target SentencePiece models (one object when they are one file)."""
-        lc = self.manifest.get("lowercase", False) is True
-        src = Tokenizer.load(self.path / self.manifest["src_spm"], lc)
-        if self.manifest["tgt_spm"] == self.manifest["src_spm"]:
-            return src, src
-        return src, Tokenizer.load(self.path / self.manifest["tgt_spm"], lc)
+        m, lc = self.manifest, self.manifest.get("lowercase", False) is True
+        return Tokenizer.pair(self.path / m["src_spm"], self.path / m["tgt_spm"], lc)
 
 
 def export_decoding(manifest: dict[str, Any]) -> DecodingConfig:

@@ -33,10 +33,7 @@ def check_same_vocabulary(init_dir: Path, source: DataDir) -> tuple[int, int]:
     (nmt.data.vocab.vocabulary_difference); returns the initial model's (source, target) sizes."""
     theirs = spm_source(init_dir)
     mine, data_dir = source.tokenizers, source.path
-    trained = (
-        Tokenizer.load(theirs.src, theirs.lowercase),
-        Tokenizer.load(theirs.tgt, theirs.lowercase),
-    )
+    trained = Tokenizer.pair(theirs.src, theirs.tgt, theirs.lowercase)
     differs = vocabulary_difference(mine, trained, extended_ok=True)
     if differs == "lowercase":
         how = "with" if theirs.lowercase else "without"
