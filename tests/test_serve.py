@@ -756,3 +756,26 @@ def test_sigterm_stops_the_server_after_answering(served):
         code = stop_server(proc)  # uvicorn re-raises the signal once it has shut down
         assert code in (0, -signal.SIGTERM)
         assert late.result().status_code == 200  # the request in flight was answered
+
+
+def test_answers_are_what_the_openapi_models_describe(client):
+    """Every field of a real answer is one its OpenAPI model names, with its type: translate with
+    attention, split sentences, constraints, sampling; score; attention; an error."""
+    from nmt.serve.schema import AttentionAnswer, Problem, ScoreAnswer, TranslateAnswer
+
+    bodies = [
+        {"text": LINES[:3], "nbest": 2, "with_attention": True},
+        {"text": ["A man rides. Two dogs play.", "x"], "split_sentences": True},
+        {"text": "two dogs", "constraints": ["park"]},
+        {"text": "two dogs", "sampling": True, "nbest": 2},
+    ]
+    for body in bodies:
+        r = client.post("/translate", json=body)
+        assert r.status_code == 200, r.text
+        TranslateAnswer.model_validate(r.json())
+    assert client.post("/translate", json=bodies[1]).json()["translations"][0]["sentences"]
+    r = client.post("/score", json={"source": LINES[:2], "target": TARGETS[:2]})
+    ScoreAnswer.model_validate(r.json())
+    r = client.post("/attention", json={"text": "two dogs", "kind": "self", "head": 0})
+    AttentionAnswer.model_validate(r.json())
+    Problem.model_validate(client.post("/translate", json={}).json())

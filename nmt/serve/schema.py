@@ -1,17 +1,25 @@
-"""The OpenAPI description of the answers (documentation only: answers are built without a second
-validation pass) and of the request bodies, whose models `nmt.serve.request` checks them with."""
+"""The OpenAPI description of the answers and of the request bodies, whose models
+`nmt.serve.request` checks them with. Answers are built without a second validation pass; the
+answer models forbid fields they do not name, and tests/test_serve.py validates real answers
+against them, so the description cannot drift from what is sent."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from nmt.serve.attention_query import AttentionBody
 from nmt.serve.request import ScoreBody, TranslateBody
 
 
-class PairScore(BaseModel):
+class Answer(BaseModel):
+    """An answer model: exactly the fields an answer carries."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class PairScore(Answer):
     """One pair's log-probabilities (natural log; eos is the last token)."""
 
     log_prob: float
@@ -20,7 +28,7 @@ class PairScore(BaseModel):
     token_log_probs: list[float]
 
 
-class ScoreAnswer(BaseModel):
+class ScoreAnswer(Answer):
     """The scores in input order, and timings."""
 
     scores: list[PairScore]
@@ -30,7 +38,7 @@ class ScoreAnswer(BaseModel):
     batch: dict[str, int]
 
 
-class Hypothesis(BaseModel):
+class Hypothesis(Answer):
     """One candidate, best first."""
 
     translation: str
@@ -40,15 +48,16 @@ class Hypothesis(BaseModel):
     attention: list[list[float]] | None = None
 
 
-class LineResult(BaseModel):
+class LineResult(Answer):
     """One input line's record, as `nmt translate --format jsonl` writes it."""
 
     source: str
     source_tokens: list[str] | None = None
     hypotheses: list[Hypothesis]
+    sentences: list[LineResult] | None = None  # a line split into pieces: each one's record
 
 
-class TranslateAnswer(BaseModel):
+class TranslateAnswer(Answer):
     """The translations in input order, and timings."""
 
     translations: list[LineResult]
@@ -58,7 +67,7 @@ class TranslateAnswer(BaseModel):
     batch: dict[str, int]
 
 
-class AttentionAnswer(BaseModel):
+class AttentionAnswer(Answer):
     """One sentence's attention: `weights` is rows x columns, each row a distribution over the
     columns (kind decoder: 0 above the diagonal)."""
 
@@ -76,7 +85,7 @@ class AttentionAnswer(BaseModel):
     decode_ms: float
 
 
-class Problem(BaseModel):
+class Problem(Answer):
     """Every error: one line."""
 
     detail: str
