@@ -94,6 +94,10 @@ class SentenceConstraints:
         """The tokens that start a missing constraint or continue one begun."""
         return {p[n] for p, n in progress.started} | self._held_by(progress.met)[1]
 
+    def held(self, met: frozenset[int]) -> int:
+        """The tokens of the phrases `met` holds: the bank of a hypothesis that begins none."""
+        return self._held_by(met)[0]
+
     def _held_by(self, met: frozenset[int]) -> tuple[int, set[int]]:
         """The tokens of the phrases `met` holds, and the first tokens of the others."""
         known = self._held.get(met)
@@ -253,12 +257,17 @@ def _rank(
 ) -> _Choice:
     """Round the banks, fullest first: the best candidate of each bank, then the second best of
     each, ...; the first k of that order that end are finished, the first k that go on the beam."""
-    banks: dict[int, list[tuple[float, int, int, Progress]]] = {}
+    banks: dict[int, list[tuple[float, int, int, Progress | None]]] = {}
+    held = [sent.held(p.met) for p in progress]  # a token of no phrase leaves this bank
     for (slot, tok), score in cands.items():
         if score == NEG_INF:
             continue
-        after = progress[slot] if tok == eos else sent.after(progress[slot], tok)
-        banks.setdefault(after.bank, []).append((score, slot, tok, after))
+        if tok == eos or tok not in sent.tokens:  # its progress is made only if it is chosen
+            after, bank = (progress[slot] if tok == eos else None), held[slot]
+        else:
+            after = sent.after(progress[slot], tok)
+            bank = after.bank
+        banks.setdefault(bank, []).append((score, slot, tok, after))
     order = []
     for bank, members in banks.items():
         members.sort(key=lambda m: (-m[0], m[1], m[2]))
@@ -266,7 +275,11 @@ def _rank(
     order.sort(key=lambda o: (o[0], o[1]))
     ranked = [m for *_, m in order]
     ended = [(slot, score) for score, slot, tok, _ in ranked[:k] if tok == eos]
-    beam = [(slot, tok, score, after) for score, slot, tok, after in ranked if tok != eos][:k]
+    beam = [
+        (slot, tok, score, after or sent.after(progress[slot], tok))
+        for score, slot, tok, after in ranked
+        if tok != eos
+    ][:k]
     return _Choice(beam, ended)
 
 
