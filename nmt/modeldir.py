@@ -82,9 +82,9 @@ class ModelDir:
                 raise NmtError(
                     f"{self.path / name}: file not found (is {self.path} a model directory?)"
                 )
+        self.config = read_saved_config(self.path / CONFIG)
         self.meta = read_json_object(self.path / MODEL_META)
         check_format_version(self.path / MODEL_META, self.meta.get("format"), MODEL_FORMAT, "model")
-        self.config = read_saved_config(self.path / CONFIG)
         fields = {f.name for f in dataclasses.fields(VocabInfo)}
         try:
             self.vocab = VocabInfo(**{k: v for k, v in self.meta.items() if k in fields})
