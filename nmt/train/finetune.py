@@ -19,27 +19,28 @@ from typing import Any
 from nmt.config import ModelConfig, TrainingConfig
 from nmt.data.dataset import DataDir
 from nmt.data.spm_source import MODEL_META, spm_source
-from nmt.data.vocab import Tokenizer, vocabulary_difference
+from nmt.data.vocab import vocabulary_difference
 from nmt.errors import NmtError
+from nmt.modeldir import ModelDir
 
 # The parameters with one row per vocabulary id, and the side whose vocabulary they follow.
 VOCAB_ROWS = {"src_embed.weight": 0, "tgt_embed.weight": 1, "output.weight": 1}
 THIS_RUN = "the model section of this run"  # what the initial weights must match, in errors
 
 
-def check_same_vocabulary(init_dir: Path, source: DataDir) -> tuple[int, int]:
+def check_same_vocabulary(initial: ModelDir, source: DataDir) -> tuple[int, int]:
     """The corpus must be encoded with the pieces the initial weights were trained on (or those
     plus appended ones, `--extend-vocab`), and lowercased as they were
     (nmt.data.vocab.vocabulary_difference); returns the initial model's (source, target) sizes."""
-    theirs = spm_source(init_dir)
-    mine, data_dir = source.tokenizers, source.path
-    trained = Tokenizer.pair(theirs.src, theirs.tgt, theirs.lowercase)
+    init_dir, mine, data_dir = initial.path, source.tokenizers, source.path
+    trained = initial.tokenizers
+    lowercase = trained[0].lowercase
     differs = vocabulary_difference(mine, trained, extended_ok=True)
     if differs == "lowercase":
-        how = "with" if theirs.lowercase else "without"
+        how = "with" if lowercase else "without"
         raise NmtError(
             f"{data_dir}: {init_dir} was trained on text preprocessed {how} --lowercase (preprocess "
-            f"the corpus with --spm-from {init_dir}{' --lowercase' if theirs.lowercase else ''})"
+            f"the corpus with --spm-from {init_dir}{' --lowercase' if lowercase else ''})"
         )
     if differs is not None:
         raise NmtError(
@@ -59,18 +60,19 @@ def init_weights(
     """Load MODEL_DIR's checkpoint into the freshly built `model` (of the model section `arch`),
     after checking vocabularies; returns what was loaded ({"init_from", "checkpoint", "step"})
     for the log and metrics."""
-    from nmt.modeldir import checkpoint_path, load_weights, weights_step
+    from nmt.modeldir import load_weights, weights_step
 
     init_dir = Path(init_dir)
     if not (init_dir / MODEL_META).is_file():
         spm_source(init_dir)  # names what the folder is (missing, or a DATA_DIR)
         raise NmtError(f"{init_dir}: not a model directory (--init-from takes a MODEL_DIR)")
-    sizes = check_same_vocabulary(init_dir, source)
-    path = checkpoint_path(init_dir, checkpoint)
+    initial = ModelDir(init_dir)  # read once
+    sizes = check_same_vocabulary(initial, source)
+    path = initial.checkpoint(checkpoint)
     added = extend_rows(model, path, sizes)
     if added is None:
         load_weights(model, path, what=THIS_RUN)
-    check_same_architecture(init_dir, arch)  # what loaded may still compute something else
+    check_same_architecture(initial, arch)  # what loaded may still compute something else
     loaded = {"init_from": str(init_dir), "checkpoint": str(path), "step": weights_step(path)}
     return {**loaded, "new_rows": added} if added else loaded
 
@@ -99,18 +101,14 @@ def check_init_outside(tc: TrainingConfig, model_dir: Path) -> None:
         )
 
 
-def check_same_architecture(init_dir: Path, arch: ModelConfig) -> None:
-    """Refuse a model section whose architecture differs from INIT_DIR's config.yaml: weights of
-    the same shapes (other heads, activation ...) load, but compute another function.
+def check_same_architecture(initial: ModelDir, arch: ModelConfig) -> None:
+    """Refuse a model section whose architecture differs from the initial model's config.yaml:
+    weights of the same shapes (other heads, activation ...) load, but compute another function.
     Dropout rates and max_positions may change (a longer learned position table fails to load)."""
-    from nmt.modeldir import architecture_changes, saved_config
+    from nmt.modeldir import architecture_changes
 
-    saved = saved_config(init_dir)
-    if saved is None:
-        raise NmtError(
-            f"{init_dir / 'config.yaml'}: file not found (--init-from takes a MODEL_DIR)"
-        )
-    changes = architecture_changes(saved.model, arch, ignore=("max_positions",))
+    init_dir = initial.path
+    changes = architecture_changes(initial.config.model, arch, ignore=("max_positions",))
     if changes:
         raise NmtError(
             f"{init_dir / 'config.yaml'}: the initial model's architecture differs from this "
