@@ -17,7 +17,7 @@ import filecmp
 import functools
 import json
 import shutil
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,12 @@ class ModelDir:
     def checkpoint(self, which: str = "default") -> Path:
         """The weights file `which` names (default, best, last, averaged, or a path)."""
         return checkpoint_path(self.path, which)
+
+
+def opened_at(path: str | Path, opened: Sequence[ModelDir]) -> ModelDir | None:
+    """The directory among `opened` at `path` (compared resolved), if any."""
+    want = Path(path).resolve()
+    return next((d for d in opened if d.path.resolve() == want), None)
 
 
 def read_meta(model_dir: str | Path) -> tuple[Config, VocabInfo, dict[str, Any]]:
@@ -306,6 +312,7 @@ def check_model_dir(
     force: bool,
     model: ModelConfig | None = None,
     warn: Callable[[str], None] | None = None,
+    opened: Sequence[ModelDir] = (),
 ) -> bool:
     """Refuse to overwrite a trained MODEL_DIR by accident; True when there is a state to resume.
 
@@ -315,7 +322,7 @@ def check_model_dir(
         raise NmtError("--resume and --force exclude each other")
     if resume:
         if state_path(model_dir).exists():
-            _check_same_model(model_dir, model)  # the state's weights were trained for it
+            _check_same_model(model_dir, model, opened)  # the state's weights were trained for it
             return True
         trained = [
             n for n in ("last.safetensors", DEFAULT) if (model_dir / CHECKPOINTS / n).exists()
@@ -326,7 +333,7 @@ def check_model_dir(
                 f"({CHECKPOINTS}/{trained[0]}): nothing to resume; train into a new directory, "
                 "or --force to start over (deletes its checkpoints)"
             )
-        _check_same_model(model_dir, model)
+        _check_same_model(model_dir, model, opened)
         if warn is not None:
             warn(f"{model_dir}: no trainer state to resume; starting from scratch")
     elif has_checkpoints(model_dir) and not force:
@@ -337,14 +344,18 @@ def check_model_dir(
     return False
 
 
-def _check_same_model(model_dir: Path, model: ModelConfig | None) -> None:
+def _check_same_model(
+    model_dir: Path, model: ModelConfig | None, opened: Sequence[ModelDir] = ()
+) -> None:
     """--resume: refuse a model section whose architecture differs from MODEL_DIR's config.yaml
     (same-shaped weights would load, and be read as another model from then on); max_positions
     may change (a learned table of another size fails to load; sinusoidal ones are not stored)."""
     saved = model_dir / "config.yaml"
     if model is None or not saved.exists():
         return
-    changes = architecture_changes(read_saved_config(saved).model, model, ignore=("max_positions",))
+    known = opened_at(model_dir, opened)
+    before = known.config if known is not None else read_saved_config(saved)
+    changes = architecture_changes(before.model, model, ignore=("max_positions",))
     if changes:
         raise NmtError(
             f"{saved}: the saved model does not match this config's model section "

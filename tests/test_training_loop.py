@@ -660,3 +660,33 @@ def test_a_state_in_the_format_before_versioning_still_resumes_bitwise(copy_data
     torch.save({"model": {}}, path)
     with pytest.raises(NmtError, match=r"not a trainer state \(no 'optimizer'\)$"):
         _run(copy_data, cut, "training.max_steps=14", resume=True)
+
+
+def test_nmt_train_reads_each_model_directory_once(copy_data, tmp_path, monkeypatch):
+    """`nmt train --resume` reads the MODEL_DIR's config.yaml and vocab.json once, and
+    `--init-from` the initial model's once (the CLI's config and the checks share them)."""
+    from typer.testing import CliRunner
+
+    import nmt.config.load as load
+    import nmt.modeldir as modeldir
+    from nmt.cli.app import app
+
+    base = tmp_path / "base"
+    _run(copy_data, base, "training.max_steps=2")
+    reads: list[str] = []
+    for module, name in ((modeldir, "read_saved_config"), (load, "read_saved_config"),
+                         (modeldir, "read_json_object")):  # fmt: skip
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda p, real=real: reads.append(str(p)) or real(p))
+    common = ["-d", str(copy_data), "--device", "cpu", "--quiet", "--set", "training.valid_every=0"]
+    res = CliRunner().invoke(
+        app, ["train", "-o", str(base), "--resume", "--max-steps", "4", *common]
+    )
+    assert res.exit_code == 0, res.output
+    assert sorted(reads) == sorted(str(base / f) for f in ("config.yaml", "vocab.json"))
+    reads.clear()
+    tuned = tmp_path / "tuned"
+    res = CliRunner().invoke(app, ["train", "-o", str(tuned), "--init-from", str(base),
+                                   "--max-steps", "2", *common])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert sorted(reads) == sorted(str(base / f) for f in ("config.yaml", "vocab.json"))

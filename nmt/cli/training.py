@@ -51,14 +51,20 @@ def train_cmd(
     if distributed.needs_launch(nproc):  # every option but --nproc goes to the torchrun workers
         raise SystemExit(distributed.launch(nproc, distributed.relaunch_args(ctx, skip={"nproc"})))
     from nmt.config import resolve_train_config
+    from nmt.modeldir import CONFIG
     from nmt.train.loop import train
+    from nmt.train.setup import open_existing
 
     flags = {
         "max_steps": max_steps, "max_epochs": max_epochs, "max_time": max_time, "seed": seed,
         "init_from": init_from,
     }  # fmt: skip
-    cfg = resolve_train_config(config, preset, overrides or [], model_dir, resume, flags)
-    summary = train(cfg, data_dir, model_dir, device, resume=resume, force=force, quiet=quiet)
+    opened = open_existing([model_dir if resume else None, init_from])  # each read once
+    read = {(d.path / CONFIG).resolve(): d.config for d in opened}
+    cfg = resolve_train_config(config, preset, overrides or [], model_dir, resume, flags, read)
+    summary = train(
+        cfg, data_dir, model_dir, device, resume=resume, force=force, quiet=quiet, opened=opened
+    )
     if summary.exit_code:
         raise SystemExit(summary.exit_code)
 

@@ -53,7 +53,7 @@ def check_same_vocabulary(initial: ModelDir, source: DataDir) -> tuple[int, int]
 def init_weights(
     model: Any,
     arch: ModelConfig,
-    init_dir: str | Path,
+    init_dir: str | Path | ModelDir,
     checkpoint: str,
     source: DataDir,
 ) -> dict[str, Any]:
@@ -62,11 +62,14 @@ def init_weights(
     for the log and metrics."""
     from nmt.modeldir import load_weights, weights_step
 
-    init_dir = Path(init_dir)
-    if not (init_dir / MODEL_META).is_file():
-        spm_source(init_dir)  # names what the folder is (missing, or a DATA_DIR)
-        raise NmtError(f"{init_dir}: not a model directory (--init-from takes a MODEL_DIR)")
-    initial = ModelDir(init_dir)  # read once
+    if isinstance(init_dir, ModelDir):
+        initial = init_dir  # read by the caller
+    else:
+        if not (Path(init_dir) / MODEL_META).is_file():
+            spm_source(init_dir)  # names what the folder is (missing, or a DATA_DIR)
+            raise NmtError(f"{init_dir}: not a model directory (--init-from takes a MODEL_DIR)")
+        initial = ModelDir(init_dir)  # read once
+    init_dir = initial.path
     sizes = check_same_vocabulary(initial, source)
     path = initial.checkpoint(checkpoint)
     added = extend_rows(model, path, sizes)

@@ -15,7 +15,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -62,6 +62,7 @@ class Trainer:
         dist: distributed.DistInfo,
         resume: bool,
         quiet: bool,
+        opened: Sequence[modeldir.ModelDir] = (),
     ) -> None:
         from nmt.models import count_parameters
 
@@ -76,7 +77,7 @@ class Trainer:
         self.budget = setup.run_budget(tc)
         setup.seed_all(tc.seed)
         self.data = load_data(DataDir(data_dir), tc.valid_max_sentences)
-        self.model, self.init = setup.build_model(cfg, self.data, device, resume)
+        self.model, self.init = setup.build_model(cfg, self.data, device, resume, opened)
         self.n_params = count_parameters(self.model)
         self.optimizer = make_optimizer(self.model, tc, device)
         scaler = setup.grad_scaler(self.prec.train)
@@ -395,11 +396,13 @@ def train(
     force: bool = False,
     quiet: bool = False,
     threads: int | None = None,
+    opened: Sequence[modeldir.ModelDir] = (),
 ) -> TrainSummary:
     """Train `cfg` on DATA_DIR into MODEL_DIR; returns the summary (steps, time, best score ...).
 
     Under torchrun this runs DDP: every process calls train(), only rank 0 writes and prints.
-    `threads` (CPU) defaults to all cores shared among the local processes.
+    `threads` (CPU) defaults to all cores shared among the local processes. `opened`: model
+    directories the caller has read already (the resumed one, the initial one), not read again.
     """
     data_dir, model_dir = Path(data_dir), Path(model_dir)
     if not data_dir.is_dir():
@@ -410,7 +413,7 @@ def train(
     autocast_for(resolve_precision(cfg.training.precision, dev), dev)  # fail early: fp16 on cpu
     with setup.process(dev, dist, threads):
         warn = Log(quiet or not dist.is_main).warn
-        has_state = setup.check_dirs(cfg, model_dir, resume, force, warn)
+        has_state = setup.check_dirs(cfg, model_dir, resume, force, warn, opened)
         if distributed.agree_max(int(has_state), dist, dev) != -distributed.agree_max(
             -int(has_state), dist, dev
         ):  # a resumed run where some processes find no state would start them afresh
@@ -423,7 +426,7 @@ def train(
         with lock:
             if dist.is_main and (force or resume and not has_state):  # no state: from scratch
                 modeldir.reset_model_dir(model_dir)
-            trainer = Trainer(cfg, data_dir, model_dir, dev, dist, has_state, quiet)
+            trainer = Trainer(cfg, data_dir, model_dir, dev, dist, has_state, quiet, opened)
             distributed.barrier(dist)
             summary = trainer.run()
             distributed.barrier(dist)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import random
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -26,6 +26,7 @@ from nmt import modeldir
 from nmt.config import Config, TrainingConfig, parse_duration
 from nmt.data import batching
 from nmt.data.resegment import Resegmenter
+from nmt.data.spm_source import MODEL_META
 from nmt.device import (
     VALID_BF16_MIN_WIDTH,
     autocast_for,
@@ -110,7 +111,11 @@ def seed_all(seed: int) -> None:
 
 
 def build_model(
-    cfg: Config, data: Data, device: torch.device, resume: bool
+    cfg: Config,
+    data: Data,
+    device: torch.device,
+    resume: bool,
+    opened: Sequence[modeldir.ModelDir] = (),
 ) -> tuple[Model, dict[str, Any] | None]:
     """The model on `device` (unwrapped: validation and checkpoints use it) and, when fine-tuning,
     what its initial weights were (a resumed run continues from its own weights instead)."""
@@ -120,7 +125,8 @@ def build_model(
     tc = cfg.training
     if not tc.init_from or resume:
         return built, None
-    return built, init_weights(built, cfg.model, tc.init_from, tc.init_checkpoint, data.source)
+    initial = modeldir.opened_at(tc.init_from, opened) or tc.init_from
+    return built, init_weights(built, cfg.model, initial, tc.init_checkpoint, data.source)
 
 
 def grad_scaler(precision: str) -> torch.amp.GradScaler | None:
@@ -312,11 +318,26 @@ def process(
         sys.stderr.flush()
 
 
+def open_existing(paths: Sequence[str | Path | None]) -> list[modeldir.ModelDir]:
+    """The model directories among `paths` that have their config.yaml and vocab.json, each
+    opened once (`nmt train` hands them on, so its resumed and initial directories are read
+    once a process); the others are left to the checks that name what is wrong with them."""
+    return [
+        modeldir.ModelDir(p) for p in paths
+        if p is not None and (Path(p) / modeldir.CONFIG).is_file() and (Path(p) / MODEL_META).is_file()
+    ]  # fmt: skip
+
+
 def check_dirs(
-    cfg: Config, model_dir: Path, resume: bool, force: bool, warn: Callable[[str], None]
+    cfg: Config,
+    model_dir: Path,
+    resume: bool,
+    force: bool,
+    warn: Callable[[str], None],
+    opened: Sequence[modeldir.ModelDir] = (),
 ) -> bool:
     """Refuse an output directory that would lose a trained run, or the initial weights; True
     when there is a state to resume."""
     if not (resume and modeldir.state_path(model_dir).exists()):  # the init weights load
         check_init_outside(cfg.training, model_dir)
-    return modeldir.check_model_dir(model_dir, resume, force, cfg.model, warn)
+    return modeldir.check_model_dir(model_dir, resume, force, cfg.model, warn, opened)
