@@ -140,6 +140,17 @@ def _glibc() -> bool:
         return False
 
 
+def status_kb(pid: int | str, field: str, file: str = "status") -> int:
+    """A size field of /proc/PID/status (VmRSS, VmHWM) or of another such file (smaps_rollup:
+    Pss) in KiB; 0 where there is none (a process that has ended, another OS). The one reader of
+    these fields: decoding workers and the benchmarks use it."""
+    try:
+        with open(f"/proc/{pid}/{file}", encoding="ascii") as f:
+            return next((int(x.split()[1]) for x in f if x.startswith(field + ":")), 0)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def rss_mb() -> int | None:
     """This process's resident memory now (Linux), so a run's log shows where memory grows."""
     try:

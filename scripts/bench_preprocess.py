@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NMT = Path(sys.executable).parent / "nmt"
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from benchlib import multi30k  # noqa: E402
+from benchlib import multi30k, process_tree  # noqa: E402
+
+from nmt.runtime import status_kb  # noqa: E402
 
 
 def build(src: Path, tgt: Path, out: Path, pairs: int, seed: int) -> None:
@@ -51,17 +53,7 @@ def build(src: Path, tgt: Path, out: Path, pairs: int, seed: int) -> None:
 
 def tree_rss_kb(pid: int) -> int:
     """Resident memory of a process and all its descendants, from /proc (Linux)."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/status") as f:
-                total += next((int(x.split()[1]) for x in f if x.startswith("VmRSS:")), 0)
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                todo += [int(c) for c in f.read().split()]
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-    return total
+    return sum(status_kb(p, "VmRSS") for p in process_tree(pid))
 
 
 def run_once(cmd: list[str]) -> tuple[float, int]:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nmt.runtime import status_kb
+
 
 def gemm_gflops(
     dtype: str = "fp32",
@@ -102,16 +104,6 @@ def process_tree(pid: int) -> list[int]:
         except OSError:
             continue
     return tree
-
-
-def status_kb(pid: int, field: str, file: str = "status") -> int:
-    """A size field of /proc/PID/status (VmRSS, VmHWM) or of another such file (smaps_rollup:
-    Pss) in KB; 0 for a process that has ended."""
-    try:
-        with open(f"/proc/{pid}/{file}", encoding="ascii") as f:
-            return next((int(x.split()[1]) for x in f if x.startswith(field + ":")), 0)
-    except (OSError, ValueError):
-        return 0
 
 
 def run_measured(

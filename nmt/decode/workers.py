@@ -21,6 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nmt.errors import NmtError
+from nmt.runtime import status_kb
 
 if TYPE_CHECKING:
     import torch
@@ -137,7 +138,7 @@ class DecodePool:
         except BrokenProcessPool as e:  # a process died being forked or set up
             self.close()
             raise NmtError(WORKER_DIED) from e
-        self._baseline = {pid: _rss_kb(pid, "VmRSS") for pid in self.pids()}
+        self._baseline = {pid: status_kb(pid, "VmRSS") for pid in self.pids()}
 
     @property
     def started(self) -> bool:
@@ -168,7 +169,7 @@ class DecodePool:
         """What the processes added at their peak, over what they shared with this one when
         forked (peak resident set less resident set at start, summed; Linux /proc)."""
         extra = sum(
-            max(0, _rss_kb(pid, "VmHWM") - self._baseline.get(pid, 0)) for pid in self.pids()
+            max(0, status_kb(pid, "VmHWM") - self._baseline.get(pid, 0)) for pid in self.pids()
         )
         return round(extra / 1024)
 
@@ -201,15 +202,3 @@ def _start_worker(target: Callable[[Any], Any], threads: int) -> None:
 
 def _run_job(job: Any) -> Any:
     return _WORKER_TARGET[0](job)
-
-
-def _rss_kb(pid: int, field: str) -> int:
-    """A /proc/PID/status memory field in KiB (0 where there is none)."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0

@@ -322,10 +322,9 @@ def open_existing(paths: Sequence[str | Path | None]) -> list[modeldir.ModelDir]
     """The model directories among `paths` that have their config.yaml and vocab.json, each
     opened once (`nmt train` hands them on, so its resumed and initial directories are read
     once a process); the others are left to the checks that name what is wrong with them."""
-    return [
-        modeldir.ModelDir(p) for p in paths
-        if p is not None and (Path(p) / modeldir.CONFIG).is_file() and (Path(p) / MODEL_META).is_file()
-    ]  # fmt: skip
+    names = (modeldir.CONFIG, MODEL_META)
+    present = [Path(p) for p in paths if p is not None]
+    return [modeldir.ModelDir(p) for p in present if all((p / n).is_file() for n in names)]
 
 
 def check_dirs(
