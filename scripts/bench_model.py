@@ -17,6 +17,11 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import gemm_gflops  # noqa: E402
 
 PRESETS = ["seq2seq-bahdanau", "transformer-small", "transformer-base"]
 
@@ -50,23 +55,6 @@ def make_batches(n_batches: int, max_tokens: int, vocab: int, seed: int) -> list
         tgt[:, 0] = 2
         out.append((src, s, tgt[:, :-1].contiguous(), tgt[:, 1:].contiguous()))
     return out
-
-
-def reference_gflops(device: str) -> float:
-    """Float32 GEMM speed right now: on a shared machine it shows how loaded the cores were."""
-    import torch
-
-    a, b = torch.randn(2048, 1024, device=device), torch.randn(1024, 1024, device=device)
-    times = []
-    for _ in range(4):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        a @ b
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return 2 * 2048 * 1024 * 1024 / statistics.median(times[1:]) / 1e9
 
 
 def run_one(preset: str, precision: str, device: str, warmup: int, iters: int, tokens: int) -> dict:
@@ -105,7 +93,7 @@ def run_one(preset: str, precision: str, device: str, warmup: int, iters: int, t
         peak_mb = torch.cuda.max_memory_allocated() / 2**20
     else:
         peak_mb = peak_rss_mb() or 0
-    gemm = reference_gflops(device)
+    gemm = gemm_gflops("fp32", device, m=2048)  # how loaded the cores were, now
     rates = [n / t for n, t in zip(ntoks, times, strict=True)]
     return {
         "preset": preset,
