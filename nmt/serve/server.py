@@ -17,18 +17,20 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def translator_factory(
-    model_dir: str | list[str],
+    model_dir: Any,
     device: str = "auto",
     checkpoint: str = "default",
     precision: str = "auto",
 ) -> Callable[[], Any]:
     """A deferred `open_translator`: a `Translator` for a model directory (a list: an ensemble),
-    CTranslate2 for an `nmt export` directory; options that do not apply fail now."""
+    CTranslate2 for an `nmt export` directory (paths, or directories `open_dirs` opened);
+    options that do not apply fail now."""
     from nmt.decode.loading import checked_export, open_translator
 
     if precision not in PRECISIONS:
         raise NmtError(f"--precision must be {', '.join(PRECISIONS)}, got {precision!r}")
-    if checked_export(model_dirs(model_dir), checkpoint, precision) is None:
+    given = model_dir if isinstance(model_dir, list) else [model_dir]
+    if checked_export(given, checkpoint, precision) is None:
         require_torch()  # a model directory decodes with PyTorch: fail before listening
     return lambda: open_translator(model_dir, device, checkpoint, precision)
 
@@ -70,16 +72,14 @@ def serve(
     Ctrl-C / SIGTERM."""
     import uvicorn
 
-    from nmt.decode.exported import is_export, read_export_manifest
-    from nmt.modeldir import read_meta
+    from nmt.decode.loading import open_dirs
 
     dirs = [str(d) for d in model_dirs(model_dir)]
     settings = settings or Settings(model_dir=dirs[0], members=tuple(dirs) if len(dirs) > 1 else ())
     settings.check()
-    for d in dirs:  # a wrong path or a non-model directory fails now, not in the background
-        read_export_manifest(d) if is_export(d) else read_meta(d)
-    factory = translator_factory(dirs[0] if len(dirs) == 1 else dirs, device, settings.checkpoint,
-                                 precision)  # fmt: skip
+    opened = open_dirs(dirs)  # each read once; a wrong one fails now, not in the background
+    factory = translator_factory(opened[0] if len(opened) == 1 else opened, device,
+                                 settings.checkpoint, precision)  # fmt: skip
     check_port(host, port)
     app = create_app(factory, settings)
     if not quiet:

@@ -236,16 +236,8 @@ def model_info(translator: Any, settings: Settings, budget: int, name: str) -> d
     """GET /info: what is served (engine, languages, architecture), its decoding defaults, what
     it can do (sampling: model directories only; the kinds POST /attention gives) and the
     limits."""
-    languages = {"source": None, "target": None}
-    if settings.model_dir:
-        from nmt.decode.exported import is_export, read_export_manifest
-        from nmt.modeldir import read_meta
-
-        if is_export(settings.model_dir):
-            meta = read_export_manifest(settings.model_dir)
-        else:
-            meta = read_meta(settings.model_dir)[2]
-        languages = {"source": meta.get("src_lang"), "target": meta.get("tgt_lang")}
+    source, target = translator.languages if settings.model_dir else (None, None)
+    languages = {"source": source, "target": target}
     from nmt import __version__
 
     return {
