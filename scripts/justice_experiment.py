@@ -6,6 +6,7 @@ trained until its validation curve is flat, scored whole and by source length
 
     python scripts/justice_experiment.py                  # the three systems, then the report
     python scripts/justice_experiment.py --smoke --work /tmp/jl   # tiny models, a few minutes
+    python scripts/justice_experiment.py --prepare-only           # the data alone
 
 Data: train is a seeded sample of --subset pairs of the 425,473 (0: all of them), so that a
 system sees several epochs in a few hours of one CPU thread; valid is a seeded sample of 1,000
@@ -162,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="systems trained at once")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per system")
     p.add_argument("--smoke", action="store_true", help="tiny models and data (a few minutes)")
+    p.add_argument(
+        "--prepare-only", action="store_true", help="fetch, sample and preprocess, then stop"
+    )
     args = p.parse_args(argv)
     default = ROOT.parent / "shared/corpora/justice-laws-en-fr"
     mirror = args.mirror or Path(os.environ.get("NMT_CORPUS_MIRROR", default))
@@ -180,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg.work.mkdir(parents=True, exist_ok=True)
     print(f"== corpus and data in {cfg.work}", flush=True)
     prepare(cfg)
+    if args.prepare_only:
+        return 0
     jobs = {n: functools.partial(system_job, cfg, n) for n in args.systems}
     status = run_all(cfg.runner, jobs, args.jobs)
     if cfg.runner.children.stopping.is_set():

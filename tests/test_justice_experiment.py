@@ -48,7 +48,10 @@ def test_smoke_run_end_to_end(tmp_path):
         "--mirror",
         str(MIRROR),
     ]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([*cmd, "--prepare-only"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (work / "data" / "manifest.json").is_file() and not (work / "noattn").exists()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)  # the data is reused
     assert r.returncode == 0, r.stdout + r.stderr
     manifest = json.loads((work / "data" / "manifest.json").read_text())
     assert manifest["splits"]["valid"]["sample"] == {"lines": 120, "of": 10197, "seed": 1}
