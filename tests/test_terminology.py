@@ -153,6 +153,12 @@ def test_refusals_name_the_cause(translator):
         f"line 11: its constraints need {need} target subwords, more than the {room} its "
         "translation may hold (--max-len-a / --max-len-b, max_positions)"
     )
+    with pytest.raises(NmtError) as e:
+        translator.translate(LINES[:1], beam_size=4, first_line=3, constraints=[["Straße"]])
+    assert str(e.value) == (
+        "line 3: the constraint 'Straße' holds characters the model's target vocabulary lacks "
+        "(it could only be written as <unk>)"
+    )
     with pytest.raises(NmtError, match="2 constraint lists for 4 lines"):
         translator.translate(LINES, beam_size=4, constraints=PHRASES[:2])
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nmt.data.vocab import UNK_ID
 from nmt.decode.options import ResolvedOptions
 from nmt.errors import NmtError
 from nmt.textio import decode_line, open_binary
@@ -106,10 +107,18 @@ def constraint_ids(
     phrases: Sequence[str], encode: Any, first_line: int, line: int, room: int
 ) -> list[list[int]]:
     """A line's phrases as target subword ids; refused (naming the line) when empty after
-    encoding or when together longer than the `room` its translation has."""
-    ids = [encode(p) for p in dict.fromkeys(phrases)]
+    encoding, when a phrase holds characters the target vocabulary lacks (it could only be
+    written as <unk>), or when together longer than the `room` its translation has."""
+    phrases = list(dict.fromkeys(phrases))
+    ids = [encode(p) for p in phrases]
     if any(not i for i in ids):
         raise NmtError(f"line {first_line + line}: a constraint encodes to no subwords")
+    for phrase, pieces in zip(phrases, ids, strict=True):
+        if UNK_ID in pieces:
+            raise NmtError(
+                f"line {first_line + line}: the constraint {phrase!r} holds characters the "
+                "model's target vocabulary lacks (it could only be written as <unk>)"
+            )
     need = sum(len(i) for i in ids)
     if need > room:
         raise NmtError(
