@@ -188,6 +188,12 @@ ERRORS = [
      "'constraints': constraints need beam search with a beam of 2 or more"),
     (b'{"text": "a", "glossary": [["a", "b"]], "sampling": true}', 422,
      "'glossary': constraints need beam search, not sampling"),
+    ('{"text": ["a", "a man"], "constraints": [[], ["Straße"]]}'.encode(), 422,
+     "line 2: the constraint 'Straße' holds characters the model's target vocabulary lacks "
+     "(it could only be written as <unk>)"),
+    (b'{"text": "a", "glossary": [["a", "zwei kinder zwei kinder zwei kinder"]]}', 422,
+     "line 1: its constraints need 30 target subwords, more than the 6 its translation may "
+     "hold (--max-len-a / --max-len-b, max_positions)"),
     (b'{"text": "a", "glossary": {"a": "b"}}', 422,
      "'glossary' must be a list of [source term, target term] pairs, got object"),
     (b'{"text": "a", "glossary": [["a", "b"], ["c"]]}', 422,

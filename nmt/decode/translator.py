@@ -20,15 +20,15 @@ import torch
 from nmt.config import Config, DecodingConfig
 from nmt.data.batching import decoding_runs
 from nmt.data.vocab import EOS_ID, EOS_PIECE, PAD_ID, Tokenizer
-from nmt.decode.constraints import check_constraint_options, constraint_ids, warn_missing
+from nmt.decode.constraints import warn_missing
 from nmt.decode.engine import Capabilities, TextHypothesis, Translation, translate_chunks
 from nmt.decode.forced import score_ids
 from nmt.decode.options import DecodeOptions, ResolvedOptions, given_options
 from nmt.decode.packed import pack_for_decoding
 from nmt.decode.search.beam import beam_search
-from nmt.decode.search.constrained import constrained_beam_search
+from nmt.decode.search.constrained import constrained_beam_search, lines_constraint_ids
 from nmt.decode.search.greedy import greedy_search, sample_search
-from nmt.decode.search.rows import Hypothesis, max_lengths
+from nmt.decode.search.rows import Hypothesis
 from nmt.decode.tokenizers import check_same_vocabulary
 from nmt.decode.workers import (
     DecodePool,
@@ -173,7 +173,9 @@ class Translator:
         results, todo = _blank_translations(lines, encoded)
         if progress and len(todo) < len(lines):
             progress(len(lines) - len(todo))
-        wanted = self._constraint_ids(constraints, encoded, opts, first_line)
+        wanted = lines_constraint_ids(
+            self.model, self.tgt_tok, constraints, encoded, opts, first_line
+        )
         groups = [todo] if wanted is None else [
             [i for i in todo if not wanted[i]], [i for i in todo if wanted[i]]]  # fmt: skip
         batches = [
@@ -301,26 +303,15 @@ class Translator:
                     encoded[i] = ids[:limit]
         return encoded
 
-    def _constraint_ids(
-        self,
-        constraints: Sequence[Sequence[str]] | None,
-        encoded: list[list[int]],
-        opts: ResolvedOptions,
-        first_line: int,
-    ) -> list[list[list[int]]] | None:
-        """Each line's constraints as target subword ids (None: no line has any), checked
-        against the search and each line's length limit."""
-        if constraints is None or not any(constraints):
-            return None
-        if len(constraints) != len(encoded):
-            raise NmtError(f"{len(constraints)} constraint lists for {len(encoded)} lines")
-        check_constraint_options(opts)
-        lengths = torch.tensor([len(ids) + 1 for ids in encoded])
-        rooms = max_lengths(self.model, lengths, opts.max_len_a, opts.max_len_b).tolist()
-        return [
-            constraint_ids(c, self.tgt_tok.encode, first_line, i, room) if c and ids else []
-            for i, (c, ids, room) in enumerate(zip(constraints, encoded, rooms, strict=True))
-        ]
+    def check_constraints(
+        self, lines: Sequence[str], constraints: Sequence[Sequence[str]], **fields: Any
+    ) -> None:
+        """Refuse, naming the line (counted from 1), what `translate` would refuse of these
+        lines' constraints (with the options `fields`), before any of them is decoded: `nmt
+        serve` checks a request on its own, so it never fails a batch it shares."""
+        opts = self.resolve_options(None, **fields)
+        encoded = self.encode_sources(list(lines), 1, lambda _: None)
+        lines_constraint_ids(self.model, self.tgt_tok, constraints, encoded, opts, 1)
 
     def _map(self, jobs: list[_Job]) -> Iterator[tuple[int, list[Translation]]]:
         """(i, translations of jobs[i]) as they finish: here, on worker processes or on worker

@@ -158,7 +158,17 @@ class ServerState:
         phrases, glossary = req.line_constraints(), req.glossary_terms()
         if phrases is None and glossary is None:
             return Work(lines, how, _lengths(self.translator, lines))
-        pairs = list(zip(lines, [tuple(p) for p in phrases or [[]] * len(lines)], strict=True))
+        wanted = [list(p) for p in phrases or [[]] * len(lines)]
+        terms = [glossary.constraints(x, self.translator.src_tok.lowercase) for x in lines] if (
+            glossary) else [[] for _ in lines]  # fmt: skip
+        try:  # the request alone: a refusal never fails a batch it would share
+            self.translator.check_constraints(
+                lines, [w + t for w, t in zip(wanted, terms, strict=True)],
+                beam_size=options.beam_size, length_penalty=options.length_penalty,
+            )  # fmt: skip
+        except NmtError as e:
+            raise bad(422, str(e)) from None
+        pairs = list(zip(lines, [tuple(w) for w in wanted], strict=True))
         return Work(pairs, Terms(how, glossary), _lengths(self.translator, lines))
 
     def scoring(self, body: bytes) -> Work:

@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import torch
 
+from nmt.data.vocab import Tokenizer
+from nmt.decode.constraints import check_constraint_options, constraint_ids
 from nmt.decode.engine import gnmt_length_penalty
 from nmt.decode.options import ResolvedOptions, check_rows
 from nmt.decode.search.beam import Hyps, reorder_hyps, stable_slots
@@ -34,10 +36,12 @@ from nmt.decode.search.rows import (
     append_attention,
     make_hypothesis,
     mask_step,
+    max_lengths,
     start_search,
 )
 from nmt.decode.search.stop import StopRule, stop_rule
 from nmt.decode.search.topk import max_rows, topk_rows
+from nmt.errors import NmtError
 from nmt.models.base import Decoder
 
 Phrase = tuple[int, ...]
@@ -106,6 +110,29 @@ class SentenceConstraints:
             firsts = {p[0] for i, p in enumerate(self.phrases) if i not in met}
             known = self._held[met] = (held, firsts)
         return known
+
+
+def lines_constraint_ids(
+    model: Decoder,
+    tgt_tok: Tokenizer,
+    constraints: Sequence[Sequence[str]] | None,
+    encoded: list[list[int]],
+    opts: ResolvedOptions,
+    first_line: int,
+) -> list[list[list[int]]] | None:
+    """Each line's constraints (target phrases) as subword ids (None: no line has any), checked
+    against the search and each line's maximum output length (`encoded`: the source ids)."""
+    if constraints is None or not any(constraints):
+        return None
+    if len(constraints) != len(encoded):
+        raise NmtError(f"{len(constraints)} constraint lists for {len(encoded)} lines")
+    check_constraint_options(opts)
+    lengths = torch.tensor([len(ids) + 1 for ids in encoded])
+    rooms = max_lengths(model, lengths, opts.max_len_a, opts.max_len_b).tolist()
+    return [
+        constraint_ids(c, tgt_tok.encode, first_line, i, room) if c and ids else []
+        for i, (c, ids, room) in enumerate(zip(constraints, encoded, rooms, strict=True))
+    ]
 
 
 @dataclass
