@@ -212,6 +212,15 @@ def test_cli_jsonl_input_and_glossary_one_line_per_line(model_dir, tmp_path, tra
                               "--quiet", str(bad)])  # fmt: skip
     assert res.exit_code == 2
     assert res.stderr.strip() == f"error: {bad}: line 2: not JSON (Expecting value at column 1)"
+    unknown = tmp_path / "unknown.tsv"
+    unknown.write_text("dogs\tkinder\nbike\tStraße\n", encoding="utf-8")
+    res = runner.invoke(app, ["translate", "-m", str(model_dir), "--glossary", str(unknown),
+                              "--quiet", str(plain)])  # fmt: skip
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.strip() == (
+        f"error: {unknown}: the target term 'Straße' holds characters the model's target "
+        "vocabulary lacks (it could only be written as <unk>)"
+    )
     res = runner.invoke(app, ["translate", "-m", str(model_dir), "--glossary", str(gloss),
                               "--greedy", str(plain)])  # fmt: skip
     assert res.exit_code == 2

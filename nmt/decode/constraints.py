@@ -32,6 +32,7 @@ class Glossary:
     taken. Case-sensitive, except for a lowercased model (`lowercase`)."""
 
     entries: tuple[tuple[str, str], ...]
+    source: str = "glossary"  # how errors name it: its file
 
     @classmethod
     def load(cls, path: str | Path) -> Glossary:
@@ -59,7 +60,17 @@ class Glossary:
                         f"{name}: line {n}: {src!r} is already glossed as {entries[src]!r}"
                     )
                 entries[src] = tgt
-        return cls(tuple(entries.items()))
+        return cls(tuple(entries.items()), name)
+
+    def check(self, encode: Callable[[str], list[int]]) -> None:
+        """Refuse, naming the file and the term, a target term the model cannot write: one with
+        characters its vocabulary lacks (it could only be written as <unk>)."""
+        for _, target in self.entries:
+            if UNK_ID in encode(target):
+                raise NmtError(
+                    f"{self.source}: the target term {target!r} holds characters the model's "
+                    "target vocabulary lacks (it could only be written as <unk>)"
+                )
 
     def constraints(self, line: str, lowercase: bool = False) -> list[str]:
         """The target terms of the source terms in `line` (see the class), in order, once each."""

@@ -65,6 +65,8 @@ def translate_files(
     opts = dataclasses.replace(opts, scores=fmt == "jsonl")
     translator.resolve_options(opts)  # bad options fail before any input is read
     segmenter, several = sentence_splitting(split_sentences, opts, translator.languages[0])
+    if glossary is not None:
+        glossary.check(translator.tgt_tok.encode)  # before any input is read
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         advance = None
