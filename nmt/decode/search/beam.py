@@ -66,7 +66,7 @@ def beam_search(
     alpha, k = float(opts.length_penalty), opts.beam_size
     check_rows(k, False, nbest, False)  # sizes no beam can honour
     start = start_search(model, src, src_lengths, opts.max_len_a, opts.max_len_b)
-    rows = _beam_rows(start.max_len, k, nbest, alpha)
+    rows = beam_rows(start.max_len, k, nbest, alpha)
     bsz, device = src.size(0), src.device
     hyps = Hyps(torch.empty(bsz * k, 0, dtype=torch.long, device=device))
     finished: list[list[Hypothesis]] = [[] for _ in range(bsz)]
@@ -103,7 +103,7 @@ def beam_search(
     return [sorted(sent, key=lambda h: -h.score)[:nbest] for sent in finished]
 
 
-def _beam_rows(max_len: torch.Tensor, k: int, nbest: int, alpha: float) -> BeamRows:
+def beam_rows(max_len: torch.Tensor, k: int, nbest: int, alpha: float) -> BeamRows:
     """Every sentence active: one live hypothesis (score 0) and k - 1 dead ones (-inf)."""
     bsz, device = max_len.numel(), max_len.device
     scores = torch.full((bsz, k), NEG_INF, device=device)

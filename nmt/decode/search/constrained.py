@@ -27,7 +27,7 @@ from nmt.data.vocab import Tokenizer
 from nmt.decode.constraints import check_constraint_options, constraint_ids
 from nmt.decode.engine import gnmt_length_penalty
 from nmt.decode.options import ResolvedOptions, check_rows
-from nmt.decode.search.beam import Hyps, reorder_hyps, stable_slots
+from nmt.decode.search.beam import Hyps, beam_rows, reorder_hyps, stable_slots
 from nmt.decode.search.rows import (
     NEG_INF,
     RETIRE_EVERY,
@@ -164,7 +164,7 @@ def constrained_beam_search(
     check_rows(k, False, nbest, False)
     start = start_search(model, src, src_lengths, opts.max_len_a, opts.max_len_b)
     sents = [SentenceConstraints(c) for c in constraints]
-    rows = _beam_rows(start.max_len, k, nbest, alpha)
+    rows = beam_rows(start.max_len, k, nbest, alpha)
     bsz, device = src.size(0), src.device
     progress = [s.start for s in sents for _ in range(k)]  # per decoder row
     hyps = Hyps(torch.empty(bsz * k, 0, dtype=torch.long, device=device))
@@ -213,23 +213,6 @@ def _results(finished: list[tuple[bool, Hypothesis]], nbest: int) -> list[Hypoth
     the maximum length forced to end without them."""
     held = [h for ok, h in finished if ok] or [h for _, h in finished]
     return sorted(held, key=lambda h: -h.score)[:nbest]
-
-
-def _beam_rows(max_len: torch.Tensor, k: int, nbest: int, alpha: float) -> BeamRows:
-    """Every sentence active: one live hypothesis (score 0) and k - 1 dead ones (-inf)."""
-    bsz, device = max_len.numel(), max_len.device
-    scores = torch.full((bsz, k), NEG_INF, device=device)
-    scores[:, 0] = 0.0
-    return BeamRows(
-        origin=torch.arange(bsz, device=device),
-        max_len=max_len,
-        scores=scores,
-        lp_max=gnmt_length_penalty(max_len + 1, alpha),
-        top_fin=torch.full((bsz, nbest), NEG_INF, device=device),
-        retired=torch.zeros(bsz, dtype=torch.bool, device=device),
-        next_beam=torch.zeros(bsz, k, dtype=torch.long, device=device),
-        next_tok=torch.zeros(bsz, k, dtype=torch.long, device=device),
-    )
 
 
 def _block_eos(lp: torch.Tensor, done: list[bool], at_max: torch.Tensor | None, eos: int) -> None:
