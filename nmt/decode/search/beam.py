@@ -4,6 +4,7 @@ a rule of `stop` or at the maximum length."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -14,6 +15,7 @@ from nmt.decode.search.rows import (
     RETIRE_EVERY,
     BeamRows,
     Hypothesis,
+    Start,
     append_attention,
     make_hypothesis,
     mask_step,
@@ -67,40 +69,75 @@ def beam_search(
     check_rows(k, False, nbest, False)  # sizes no beam can honour
     start = start_search(model, src, src_lengths, opts.max_len_a, opts.max_len_b)
     rows = beam_rows(start.max_len, k, nbest, alpha)
-    bsz, device = src.size(0), src.device
-    hyps = Hyps(torch.empty(bsz * k, 0, dtype=torch.long, device=device))
+    bsz = src.size(0)
+    loop = BeamLoop.begin(model, start, k)
     finished: list[list[Hypothesis]] = [[] for _ in range(bsz)]
-    enc, state, prev, t = start.enc, start.state, start.prev, 0
+    prev, t = start.prev, 0
     while True:
-        n = rows.origin.numel()
-        lp, state, attn = model.decode_step(prev, enc, state, need_attn=need_attn)  # (n*k, V)
-        if t == 0:  # all k beams start identical: one row per sentence so far, now k each
-            expand = torch.arange(bsz, device=device).repeat_interleave(k)  # (B*k,)
-            enc = model.repeat_encoder_out(enc, k)
-            state = model.reorder_state(state, expand)
-            lp = lp.index_select(0, expand)
-            attn = None if attn is None else attn.index_select(0, expand)
+        lp, loop.state, attn = model.decode_step(prev, loop.enc, loop.state, need_attn=need_attn)
+        if t == 0:
+            lp, attn = loop.widen(lp, attn, bsz, k)
         mask_step(lp, t, opts.min_len, start, rows.at_max(t, k))
         cands = _rank(lp, rows.scores, k, start.eos)
-        hyps.attn = append_attention(hyps.attn, attn if need_attn else None)
+        loop.hyps.attn = append_attention(loop.hyps.attn, attn if need_attn else None)
         t += 1
-        _collect_beam(finished, rows, cands, hyps, t, alpha, start.src_len)
+        _collect_beam(finished, rows, cands, loop.hyps, t, alpha, start.src_len)
         _next_beam(rows, cands, k)
         done = rows.retired | rule.done(rows, t, alpha) | (rows.max_len < t)  # (n,)
-        n_done = int(done.sum())
-        if n_done == n:
+        if bool(done.all()):
             break
-        rows.retired = done
-        base = torch.arange(n, device=device).unsqueeze(1) * k  # (n, 1) old row offset
-        if n_done * RETIRE_EVERY >= n:
-            keep = (~done).nonzero().squeeze(1)  # (n',)
-            rows, base = rows.select(keep), base[keep]
-            enc = model.reorder_encoder_out(enc, (base + torch.arange(k, device=device)).view(-1))
-        order = (base + rows.next_beam).view(-1)  # (n'*k,) old row of each new hypothesis
-        state = model.reorder_state(state, order)
-        hyps = reorder_hyps(hyps, order, rows.next_tok)
+        rows, _ = loop.advance(rows, done, k)
         prev = rows.next_tok.reshape(-1)
     return [sorted(sent, key=lambda h: -h.score)[:nbest] for sent in finished]
+
+
+@dataclass
+class BeamLoop:
+    """What a beam search carries from step to step beside its rows: the encoder output, the
+    decoder state and the hypotheses' history. Plain and constrained search widen, retire and
+    reorder through it, so the two cannot drift apart."""
+
+    model: Decoder
+    enc: Any
+    state: Any
+    hyps: Hyps
+
+    @classmethod
+    def begin(cls, model: Decoder, start: Start, k: int) -> BeamLoop:
+        """The loop before its first step: one row per sentence, no history yet."""
+        empty = torch.empty(start.prev.numel() * k, 0, dtype=torch.long, device=start.prev.device)
+        return cls(model, start.enc, start.state, Hyps(empty))
+
+    def widen(
+        self, lp: torch.Tensor, attn: torch.Tensor | None, bsz: int, k: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """After the first step: every sentence had one row (its k beams start identical), now
+        it has k; returns the first step's scores and attention, repeated alike."""
+        expand = torch.arange(bsz, device=lp.device).repeat_interleave(k)  # (B*k,)
+        self.enc = self.model.repeat_encoder_out(self.enc, k)
+        self.state = self.model.reorder_state(self.state, expand)
+        return lp.index_select(0, expand), None if attn is None else attn.index_select(0, expand)
+
+    def advance(
+        self, rows: BeamRows, done: torch.Tensor, k: int
+    ) -> tuple[BeamRows, torch.Tensor | None]:
+        """Mark `done` sentences retired, drop them once they are a 1/RETIRE_EVERY share of the
+        rows (the encoder output shrinks with them), and reorder the decoder state and history to
+        the next beam. Returns the rows and the kept sentences (None when none were dropped)."""
+        n, device = rows.origin.numel(), done.device
+        rows.retired = done
+        base = torch.arange(n, device=device).unsqueeze(1) * k  # (n, 1) old row offset
+        keep = None
+        if int(done.sum()) * RETIRE_EVERY >= n:
+            keep = (~done).nonzero().squeeze(1)  # (n',)
+            rows, base = rows.select(keep), base[keep]
+            self.enc = self.model.reorder_encoder_out(
+                self.enc, (base + torch.arange(k, device=device)).view(-1)
+            )
+        order = (base + rows.next_beam).view(-1)  # (n'*k,) old row of each new hypothesis
+        self.state = self.model.reorder_state(self.state, order)
+        self.hyps = reorder_hyps(self.hyps, order, rows.next_tok)
+        return rows, keep
 
 
 def beam_rows(max_len: torch.Tensor, k: int, nbest: int, alpha: float) -> BeamRows:

@@ -27,10 +27,9 @@ from nmt.data.vocab import Tokenizer
 from nmt.decode.constraints import check_constraint_options, constraint_ids
 from nmt.decode.engine import gnmt_length_penalty
 from nmt.decode.options import ResolvedOptions, check_rows
-from nmt.decode.search.beam import Hyps, beam_rows, reorder_hyps, stable_slots
+from nmt.decode.search.beam import BeamLoop, Hyps, beam_rows, stable_slots
 from nmt.decode.search.rows import (
     NEG_INF,
-    RETIRE_EVERY,
     BeamRows,
     Hypothesis,
     append_attention,
@@ -165,20 +164,15 @@ def constrained_beam_search(
     start = start_search(model, src, src_lengths, opts.max_len_a, opts.max_len_b)
     sents = [SentenceConstraints(c) for c in constraints]
     rows = beam_rows(start.max_len, k, nbest, alpha)
-    bsz, device = src.size(0), src.device
+    bsz = src.size(0)
     progress = [s.start for s in sents for _ in range(k)]  # per decoder row
-    hyps = Hyps(torch.empty(bsz * k, 0, dtype=torch.long, device=device))
+    loop = BeamLoop.begin(model, start, k)
     finished: list[list[tuple[bool, Hypothesis]]] = [[] for _ in range(bsz)]
-    enc, state, prev, t = start.enc, start.state, start.prev, 0
+    prev, t = start.prev, 0
     while True:
-        n = rows.origin.numel()
-        lp, state, attn = model.decode_step(prev, enc, state, need_attn=need_attn)
-        if t == 0:  # all k beams start identical: one row per sentence so far, now k each
-            expand = torch.arange(bsz, device=device).repeat_interleave(k)  # (B*k,)
-            enc = model.repeat_encoder_out(enc, k)
-            state = model.reorder_state(state, expand)
-            lp = lp.index_select(0, expand)
-            attn = None if attn is None else attn.index_select(0, expand)
+        lp, loop.state, attn = model.decode_step(prev, loop.enc, loop.state, need_attn=need_attn)
+        if t == 0:
+            lp, attn = loop.widen(lp, attn, bsz, k)
         at_max = rows.at_max(t, k)
         mask_step(lp, t, opts.min_len, start, at_max)
         origin = rows.origin.tolist()
@@ -186,24 +180,16 @@ def constrained_beam_search(
                    start.eos)  # fmt: skip
         lp.add_(rows.scores.view(-1, 1))  # (n*k, V) total log-prob of each continuation
         choices = _choose(lp, rows, [sents[i] for i in origin], progress, k, start.eos)
-        hyps.attn = append_attention(hyps.attn, attn if need_attn else None)
+        loop.hyps.attn = append_attention(loop.hyps.attn, attn if need_attn else None)
         t += 1
-        _collect(finished, choices, rows, sents, progress, hyps, t, alpha, start.src_len)
+        _collect(finished, choices, rows, sents, progress, loop.hyps, t, alpha, start.src_len)
         progress = _next_beam(rows, choices, k)
         done = rows.retired | rule.done(rows, t, alpha) | (rows.max_len < t)  # (n,)
-        n_done = int(done.sum())
-        if n_done == n:
+        if bool(done.all()):
             break
-        rows.retired = done
-        base = torch.arange(n, device=device).unsqueeze(1) * k  # (n, 1) old row offset
-        if n_done * RETIRE_EVERY >= n:
-            keep = (~done).nonzero().squeeze(1)  # (n',)
-            rows, base = rows.select(keep), base[keep]
-            enc = model.reorder_encoder_out(enc, (base + torch.arange(k, device=device)).view(-1))
+        rows, keep = loop.advance(rows, done, k)
+        if keep is not None:
             progress = [progress[j * k + s] for j in keep.tolist() for s in range(k)]
-        order = (base + rows.next_beam).view(-1)  # (n'*k,) old row of each new hypothesis
-        state = model.reorder_state(state, order)
-        hyps = reorder_hyps(hyps, order, rows.next_tok)
         prev = rows.next_tok.reshape(-1)
     return [_results(sent, nbest) for sent in finished]
 
