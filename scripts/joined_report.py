@@ -122,10 +122,17 @@ def score_system(work: Path, name: str, corpus: str) -> dict[str, Any] | None:
                 "bleu": bootstrap(bleu, out, ref),
                 "chrf": bootstrap(chrf, out, ref),
                 "oracle_bleu": bootstrap(bleu, oracle, ref),
+                "floor_bleu": floor(bleu, out, ref),
                 "cut": cut_share(model, data, src, out),
             }
         )
     return {"name": name, "run": run_info(model, data), "by_k": rows}
+
+
+def floor(metric: Any, hyps: Sequence[str], refs: Sequence[str]) -> float:
+    """The score against another line's references (each line's of the next one): what fluent
+    output that ignores its source would get, for it grows with k as generic n-grams pile up."""
+    return float(metric.corpus_score(list(hyps), [list(refs[1:]) + list(refs[:1])]).score)
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -161,6 +168,12 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
         + [f"{100 * c['bleu']['score'] / r['by_k'][0]['bleu']['score']:.0f}%" for c in r["by_k"]]
         for r in results
     ]
+    whole = [
+        [r["name"]]
+        + [f"{100 * c['bleu']['score'] / c['oracle_bleu']['score']:.0f}%" for c in r["by_k"]]
+        for r in results
+    ]
+    floors = [[r["name"]] + [f"{c['floor_bleu']:.1f}" for c in r["by_k"]] for r in results]
     chrf = [[r["name"]] + [ci(c["chrf"]) for c in r["by_k"]] for r in results]
     ratio = [[r["name"]] + [f"{c['bleu']['ratio']:.2f}" for c in r["by_k"]] for r in results]
     cut = [[r["name"]] + [f"{c['cut']:.1f}" for c in r["by_k"]] for r in results]
@@ -177,7 +190,12 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
             "Split oracle: the system's test.k1 translations joined in groups of k",
             table(heads, oracle),
         ),
+        ("BLEU as % of the split oracle (what joining cost)", table(heads, whole)),
         ("BLEU as % of the system's k1", table(heads, rel)),
+        (
+            "Floor: BLEU against the next line's references (source ignored)",
+            table(heads, floors),
+        ),
         ("chrF2 on test.kN [95% bootstrap interval]", table(heads, chrf)),
         ("Output / reference length (BLEU's ratio)", table(heads, ratio)),
         ("Translations that ran to the length limit, %", table(heads, cut)),

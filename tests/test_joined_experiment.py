@@ -135,6 +135,12 @@ def test_bootstrap_interval_holds_the_score_and_oracle_joins_k1(tmp_path):
         assert joined_report.bootstrap(BLEU(), oracle, joined)["score"] == pytest.approx(100.0)
 
 
+def test_floor_scores_each_line_against_the_next_lines_references():
+    refs = ["a red car waits at the lights", "two dogs run on the beach", "a man sings in a bar"]
+    assert joined_report.floor(BLEU(), refs[1:] + refs[:1], refs) == pytest.approx(100.0)
+    assert joined_report.floor(BLEU(), refs, refs) < 5.0  # right references, wrong pairing
+
+
 @pytest.mark.slow
 def test_smoke_run_stops_on_sigterm_resumes_then_reuses_everything(tmp_path, multi30k_mirror):
     work = tmp_path / "work"
@@ -171,6 +177,7 @@ def test_smoke_run_stops_on_sigterm_resumes_then_reuses_everything(tmp_path, mul
             assert len(hyp) == -(-120 // k)  # one line out per line in
     table = (work / "joined_table.md").read_text()
     assert "| noattn |" in table and "| transformer |" in table and "Split oracle" in table
+    assert "BLEU as % of the split oracle" in table and "Floor: BLEU against" in table
     for png in ("joined_bleu", "joined_relative", "joined_length", "joined_curves"):
         assert (tmp_path / "docs" / f"{png}.png").stat().st_size > 10_000
     results = json.loads((work / "joined_results.json").read_text())
