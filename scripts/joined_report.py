@@ -11,10 +11,11 @@ updates, epochs, minutes, best validation BLEU, whether the curve was flat.
 
     python scripts/joined_report.py WORK [--docs DIR]
 
-Writes WORK/joined_table.md and WORK/joined_results.json, and the figures DOCS/joined_bleu.png
-(BLEU against k, the oracle dashed), DOCS/joined_relative.png (BLEU as % of each system's k1),
-DOCS/joined_length.png (length ratio against k) and DOCS/joined_curves.png (validation BLEU
-against updates)."""
+Writes WORK/joined_table.md and WORK/joined_results.json, and the figures of the K=6 systems
+DOCS/joined_bleu.png (BLEU against k, the oracle dashed), DOCS/joined_relative.png (BLEU as % of
+each system's k1) and DOCS/joined_length.png (length ratio against k), DOCS/joined_curves.png
+(every system's validation BLEU against updates) and, once K=4 systems are scored,
+DOCS/joined_extrapolation.png (BLEU as % of the split oracle, K=4 beside K=6)."""
 
 from __future__ import annotations
 
@@ -126,7 +127,7 @@ def score_system(work: Path, name: str, corpus: str) -> dict[str, Any] | None:
                 "cut": cut_share(model, data, src, out),
             }
         )
-    return {"name": name, "run": run_info(model, data), "by_k": rows}
+    return {"name": name, "corpus": corpus, "run": run_info(model, data), "by_k": rows}
 
 
 def floor(metric: Any, hyps: Sequence[str], refs: Sequence[str]) -> float:
@@ -217,6 +218,7 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
     xlabel = "captions joined per line, k (mean source words)"
     ticks = [f"{k}\n({w:.0f})" for k, w in zip(ks, words, strict=True)]
     out = []
+    core = [r for r in results if r["corpus"] == "k6"] or list(results)
 
     def save(fig: Any, name: str) -> None:
         path = docs / name
@@ -226,7 +228,7 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
         out.append(path)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r, col in zip(results, colours, strict=False):
+    for r, col in zip(core, colours, strict=False):
         y = [c["bleu"]["score"] for c in r["by_k"]]
         err = [
             [c["bleu"]["score"] - c["bleu"]["lo"] for c in r["by_k"]],
@@ -246,7 +248,7 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
     save(fig, "joined_bleu.png")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r, col in zip(results, colours, strict=False):
+    for r, col in zip(core, colours, strict=False):
         base = r["by_k"][0]["bleu"]["score"]
         ax.plot(
             ks,
@@ -262,7 +264,7 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
     save(fig, "joined_relative.png")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r, col in zip(results, colours, strict=False):
+    for r, col in zip(core, colours, strict=False):
         ax.plot(ks, [c["bleu"]["ratio"] for c in r["by_k"]], marker="o", color=col, label=r["name"])
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set(xlabel=xlabel, ylabel="output / reference length", xticks=ks, xticklabels=ticks)
@@ -278,6 +280,27 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
     ax.grid(alpha=0.3)
     ax.legend()
     save(fig, "joined_curves.png")
+    k4 = {r["name"].removesuffix("-K4"): r for r in results if r["corpus"] == "k4"}
+    if k4:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for r, col in zip(core, colours, strict=False):
+            if r["name"] not in k4:
+                continue
+            for run, style, label in ((r, ":", "K=6"), (k4[r["name"]], "-", "K=4")):
+                y = [100 * c["bleu"]["score"] / c["oracle_bleu"]["score"] for c in run["by_k"]]
+                ax.plot(ks, y, style, marker="o", color=col, label=f"{r['name']} ({label})")
+        ax.axvline(4, color="grey", lw=0.8)
+        ax.axhline(100, color="grey", lw=0.8)
+        ax.set(
+            xlabel=xlabel,
+            ylabel="BLEU, % of the split oracle",
+            xticks=ks,
+            xticklabels=ticks,
+            title="Past the longest training line (K=4: right of the grey line)",
+        )
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        save(fig, "joined_extrapolation.png")
     return out
 
 

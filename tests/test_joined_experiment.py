@@ -141,6 +141,38 @@ def test_floor_scores_each_line_against_the_next_lines_references():
     assert joined_report.floor(BLEU(), refs, refs) < 5.0  # right references, wrong pairing
 
 
+def test_figures_draw_the_k6_systems_and_the_extrapolation_once_k4_runs_exist(tmp_path):
+    def result(name: str, corpus: str, drop: float) -> dict:
+        cells = [
+            {
+                "k": k,
+                "mean_words": 12.0 * k,
+                "bleu": {
+                    "score": 30 - drop * k,
+                    "lo": 29 - drop * k,
+                    "hi": 31 - drop * k,
+                    "ratio": 1.0,
+                },
+                "oracle_bleu": {"score": 30.0 + k},
+            }
+            for k in range(1, 7)
+        ]
+        return {
+            "name": name,
+            "corpus": corpus,
+            "run": {"curve": [(200, 1.0), (400, 2.0)]},
+            "by_k": cells,
+        }
+
+    core = [result("noattn", "k6", 1.0), result("bahdanau", "k6", 0.1)]
+    paths = joined_report.figures(core, tmp_path)
+    assert [p.name for p in paths] == [
+        "joined_bleu.png", "joined_relative.png", "joined_length.png", "joined_curves.png"
+    ]  # fmt: skip
+    paths = joined_report.figures(core + [result("noattn-K4", "k4", 2.0)], tmp_path)
+    assert paths[-1].name == "joined_extrapolation.png" and paths[-1].stat().st_size > 10_000
+
+
 @pytest.mark.slow
 def test_smoke_run_stops_on_sigterm_resumes_then_reuses_everything(tmp_path, multi30k_mirror):
     work = tmp_path / "work"
