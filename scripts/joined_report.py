@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,6 +44,7 @@ SRC, TGT = "en", "de"
 TEST_K = 6
 SAMPLES = 1000
 SEED = 12345
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def bootstrap(metric: Any, hyps: Sequence[str], refs: Sequence[str]) -> dict[str, float]:
@@ -127,13 +129,48 @@ def score_system(work: Path, name: str, corpus: str) -> dict[str, Any] | None:
                 "cut": cut_share(model, data, src, out),
             }
         )
-    return {"name": name, "corpus": corpus, "run": run_info(model, data), "by_k": rows}
+    refs1 = read(text / f"test.k1.{TGT}")
+    position = by_position(k1, read(hyp[TEST_K]), refs1, TEST_K)
+    return {
+        "name": name,
+        "corpus": corpus,
+        "run": run_info(model, data),
+        "by_k": rows,
+        "by_position": position,
+    }
 
 
 def floor(metric: Any, hyps: Sequence[str], refs: Sequence[str]) -> float:
     """The score against another line's references (each line's of the next one): what fluent
     output that ignores its source would get, for it grows with k as generic n-grams pile up."""
     return float(metric.corpus_score(list(hyps), [list(refs[1:]) + list(refs[:1])]).score)
+
+
+def by_position(
+    k1: Sequence[str], joined: Sequence[str], refs: Sequence[str], k: int
+) -> dict[str, Any]:
+    """BLEU of each caption position within the full lines of test.kK, on the lines whose output
+    splits into k sentences (so sentence j is caption j's translation), beside the same captions
+    translated alone: a model that forgets the middle of a long input drops there."""
+    whole: list[list[str]] = [[] for _ in range(k)]
+    alone: list[list[str]] = [[] for _ in range(k)]
+    gold: list[list[str]] = [[] for _ in range(k)]
+    full = len(refs) // k
+    for i, line in enumerate(joined[:full]):
+        parts = SENTENCE_END.split(line.strip())
+        if len(parts) != k:
+            continue
+        for j in range(k):
+            whole[j].append(parts[j])
+            alone[j].append(k1[i * k + j])
+            gold[j].append(refs[i * k + j])
+    bleu = BLEU()
+    return {
+        "aligned": len(whole[0]),
+        "lines": full,
+        "whole": [bleu.corpus_score(whole[j], [gold[j]]).score for j in range(k)],
+        "alone": [bleu.corpus_score(alone[j], [gold[j]]).score for j in range(k)],
+    }
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -178,6 +215,17 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
     chrf = [[r["name"]] + [ci(c["chrf"]) for c in r["by_k"]] for r in results]
     ratio = [[r["name"]] + [f"{c['bleu']['ratio']:.2f}" for c in r["by_k"]] for r in results]
     cut = [[r["name"]] + [f"{c['cut']:.1f}" for c in r["by_k"]] for r in results]
+    pos_rows = [
+        [r["name"], f"{r['by_position']['aligned']} of {r['by_position']['lines']}"]
+        + [
+            f"{w:.1f} ({a:.1f})"
+            for w, a in zip(r["by_position"]["whole"], r["by_position"]["alone"], strict=True)
+        ]
+        for r in results
+    ]
+    pos_head = ["system", f"lines split into {TEST_K}"] + [
+        f"caption {j}" for j in range(1, TEST_K + 1)
+    ]
     parts = [
         (
             "Training (updates and epochs to a flat curve; minutes on one thread)",
@@ -200,6 +248,11 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
         ("chrF2 on test.kN [95% bootstrap interval]", table(heads, chrf)),
         ("Output / reference length (BLEU's ratio)", table(heads, ratio)),
         ("Translations that ran to the length limit, %", table(heads, cut)),
+        (
+            f"BLEU by caption position in test.k{TEST_K}, on the lines whose output splits into "
+            f"{TEST_K} sentences (in brackets: the same captions translated alone)",
+            table(pos_head, pos_rows),
+        ),
     ]
     return "\n\n".join(f"{title}:\n\n{body}" for title, body in parts) + "\n"
 

@@ -141,6 +141,18 @@ def test_floor_scores_each_line_against_the_next_lines_references():
     assert joined_report.floor(BLEU(), refs, refs) < 5.0  # right references, wrong pairing
 
 
+def test_by_position_scores_caption_j_of_each_line_against_its_own_reference():
+    refs = [f"the cat number {i} sat on the mat ." for i in range(7)]
+    joined = mjc.join(refs, mjc.fixed_groups(7, 3))  # 3 lines; the last (1 caption) is not full
+    bad = joined[1].replace("cat number 5", "dog")  # caption 3 of line 2 wrong
+    res = joined_report.by_position(refs, [joined[0], bad, joined[2]], refs, 3)
+    assert res["aligned"] == 2 and res["lines"] == 2
+    assert res["whole"][:2] == [pytest.approx(100.0)] * 2 and res["whole"][2] < 100.0
+    assert res["alone"] == [pytest.approx(100.0)] * 3
+    merged = joined[0].replace(" . the", " , the", 1)  # two sentences run together: not aligned
+    assert joined_report.by_position(refs, [merged, bad], refs, 3)["aligned"] == 1
+
+
 def test_figures_draw_the_k6_systems_and_the_extrapolation_once_k4_runs_exist(tmp_path):
     def result(name: str, corpus: str, drop: float) -> dict:
         cells = [
