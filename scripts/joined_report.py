@@ -165,12 +165,11 @@ def by_position(
             alone[j].append(k1[i * k + j])
             gold[j].append(refs[i * k + j])
     bleu = BLEU()
-    return {
-        "aligned": len(whole[0]),
-        "lines": full,
-        "whole": [bleu.corpus_score(whole[j], [gold[j]]).score for j in range(k)],
-        "alone": [bleu.corpus_score(alone[j], [gold[j]]).score for j in range(k)],
-    }
+
+    def scores(hyps: list[list[str]]) -> list[float | None]:
+        return [bleu.corpus_score(hyps[j], [gold[j]]).score if gold[j] else None for j in range(k)]
+
+    return {"aligned": len(whole[0]), "lines": full, "whole": scores(whole), "alone": scores(alone)}
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -218,7 +217,7 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
     pos_rows = [
         [r["name"], f"{r['by_position']['aligned']} of {r['by_position']['lines']}"]
         + [
-            f"{w:.1f} ({a:.1f})"
+            "-" if w is None or a is None else f"{w:.1f} ({a:.1f})"
             for w, a in zip(r["by_position"]["whole"], r["by_position"]["alone"], strict=True)
         ]
         for r in results

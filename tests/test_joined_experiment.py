@@ -151,6 +151,8 @@ def test_by_position_scores_caption_j_of_each_line_against_its_own_reference():
     assert res["alone"] == [pytest.approx(100.0)] * 3
     merged = joined[0].replace(" . the", " , the", 1)  # two sentences run together: not aligned
     assert joined_report.by_position(refs, [merged, bad], refs, 3)["aligned"] == 1
+    none = joined_report.by_position(refs, [merged, merged], refs, 3)  # no line splits into 3
+    assert none["aligned"] == 0 and none["whole"] == [None] * 3
 
 
 def test_figures_draw_the_k6_systems_and_the_extrapolation_once_k4_runs_exist(tmp_path):
@@ -222,6 +224,7 @@ def test_smoke_run_stops_on_sigterm_resumes_then_reuses_everything(tmp_path, mul
     table = (work / "joined_table.md").read_text()
     assert "| noattn |" in table and "| transformer |" in table and "Split oracle" in table
     assert "BLEU as % of the split oracle" in table and "Floor: BLEU against" in table
+    assert "BLEU by caption position in test.k6" in table
     for png in ("joined_bleu", "joined_relative", "joined_length", "joined_curves"):
         assert (tmp_path / "docs" / f"{png}.png").stat().st_size > 10_000
     results = json.loads((work / "joined_results.json").read_text())
