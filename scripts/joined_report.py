@@ -279,6 +279,12 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
         plt.close(fig)
         out.append(path)
 
+    def by_k(ax: Any, ylabel: str, title: str = "", legend: int = 10) -> None:
+        """Label a plot against k, with its grid and legend."""
+        ax.set(xlabel=xlabel, ylabel=ylabel, xticks=ks, xticklabels=ticks, title=title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=legend)
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r, col in zip(core, colours, strict=False):
         y = [c["bleu"]["score"] for c in r["by_k"]]
@@ -288,15 +294,11 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
         ]
         ax.errorbar(ks, y, yerr=err, marker="o", color=col, label=r["name"], capsize=3)
         ax.plot(ks, [c["oracle_bleu"]["score"] for c in r["by_k"]], "--", color=col, alpha=0.6)
-    ax.set(
-        xlabel=xlabel,
-        ylabel="BLEU (test_2016_flickr)",
-        xticks=ks,
-        xticklabels=ticks,
-        title="BLEU against input length, same sentences (dashed: split oracle)",
+    by_k(
+        ax,
+        "BLEU (test_2016_flickr)",
+        "BLEU against input length, same sentences (dashed: split oracle)",
     )
-    ax.grid(alpha=0.3)
-    ax.legend()
     save(fig, "joined_bleu.png")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -310,18 +312,14 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
             label=r["name"],
         )
     ax.axhline(100, color="grey", lw=0.8)
-    ax.set(xlabel=xlabel, ylabel="BLEU, % of the system's k1", xticks=ks, xticklabels=ticks)
-    ax.grid(alpha=0.3)
-    ax.legend()
+    by_k(ax, "BLEU, % of the system's k1")
     save(fig, "joined_relative.png")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r, col in zip(core, colours, strict=False):
         ax.plot(ks, [c["bleu"]["ratio"] for c in r["by_k"]], marker="o", color=col, label=r["name"])
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set(xlabel=xlabel, ylabel="output / reference length", xticks=ks, xticklabels=ticks)
-    ax.grid(alpha=0.3)
-    ax.legend()
+    by_k(ax, "output / reference length")
     save(fig, "joined_length.png")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -343,15 +341,12 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
                 ax.plot(ks, y, style, marker="o", color=col, label=f"{r['name']} ({label})")
         ax.axvline(4, color="grey", lw=0.8)
         ax.axhline(100, color="grey", lw=0.8)
-        ax.set(
-            xlabel=xlabel,
-            ylabel="BLEU, % of the split oracle",
-            xticks=ks,
-            xticklabels=ticks,
-            title="Past the longest training line (K=4: right of the grey line)",
+        by_k(
+            ax,
+            "BLEU, % of the split oracle",
+            "Past the longest training line (K=4: right of the grey line)",
+            legend=8,
         )
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
         save(fig, "joined_extrapolation.png")
     return out
 
