@@ -21,7 +21,10 @@ transformer-small on an inverse-square-root schedule (its preset's linear decay 
 whatever budget the chunks had reached). Then each translates test (beam 5), and the report
 gives BLEU and chrF whole and per source-length bucket (0-10, 10-20, 20-30, 30-40, 40-60, 60+
 words) with 95% bootstrap intervals, BLEU relative to the shortest bucket, the length ratio and
-the share of translations cut by the length limit, and the figures (scripts/justice_report.py)."""
+the share of translations cut by the length limit, and the figures (scripts/justice_report.py).
+Last, the system with the best validation BLEU is measured as a model to use: its best checkpoint
+against the average of its last five, with and without sentence splitting, and its CTranslate2
+exports, each timed on --recipe-threads threads (scripts/justice_recipe.py)."""
 
 from __future__ import annotations
 
@@ -166,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--prepare-only", action="store_true", help="fetch, sample and preprocess, then stop"
     )
+    p.add_argument(
+        "--recipe-threads", type=int, default=2, help="CPU threads for the best model's timings"
+    )
     args = p.parse_args(argv)
     default = ROOT.parent / "shared/corpora/justice-laws-en-fr"
     mirror = args.mirror or Path(os.environ.get("NMT_CORPUS_MIRROR", default))
@@ -195,6 +201,19 @@ def main(argv: list[str] | None = None) -> int:
     print("== report", flush=True)
     results = justice_report.write_report(cfg.work, cfg.docs, list(SYSTEMS), BUCKETS)
     (cfg.work / "justice_results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    import justice_recipe
+
+    print("== the best system as a model to use", flush=True)
+    best = justice_recipe.recipe(
+        cfg.work,
+        list(SYSTEMS),
+        Runner(args.recipe_threads, cfg.runner.children),
+        2 if cfg.smoke else 5,
+    )
+    if best:
+        md = justice_recipe.markdown(best)
+        (cfg.work / "recipe_table.md").write_text(md, encoding="utf-8")
+        print(md)
     return status
 
 

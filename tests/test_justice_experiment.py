@@ -15,7 +15,9 @@ REPO = Path(__file__).resolve().parent.parent
 MIRROR = REPO.parent / "shared" / "corpora" / "justice-laws-en-fr"
 sys.path.insert(0, str(REPO / "scripts"))
 
+from flatrun import Runner  # noqa: E402
 from justice_experiment import sample_pairs  # noqa: E402
+from justice_recipe import best_system, markdown, recipe  # noqa: E402
 
 
 def test_sample_pairs_is_seeded_aligned_and_in_file_order(tmp_path):
@@ -30,6 +32,20 @@ def test_sample_pairs_is_seeded_aligned_and_in_file_order(tmp_path):
     sample_pairs(tmp_path / "c.en", tmp_path / "c.fr", tmp_path / "t", 30, seed=1)
     assert (tmp_path / "t.en").read_text() == (tmp_path / "s.en").read_text()
     assert sample_pairs(tmp_path / "c.en", tmp_path / "c.fr", tmp_path / "u", 500, seed=1) == 100
+
+
+def test_best_system_is_the_trained_one_with_the_best_validation_bleu(tmp_path):
+    for name, bleus, trained in (("a", [10, 30], True), ("b", [20, 25], True), ("c", [50], False)):
+        (tmp_path / name).mkdir()
+        events = [{"event": "valid", "step": 100 * (i + 1), "bleu": b} for i, b in enumerate(bleus)]
+        (tmp_path / name / "metrics.jsonl").write_text(
+            "".join(json.dumps(e) + "\n" for e in events)
+        )
+        if trained:  # c is still training: no flat.json yet
+            (tmp_path / name / "flat.json").write_text("{}")
+    assert best_system(tmp_path, ["a", "b", "c"]) == "a"
+    assert best_system(tmp_path, ["b", "c"]) == "b"
+    assert best_system(tmp_path, ["c"]) is None
 
 
 @pytest.mark.slow
@@ -63,3 +79,18 @@ def test_smoke_run_end_to_end(tmp_path):
     assert "Test, whole" in table and "| transformer |" in table and "60+" in table
     for png in ("justice_bleu", "justice_relative", "justice_curves"):
         assert (tmp_path / "docs" / f"{png}.png").stat().st_size > 10_000
+    best = json.loads((work / "recipe.json").read_text())
+    assert best["system"] in ("noattn", "bahdanau", "transformer")
+    n = len(list((work / best["system"] / "checkpoints").glob("step-*.safetensors")))
+    assert [r["row"] for r in best["rows"]][:3] == [
+        "best checkpoint",
+        f"average of the last {min(5, n)}",
+        f"average of the last {min(5, n)}, --split-sentences",
+    ]
+    assert all(r["lines"] == 120 and r["seconds"] > 0 for r in best["rows"])
+    assert (work / best["system"] / "checkpoints" / "averaged.safetensors").is_file()
+    # the Transformer's rows add its CTranslate2 exports, each translating line for line
+    exported = recipe(work, ["transformer"], Runner(1), beam=2)
+    assert [r["row"] for r in exported["rows"]][3:] == ["CTranslate2 float32", "CTranslate2 int8"]
+    assert (work / "transformer-ct2-int8" / "model.bin").is_file()
+    assert "| CTranslate2 int8 |" in markdown(exported)
