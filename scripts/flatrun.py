@@ -165,12 +165,12 @@ def train_to_flat(runner: Runner, rule: FlatRule, job: Job, log: Path) -> dict:
     if outcome_file.exists():
         return json.loads(outcome_file.read_text(encoding="utf-8"))
     job.model.mkdir(parents=True, exist_ok=True)
-    steps = rule.min_steps
+    steps = min(rule.min_steps, rule.max_steps)
     while True:
         points = valid_points(job.model)
         done = points[-1][0] if points else 0
         while steps <= done and not flat_at(points, steps, rule.margin) and steps < rule.max_steps:
-            steps += rule.chunk
+            steps = min(steps + rule.chunk, rule.max_steps)
         if steps > done:
             resume = (job.model / "checkpoints" / "last.state.pt").exists()
             runner.say(
@@ -183,7 +183,7 @@ def train_to_flat(runner: Runner, rule: FlatRule, job: Job, log: Path) -> dict:
             break
         best = max(b for _, b in points)
         runner.say(f"   {job.name}: not flat at update {steps:,} (best valid BLEU {best:.2f})")
-        steps += rule.chunk
+        steps = min(steps + rule.chunk, rule.max_steps)
     outcome = {"flat": flat, "steps": steps, "margin": rule.margin, "points": points}
     outcome_file.write_text(json.dumps(outcome), encoding="utf-8")
     runner.say(f"   {job.name}: {'flat' if flat else 'NOT flat'} at update {steps:,}")

@@ -183,6 +183,35 @@ def ci(cell: dict[str, float]) -> str:
     return f"{cell['score']:.1f} [{cell['lo']:.1f}, {cell['hi']:.1f}]"
 
 
+def flat_cell(r: dict[str, Any]) -> str:
+    """Whether a run's curve was flat; a plain reference that is not stopped at its budget."""
+    if r["run"]["flat"]:
+        return "yes"
+    return "no (stopped at the K=6 run's updates)" if r["corpus"] == "k1" else "**no**"
+
+
+def reference_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Each plain-Multi30k reference beside its K=6 counterpart: test.k1 BLEU of both, and the
+    joined-trained one's as a share of the reference's (did long lines cost the short ones?)."""
+    by_name = {r["name"]: r for r in results}
+    rows = []
+    for plain in (r for r in results if r["corpus"] == "k1"):
+        joined = by_name.get(plain["name"].removesuffix("-plain"))
+        if joined is None:
+            continue
+        a, b = plain["by_k"][0]["bleu"], joined["by_k"][0]["bleu"]
+        rows.append(
+            [
+                joined["name"],
+                f"{plain['run']['updates']:,} / {joined['run']['updates']:,}",
+                ci(a),
+                ci(b),
+                f"{100 * b['score'] / max(a['score'], 1e-9):.0f}%",
+            ]
+        )
+    return rows
+
+
 def markdown(results: Sequence[dict[str, Any]]) -> str:
     """The report's tables."""
     first = results[0]["by_k"]
@@ -194,7 +223,7 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
             f"{r['run']['epochs']:.1f}",
             f"{r['run']['minutes']:.0f}",
             f"{r['run']['best_valid']:.2f}",
-            "yes" if r["run"]["flat"] else "**no**",
+            flat_cell(r),
         ]
         for r in results
     ]
@@ -253,6 +282,13 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
             table(pos_head, pos_rows),
         ),
     ]
+    if refs := reference_rows(results):
+        head = ["system", "updates (plain / K=6)", "plain-trained", "K=6-trained", "K=6 / plain"]
+        title = (
+            "The k1 reference: test.k1 BLEU of the preset trained on plain Multi30k (k = 1 lines) "
+            "for at most the K=6 run's updates, beside the K=6-trained system's"
+        )
+        parts.insert(2, (title, table(head, refs)))
     return "\n\n".join(f"{title}:\n\n{body}" for title, body in parts) + "\n"
 
 

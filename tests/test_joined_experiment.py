@@ -18,9 +18,10 @@ from sacrebleu.metrics import BLEU
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
+import joined_experiment as je  # noqa: E402
 import joined_report  # noqa: E402
 import make_joined_corpus as mjc  # noqa: E402
-from flatrun import flat_at  # noqa: E402
+from flatrun import FlatRule, Job, Runner, flat_at, train_to_flat  # noqa: E402
 
 
 def fake_multi30k(folder: Path, n_train: int = 57, n_val: int = 20, n_test: int = 13) -> None:
@@ -120,6 +121,48 @@ def test_flat_rule():
     assert not flat_at([(200, 1.0), (400, 1.0)], 2000, 0.5)
 
 
+class FakeTrainer(Runner):
+    """A runner whose `nmt train` writes a validation point every 200 updates up to the asked
+    step on a curve rising by 1 BLEU each (never flat), instead of training."""
+
+    def run(self, cmd, log=None):
+        args = [str(c) for c in cmd]
+        model = Path(args[args.index("-o") + 1])
+        steps = int(next(a for a in args if a.startswith("training.max_steps=")).split("=")[1])
+        done = (
+            len((model / "metrics.jsonl").read_text().splitlines()) * 200
+            if "--resume" in args
+            else 0
+        )
+        with open(model / "metrics.jsonl", "a" if done else "w") as f:
+            for s in range(done + 200, steps + 1, 200):
+                f.write(json.dumps({"event": "valid", "step": s, "bleu": s / 200}) + "\n")
+        (model / "checkpoints").mkdir(exist_ok=True)
+        (model / "checkpoints" / "last.state.pt").touch()
+
+
+def test_a_budget_that_is_not_a_whole_chunk_stops_the_run_exactly_there(tmp_path, capsys):
+    job = Job("ref", "p", tmp_path / "data", tmp_path / "ref")
+    rule = FlatRule(valid_every=200, chunk=400, min_steps=2000, max_steps=3000)
+    outcome = train_to_flat(FakeTrainer(), rule, job, tmp_path / "ref.log")
+    assert outcome["steps"] == 3000 and not outcome["flat"]
+    assert tuple(outcome["points"][-1]) == (3000, 15.0)
+    said = capsys.readouterr().out
+    assert "training to update 2,800" in said and "training to update 3,000 (resumed)" in said
+    assert "3,200" not in said and "NOT flat at update 3,000" in said
+
+
+def test_a_plain_reference_trains_for_its_counterparts_updates(tmp_path):
+    cfg = je.Settings(tmp_path, tmp_path, None, Runner())
+    plain = next(s for s in je.SYSTEMS if s.name == "bahdanau-plain")
+    with pytest.raises(RuntimeError, match="bahdanau-plain trains for bahdanau's updates"):
+        je.rule_of(cfg, plain)
+    (tmp_path / "bahdanau").mkdir()
+    (tmp_path / "bahdanau" / "flat.json").write_text(json.dumps({"steps": 9600, "flat": True}))
+    assert je.rule_of(cfg, plain) == FlatRule(max_steps=9600)
+    assert je.rule_of(cfg, je.SYSTEMS[0]) == FlatRule()
+
+
 def test_bootstrap_interval_holds_the_score_and_oracle_joins_k1(tmp_path):
     refs = [f"the cat number {i} sat on the mat" for i in range(60)]
     hyps = [r if i % 3 else r.replace("cat", "dog") for i, r in enumerate(refs)]
@@ -179,6 +222,15 @@ def test_figures_draw_the_k6_systems_and_the_extrapolation_once_k4_runs_exist(tm
         }
 
     core = [result("noattn", "k6", 1.0), result("bahdanau", "k6", 0.1)]
+    for r, updates, flat in zip(core, (6400, 9600), (True, True), strict=True):
+        r["run"].update(updates=updates, flat=flat)
+    plain = result("noattn-plain", "k1", 1.0)
+    plain["run"].update(updates=6400, flat=False)
+    plain["by_k"][0]["bleu"] = {"score": 25.0, "lo": 24.0, "hi": 26.0}
+    rows = joined_report.reference_rows(core + [plain])
+    assert rows == [["noattn", "6,400 / 6,400", "25.0 [24.0, 26.0]", "29.0 [28.0, 30.0]", "116%"]]
+    assert joined_report.flat_cell(plain) == "no (stopped at the K=6 run's updates)"
+    assert joined_report.flat_cell(core[0]) == "yes"
     paths = joined_report.figures(core, tmp_path)
     assert [p.name for p in paths] == [
         "joined_bleu.png", "joined_relative.png", "joined_length.png", "joined_curves.png"
