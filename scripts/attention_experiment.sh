@@ -75,8 +75,9 @@ run_system() {
   # shellcheck disable=SC2086  # TRAIN_ARGS is a list of options
   "$BIN/nmt" train --preset "$preset" "${over[@]}" --data "$WORK/data" -o "$WORK/$name" \
     --max-time "$BUDGET" --device "$DEVICE" --force --quiet $TRAIN_ARGS
+  # --whole-lines: a line is one test item, translated whole, never split into sentences
   "$BIN/nmt" translate -m "$WORK/$name" "$C/$TEST.$SRC" -o "$hyp.tmp" --beam-size "$BEAM" \
-    --device "$DEVICE" --quiet
+    --device "$DEVICE" --whole-lines --quiet
   mv "$hyp.tmp" "$hyp"
   echo "   $name: done"
 }

@@ -192,10 +192,12 @@ def train_to_flat(runner: Runner, rule: FlatRule, job: Job, log: Path) -> dict:
 
 def translate(runner: Runner, model: Path, src: Path, hyp: Path, beam: int, log: Path) -> None:
     """`nmt translate` of `src` into `hyp` with beam search on one decoding worker, unless `hyp`
-    is already there (written atomically, so it is whole)."""
+    is already there (written atomically, so it is whole). Each line is translated whole
+    (`--whole-lines`): by default `nmt translate` splits a line holding several sentences and
+    translates them one by one, which would hide the very length these experiments measure."""
     if not hyp.exists():
         cmd: list[object] = [BIN / "nmt", "translate", "-m", model, src, "-o", hyp]
-        runner.run(cmd + ["--beam-size", beam, "--workers", 1, "--quiet"], log)
+        runner.run(cmd + ["--beam-size", beam, "--workers", 1, "--whole-lines", "--quiet"], log)
 
 
 def run_all(runner: Runner, jobs: Mapping[str, Callable[[], object]], at_once: int) -> int:

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The Canadian-law experiment's best system as a model to use (docs/recipes/justice-laws.md):
 the system with the best validation BLEU, its best checkpoint against the average of its last
-five, the average on paragraphs split into sentences (`--split-sentences`), and, for a
-Transformer, its CTranslate2 exports (float32 and int8); each translates the whole test set
-(beam 5) and is scored with BLEU and chrF, and timed on the same threads one after another.
+five (lines translated whole), the same with each line split into sentences (`--split-sentences`),
+and, for a Transformer, its CTranslate2 exports (float32 and int8); each translates the whole test
+set (beam 5) and is scored with BLEU and chrF, and timed on the same threads one after another.
 
     python scripts/justice_recipe.py WORK [--threads 2]
 
@@ -61,11 +61,15 @@ def rows_of(work: Path, name: str) -> list[dict[str, Any]]:
     model = work / name
     n = averaged_count(model)
     rows = [
-        {"row": "best checkpoint", "model": model, "opts": ["--checkpoint", "best"]},
+        {
+            "row": "best checkpoint",
+            "model": model,
+            "opts": ["--checkpoint", "best", "--whole-lines"],
+        },
         {
             "row": f"average of the last {n}",
             "model": model,
-            "opts": ["--checkpoint", "averaged"],
+            "opts": ["--checkpoint", "averaged", "--whole-lines"],
         },
         {
             "row": f"average of the last {n}, --split-sentences",
@@ -75,7 +79,8 @@ def rows_of(work: Path, name: str) -> list[dict[str, Any]]:
     ]
     if is_transformer(model):
         for q in ("float32", "int8"):
-            rows.append({"row": f"CTranslate2 {q}", "model": work / f"{name}-ct2-{q}", "opts": []})
+            export = work / f"{name}-ct2-{q}"
+            rows.append({"row": f"CTranslate2 {q}", "model": export, "opts": ["--whole-lines"]})
     return rows
 
 

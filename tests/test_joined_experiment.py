@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import joined_experiment as je  # noqa: E402
 import joined_report  # noqa: E402
 import make_joined_corpus as mjc  # noqa: E402
-from flatrun import FlatRule, Job, Runner, flat_at, train_to_flat  # noqa: E402
+from flatrun import FlatRule, Job, Runner, flat_at, train_to_flat, translate  # noqa: E402
 
 
 def fake_multi30k(folder: Path, n_train: int = 57, n_val: int = 20, n_test: int = 13) -> None:
@@ -150,6 +150,22 @@ def test_a_budget_that_is_not_a_whole_chunk_stops_the_run_exactly_there(tmp_path
     said = capsys.readouterr().out
     assert "training to update 2,800" in said and "training to update 3,000 (resumed)" in said
     assert "3,200" not in said and "NOT flat at update 3,000" in said
+
+
+def test_test_sets_are_translated_whole_line_by_line(tmp_path):
+    """A joined line holds several sentences: split (nmt translate's default) it would be
+    translated caption by caption, and the experiment would measure nothing."""
+    asked = []
+
+    class Recorder(Runner):
+        def run(self, cmd, log=None):
+            asked.append([str(c) for c in cmd])
+
+    translate(Recorder(), tmp_path / "m", tmp_path / "in", tmp_path / "out", 5, tmp_path / "l")
+    assert asked and "--whole-lines" in asked[0] and "--split-sentences" not in asked[0]
+    (tmp_path / "out").touch()  # done: not translated again
+    translate(Recorder(), tmp_path / "m", tmp_path / "in", tmp_path / "out", 5, tmp_path / "l")
+    assert len(asked) == 1
 
 
 def test_a_plain_reference_trains_for_its_counterparts_updates(tmp_path):
