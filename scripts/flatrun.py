@@ -190,14 +190,18 @@ def train_to_flat(runner: Runner, rule: FlatRule, job: Job, log: Path) -> dict:
     return outcome
 
 
-def translate(runner: Runner, model: Path, src: Path, hyp: Path, beam: int, log: Path) -> None:
+def translate(
+    runner: Runner, model: Path, src: Path, hyp: Path, beam: int, log: Path, split: bool = False
+) -> None:
     """`nmt translate` of `src` into `hyp` with beam search on one decoding worker, unless `hyp`
     is already there (written atomically, so it is whole). Each line is translated whole
-    (`--whole-lines`): by default `nmt translate` splits a line holding several sentences and
-    translates them one by one, which would hide the very length these experiments measure."""
+    (`--whole-lines`) unless `split`: by default `nmt translate` splits a line holding several
+    sentences and translates them one by one, which would hide the very length these experiments
+    measure; `split` asks for that on purpose (`--split-sentences`), as a control."""
     if not hyp.exists():
         cmd: list[object] = [BIN / "nmt", "translate", "-m", model, src, "-o", hyp]
-        runner.run(cmd + ["--beam-size", beam, "--workers", 1, "--whole-lines", "--quiet"], log)
+        how = "--split-sentences" if split else "--whole-lines"
+        runner.run(cmd + ["--beam-size", beam, "--workers", 1, how, "--quiet"], log)
 
 
 def run_all(runner: Runner, jobs: Mapping[str, Callable[[], object]], at_once: int) -> int:

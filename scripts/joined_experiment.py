@@ -166,12 +166,15 @@ def job_of(cfg: Settings, s: System) -> Job:
 
 
 def translate_tests(cfg: Settings, s: System) -> None:
-    """Beam-search translations of test.k1 .. test.kN into MODEL_DIR/test.kN.hyp.de."""
-    model = cfg.work / s.name
+    """Beam-search translations of test.k1 .. test.kN, each line whole, into
+    MODEL_DIR/test.kN.hyp.de, and of test.kN split into sentences (the control of what sentence
+    splitting gives back) into MODEL_DIR/test.kN.split.hyp.de."""
+    model, log = cfg.work / s.name, cfg.work / f"{s.name}.log"
     for k in range(1, TEST_K + 1):
         src = cfg.work / f"corpus-{s.corpus}" / f"test.k{k}.{SRC}"
-        hyp = model / f"test.k{k}.hyp.{TGT}"
-        translate(cfg.runner, model, src, hyp, cfg.beam, cfg.work / f"{s.name}.log")
+        translate(cfg.runner, model, src, model / f"test.k{k}.hyp.{TGT}", cfg.beam, log)
+    split = model / f"test.k{TEST_K}.split.hyp.{TGT}"
+    translate(cfg.runner, model, src, split, cfg.beam, log, split=True)
 
 
 def rule_of(cfg: Settings, s: System) -> FlatRule:

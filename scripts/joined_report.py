@@ -38,6 +38,7 @@ from nmt.plots.curves import read_events
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from joined_figures import figures  # noqa: E402
 from make_joined_corpus import fixed_groups, join  # noqa: E402
 
 SRC, TGT = "en", "de"
@@ -131,12 +132,16 @@ def score_system(work: Path, name: str, corpus: str) -> dict[str, Any] | None:
         )
     refs1 = read(text / f"test.k1.{TGT}")
     position = by_position(k1, read(hyp[TEST_K]), refs1, TEST_K)
+    split = model / f"test.k{TEST_K}.split.hyp.{TGT}"
     return {
         "name": name,
         "corpus": corpus,
         "run": run_info(model, data),
         "by_k": rows,
         "by_position": position,
+        "split": bootstrap(bleu, read(split), read(text / f"test.k{TEST_K}.{TGT}"))
+        if split.exists()
+        else None,
     }
 
 
@@ -282,6 +287,17 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
             table(pos_head, pos_rows),
         ),
     ]
+    if split := [r for r in results if r.get("split")]:
+        head = ["system", "whole lines", "split into sentences", "split oracle"]
+        rows = [
+            [r["name"], ci(r["by_k"][-1]["bleu"]), ci(r["split"]), ci(r["by_k"][-1]["oracle_bleu"])]
+            for r in split
+        ]
+        title = (
+            f"test.k{TEST_K} translated whole against split into sentences "
+            "(`--split-sentences`), BLEU [95%]"
+        )
+        parts.append((title, table(head, rows)))
     if refs := reference_rows(results):
         head = ["system", "updates (plain / K=6)", "plain-trained", "K=6-trained", "K=6 / plain"]
         title = (
@@ -290,101 +306,6 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
         )
         parts.insert(2, (title, table(head, refs)))
     return "\n\n".join(f"{title}:\n\n{body}" for title, body in parts) + "\n"
-
-
-def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
-    """BLEU against k (oracle dashed), relative BLEU, length ratio and validation curves."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    docs.mkdir(parents=True, exist_ok=True)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    ks = [c["k"] for c in results[0]["by_k"]]
-    words = [c["mean_words"] for c in results[0]["by_k"]]
-    xlabel = "captions joined per line, k (mean source words)"
-    ticks = [f"{k}\n({w:.0f})" for k, w in zip(ks, words, strict=True)]
-    out = []
-    core = [r for r in results if r["corpus"] == "k6"] or list(results)
-
-    def save(fig: Any, name: str) -> None:
-        path = docs / name
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        out.append(path)
-
-    def by_k(ax: Any, ylabel: str, title: str = "", legend: int = 10) -> None:
-        """Label a plot against k, with its grid and legend."""
-        ax.set(xlabel=xlabel, ylabel=ylabel, xticks=ks, xticklabels=ticks, title=title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=legend)
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r, col in zip(core, colours, strict=False):
-        y = [c["bleu"]["score"] for c in r["by_k"]]
-        err = [
-            [c["bleu"]["score"] - c["bleu"]["lo"] for c in r["by_k"]],
-            [c["bleu"]["hi"] - c["bleu"]["score"] for c in r["by_k"]],
-        ]
-        ax.errorbar(ks, y, yerr=err, marker="o", color=col, label=r["name"], capsize=3)
-        ax.plot(ks, [c["oracle_bleu"]["score"] for c in r["by_k"]], "--", color=col, alpha=0.6)
-    by_k(
-        ax,
-        "BLEU (test_2016_flickr)",
-        "BLEU against input length, same sentences (dashed: split oracle)",
-    )
-    save(fig, "joined_bleu.png")
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r, col in zip(core, colours, strict=False):
-        base = r["by_k"][0]["bleu"]["score"]
-        ax.plot(
-            ks,
-            [100 * c["bleu"]["score"] / base for c in r["by_k"]],
-            marker="o",
-            color=col,
-            label=r["name"],
-        )
-    ax.axhline(100, color="grey", lw=0.8)
-    by_k(ax, "BLEU, % of the system's k1")
-    save(fig, "joined_relative.png")
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r, col in zip(core, colours, strict=False):
-        ax.plot(ks, [c["bleu"]["ratio"] for c in r["by_k"]], marker="o", color=col, label=r["name"])
-    ax.axhline(1.0, color="grey", lw=0.8)
-    by_k(ax, "output / reference length")
-    save(fig, "joined_length.png")
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r, col in zip(results, colours, strict=False):
-        steps, vals = zip(*r["run"]["curve"], strict=True)
-        ax.plot(steps, vals, color=col, label=r["name"])
-    ax.set(xlabel="updates", ylabel="validation BLEU (greedy)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    save(fig, "joined_curves.png")
-    k4 = {r["name"].removesuffix("-K4"): r for r in results if r["corpus"] == "k4"}
-    if k4:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for r, col in zip(core, colours, strict=False):
-            if r["name"] not in k4:
-                continue
-            for run, style, label in ((r, ":", "K=6"), (k4[r["name"]], "-", "K=4")):
-                y = [100 * c["bleu"]["score"] / c["oracle_bleu"]["score"] for c in run["by_k"]]
-                ax.plot(ks, y, style, marker="o", color=col, label=f"{r['name']} ({label})")
-        ax.axvline(4, color="grey", lw=0.8)
-        ax.axhline(100, color="grey", lw=0.8)
-        by_k(
-            ax,
-            "BLEU, % of the split oracle",
-            "Past the longest training line (K=4: right of the grey line)",
-            legend=8,
-        )
-        save(fig, "joined_extrapolation.png")
-    return out
 
 
 def data_table(work: Path, corpora: Sequence[str]) -> str:

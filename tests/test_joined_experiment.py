@@ -293,6 +293,9 @@ def test_smoke_run_stops_on_sigterm_resumes_then_reuses_everything(tmp_path, mul
     assert "| noattn |" in table and "| transformer |" in table and "Split oracle" in table
     assert "BLEU as % of the split oracle" in table and "Floor: BLEU against" in table
     assert "BLEU by caption position in test.k6" in table
+    assert "test.k6 translated whole against split into sentences" in table
+    for name in ("noattn", "bahdanau", "transformer"):  # the control: k6 split into sentences
+        assert len((work / name / "test.k6.split.hyp.de").read_text().splitlines()) == 20
     for png in ("joined_bleu", "joined_relative", "joined_length", "joined_curves"):
         assert (tmp_path / "docs" / f"{png}.png").stat().st_size > 10_000
     results = json.loads((work / "joined_results.json").read_text())
