@@ -151,6 +151,33 @@ def test_incremental_decoding_equals_teacher_forcing_with_reordering(name):
         torch.testing.assert_close(F.log_softmax(raw, -1), plain, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("name", [n for n in TINY if not n.startswith("transformer")])
+def test_teacher_forcing_trains_what_step_by_step_decoding_computes(name):
+    """The RNN's gradients of a loss on the teacher-forced logits (its own step loop) equal those
+    of the same loss built from decode_step one step at a time: training fits the network that
+    search runs. (A Transformer's decode_step fills its cache in place, outside autograd.)"""
+    model = make(name)
+    src, lengths = batch([7, 3, 5])
+    tgt = targets(3, 8)
+    picked = tgt.roll(-1, 1)  # any fixed target tokens
+
+    def grads(logits: torch.Tensor) -> list[torch.Tensor]:
+        model.zero_grad()
+        F.log_softmax(logits.float(), -1).gather(-1, picked[..., None]).sum().backward()
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    forced = grads(model(src, lengths, tgt))
+    enc, steps = model.encode(src, lengths), []
+    state = model.init_state(enc)
+    for t in range(tgt.size(1)):
+        logits, state, _ = model.decode_step(tgt[:, t], enc, state, normalize=False)
+        steps.append(logits)
+    stepped = grads(torch.stack(steps, 1))
+    assert len(forced) == len(stepped) == len(list(model.parameters()))
+    for a, b in zip(forced, stepped, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
 def test_step_scores_normalize_in_place_only_outside_autograd():
     x = torch.randn(3, 7)
     ref = F.log_softmax(x, -1)

@@ -237,8 +237,10 @@ class Seq2Seq(nn.Module):
         state = self.init_state(enc)
         emb = self.drop(self.tgt_embed(tgt_in))  # (B, T, E)
         hs, contexts, weights = [], [], []
-        for t in range(tgt_in.size(1)):
-            h, context, w, state = self._step(emb[:, t], enc, state)
+        # unbind, not emb[:, t]: each slice's backward writes a zero (B, T, E) gradient and adds
+        # it up, T times an update; unbind's backward stacks the T gradients once.
+        for emb_t in emb.unbind(1):
+            h, context, w, state = self._step(emb_t, enc, state)
             hs.append(h)
             contexts.append(context)
             if w is not None:
