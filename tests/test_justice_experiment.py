@@ -16,7 +16,7 @@ MIRROR = REPO.parent / "shared" / "corpora" / "justice-laws-en-fr"
 sys.path.insert(0, str(REPO / "scripts"))
 
 from flatrun import Runner  # noqa: E402
-from justice_experiment import sample_pairs  # noqa: E402
+from justice_experiment import CAPS, main, rule_of, sample_pairs  # noqa: E402
 from justice_recipe import best_system, markdown, recipe  # noqa: E402
 
 
@@ -32,6 +32,28 @@ def test_sample_pairs_is_seeded_aligned_and_in_file_order(tmp_path):
     sample_pairs(tmp_path / "c.en", tmp_path / "c.fr", tmp_path / "t", 30, seed=1)
     assert (tmp_path / "t.en").read_text() == (tmp_path / "s.en").read_text()
     assert sample_pairs(tmp_path / "c.en", tmp_path / "c.fr", tmp_path / "u", 500, seed=1) == 100
+
+
+def test_each_system_trains_to_its_cap_unless_max_steps_sets_one(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_job(cfg, name):
+        seen[name] = rule_of(cfg, name).max_steps
+
+    def run_all(runner, jobs, at_once):  # the jobs in turn, with no signal handlers installed
+        for job in jobs.values():
+            job()
+        return 0
+
+    monkeypatch.setattr("justice_experiment.system_job", fake_job)
+    monkeypatch.setattr("justice_experiment.run_all", run_all)
+    monkeypatch.setattr("justice_experiment.prepare", lambda cfg: None)
+    monkeypatch.setattr("justice_report.write_report", lambda *a: [])
+    monkeypatch.setattr("justice_recipe.recipe", lambda *a: {})
+    assert main(["--work", str(tmp_path)]) == 0
+    assert seen == CAPS and CAPS["transformer"] > CAPS["bahdanau"] == CAPS["noattn"]
+    assert main(["--work", str(tmp_path), "--max-steps", "500"]) == 0
+    assert seen == dict.fromkeys(CAPS, 500)
 
 
 def test_best_system_is_the_trained_one_with_the_best_validation_bleu(tmp_path):
