@@ -79,10 +79,15 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r, col in zip(results, colours, strict=False):
         steps, vals = zip(*r["run"]["curve"], strict=True)
-        ax.plot(steps, vals, color=col, label=r["name"])
-    ax.set(xlabel="updates", ylabel="validation BLEU (greedy)")
+        val = {"k6": "K=6", "k4": "K=4", "k1": "plain"}.get(r["corpus"], r["corpus"])
+        ax.plot(steps, vals, color=col, label=f"{r['name']} ({val} val)")
+    ax.set(
+        xlabel="updates",
+        ylabel="validation BLEU (greedy)",
+        title="Each system on its own corpus's validation set",
+    )
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="center right")
     save(fig, "joined_curves.png")
     k4 = {r["name"].removesuffix("-K4"): r for r in results if r["corpus"] == "k4"}
     if k4:
