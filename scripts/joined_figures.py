@@ -76,7 +76,7 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
     by_k(ax, "output / reference length")
     save(fig, "joined_length.png")
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     for r, col in zip(results, colours, strict=False):
         steps, vals = zip(*r["run"]["curve"], strict=True)
         val = {"k6": "K=6", "k4": "K=4", "k1": "plain"}.get(r["corpus"], r["corpus"])
@@ -87,7 +87,7 @@ def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
         title="Each system on its own corpus's validation set",
     )
     ax.grid(alpha=0.3)
-    ax.legend(loc="center right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)  # outside: no curve hidden
     save(fig, "joined_curves.png")
     k4 = {r["name"].removesuffix("-K4"): r for r in results if r["corpus"] == "k4"}
     if k4:
