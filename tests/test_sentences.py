@@ -232,7 +232,20 @@ def test_cli_gives_line_n_for_line_n_from_files_and_pipes(tmp_path):
         assert from_file.returncode == 0 and piped.returncode == 0, from_file.stderr + piped.stderr
         assert from_file.stdout == piped.stdout
         assert from_file.stdout.count("\n") == len(lines)
+        assert from_file.stderr == piped.stderr == ""  # --quiet: no note
         outs[split[0] if split else "default"] = from_file.stdout.split("\n")[:-1]
+    # Without --quiet, the default says how many lines it split; asked for either way, it does not.
+    loud = [a for a in nmt if a != "-q"]
+    said = subprocess.run(loud + [str(src)], capture_output=True, text=True).stderr
+    assert said.splitlines()[-1] == (
+        f"note: {src}: 6 of 12 lines hold several sentences: each was translated sentence by "
+        "sentence and joined (--whole-lines translates lines whole)"
+    )
+    piped = subprocess.run(loud, input=src.read_text(), capture_output=True, text=True).stderr
+    assert piped.splitlines()[-1].startswith("note: <stdin>: 6 of 12 lines hold several")
+    for flag in ("--whole-lines", "--split-sentences"):
+        said = subprocess.run(loud + [str(src), flag], capture_output=True, text=True).stderr
+        assert "note:" not in said
     whole, split_all, default = outs["--whole-lines"], outs["--split-sentences"], outs["default"]
     with Translator.from_dir(model, workers=1) as tr:
         assert whole == [t.text for t in tr.translate(lines)]
@@ -282,6 +295,16 @@ def test_evaluate_splits_sentences_as_translate_does(tmp_path):
     )
     assert t.returncode == 0 and e.returncode == 0, t.stderr + e.stderr
     assert (tmp_path / "hyp").read_text() == t.stdout
+    # by default it splits the line of two sentences too, and says so unless --quiet
+    evaluate = nmt + ["evaluate", "-m", str(model), "--src", str(src), "-r", str(src)]
+    said = subprocess.run(evaluate, capture_output=True, text=True)
+    assert said.returncode == 0, said.stderr
+    assert said.stderr.splitlines()[-1] == (
+        f"note: {src}: 1 of 2 lines hold several sentences: each was translated sentence by "
+        "sentence and joined (--whole-lines translates lines whole)"
+    )
+    quiet = subprocess.run(evaluate + ["-q"], capture_output=True, text=True)
+    assert quiet.stderr == "" and quiet.stdout == said.stdout
 
 
 @pytest.mark.slow

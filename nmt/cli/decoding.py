@@ -34,7 +34,7 @@ from nmt.cli.flags import (
     TopPOpt,
     decode_options,
 )
-from nmt.cli.progress import count_progress
+from nmt.cli.progress import count_progress, note_to_stderr
 
 if TYPE_CHECKING:
     from nmt.decode.engine import Engine
@@ -172,6 +172,7 @@ def translate_cmd(
             translator, inputs, output, options, fmt=fmt, errors=errors,
             buffer_size=buffer_size, progress=None if quiet else count_progress,
             split_sentences=split_sentences, input_format=input_format, glossary=terms,
+            on_notice=None if quiet else note_to_stderr,
         )  # fmt: skip
 
 

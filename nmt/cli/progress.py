@@ -1,9 +1,10 @@
-"""The CLI's progress bars on stderr (stdout stays data): one per preprocessing step, or one over
-the lines a command translates or scores."""
+"""The CLI's progress bars and notes on stderr (stdout stays data): one bar per preprocessing
+step, or one over the lines a command translates or scores."""
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -67,3 +68,10 @@ def batch_progress(stack: contextlib.ExitStack) -> Callable[[int, int], None]:
     """A transient `translating` bar started on the first batch; returns `advance(n, total)`."""
     bars = Bars(stack, "{task.description}", transient=True)
     return lambda n, total: bars.progress.advance(bars.task("translating", total), n)
+
+
+def note_to_stderr(message: str) -> None:
+    """An informative line on stderr (translations and scores go to stdout); the commands call
+    it only without --quiet."""
+    sys.stderr.write(f"note: {message}\n")
+    sys.stderr.flush()

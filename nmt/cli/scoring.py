@@ -20,7 +20,7 @@ from nmt.cli.flags import (
     StopOpt,
     decode_options,
 )
-from nmt.cli.progress import batch_progress
+from nmt.cli.progress import batch_progress, note_to_stderr
 
 commands = typer.Typer()
 
@@ -160,11 +160,14 @@ def evaluate_cmd(
         beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, stop=stop,
         batch_tokens=batch_tokens,
     )  # fmt: skip
+    notes: list[str] = []
     with contextlib.ExitStack() as stack:
         results = evaluate(
             model_dir, src, refs, hyp_out=output, metrics=metric,
             options=Options(tokenize, lowercase, chrf_word_order, False), decoding=decoding,
-            device=device, checkpoint=checkpoint, precision=precision,
+            device=device, checkpoint=checkpoint, precision=precision, on_notice=notes.append,
             progress=None if quiet else batch_progress(stack), split_sentences=split_sentences,
         )  # fmt: skip
+    if notes and not quiet:  # after the progress bar has closed
+        note_to_stderr(notes[0])
     print_scores([(output or src, results)], as_json, width)

@@ -76,6 +76,15 @@ def sentence_splitting(
     return (Segmenter(lang), True) if one_each else (None, False)
 
 
+def split_notice(name: str, split: int, lines: int) -> str:
+    """The line that says how many lines the default split into sentences: a test set of
+    several sentences a line is translated otherwise than its lines' length suggests."""
+    return (
+        f"{name}: {split:,} of {lines:,} lines hold several sentences: each was translated "
+        "sentence by sentence and joined (--whole-lines translates lines whole)"
+    )
+
+
 def check_split_options(options: DecodeOptions, flag: str = "--split-sentences") -> None:
     """One search result per line is what joining gives: refuse n-best lists, attention and
     sampling (`flag` names the option in the message: the server's field is another)."""
@@ -101,6 +110,7 @@ def translate_lines(
     keys: Sequence[int] | None = None,
     constraints: Sequence[Sequence[str]] | None = None,
     glossary: Glossary | None = None,
+    on_split: Callable[[int], None] | None = None,
     **fields: Any,
 ) -> list[Translation]:
     """One Translation per line, in order: `engine.translate` on every line that needs no
@@ -110,11 +120,14 @@ def translate_lines(
     With `several`, only the lines of several sentences are split.
     `keys` (sampling keys, one per line) give each piece its line's key; `constraints` (target
     phrases per line) keep their line whole; a `glossary` gives each piece the target terms of
-    the source terms in it; `fields` go to `engine.translate` as they are."""
+    the source terms in it; `on_split(n)` hears how many lines were split into sentences;
+    `fields` go to `engine.translate` as they are."""
     if segmenter is not None and not several:
         check_split_options(options)
     whole = None if constraints is None else [bool(c) for c in constraints]
     planned = plan(lines, engine, segmenter, several, whole)
+    if on_split is not None:
+        on_split(sum(1 for p in planned if p is not None and not p.cut and len(p.sentences) > 1))
     flat: list[str] = []
     flat_keys: list[int] = []
     for i, (line, pieces) in enumerate(zip(lines, planned, strict=True)):

@@ -22,7 +22,7 @@ from nmt.decode.lines import (
     warn_to_stderr,
 )
 from nmt.decode.options import DecodeOptions, given_options
-from nmt.decode.paragraphs import sentence_splitting, translate_lines
+from nmt.decode.paragraphs import sentence_splitting, split_notice, translate_lines
 from nmt.errors import NmtError
 from nmt.textio import atomic_write
 
@@ -43,6 +43,7 @@ def translate_files(
     split_sentences: bool | None = None,
     input_format: str = "text",
     glossary: Glossary | None = None,
+    on_notice: Callable[[str], None] | None = None,
     **fields: Any,
 ) -> None:
     """Translate files (or stdin, '-') into `output` (atomically) or stdout, one result per input
@@ -57,7 +58,7 @@ def translate_files(
     source limit is cut at its best boundaries either way, never truncated. `input_format`
     "jsonl" reads {"text", "constraints"} objects (nmt.decode.constraints); a `glossary` gives
     each line (each sentence, when split) the target terms of its source terms as constraints.
-    """
+    `on_notice` hears, per input, how many lines the default split into sentences (if any)."""
     opts = given_options(options, fields)
     nbest, with_attention = opts.nbest, opts.with_attention
     paths = check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)
@@ -67,6 +68,7 @@ def translate_files(
     segmenter, several = sentence_splitting(split_sentences, opts, translator.languages[0])
     if glossary is not None:
         glossary.check(translator.tgt_tok.encode)  # before any input is read
+    notes: list[str] = []
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         advance = None
@@ -74,7 +76,7 @@ def translate_files(
             advance = progress(stack, sum(count_lines(p) for p in paths))
         for path in paths:
             warn = warn_to_stderr("<stdin>" if path == "-" else path)
-            first = 1
+            first, splits = 1, list[int]()  # lines split into sentences, per batch
             for batch in read_batches(path, errors, buffer_size or BATCH_LINES):
                 constraints = None
                 if input_format == "jsonl":
@@ -86,9 +88,15 @@ def translate_files(
                         translator, batch, opts, segmenter=segmenter, several=several,
                         tgt_lang=translator.languages[1], first_line=first, on_warning=warn,
                         progress=advance, constraints=constraints, glossary=glossary,
+                        on_split=splits.append,
                     )  # fmt: skip
                 except NmtError as e:  # a line's constraints: name the file too
                     raise NmtError(f"{'<stdin>' if path == '-' else path}: {e}") from None
                 first += len(batch)
                 out.writelines(format_translation(tr, fmt, nbest, with_attention) for tr in results)
                 out.flush()
+            if several and (split := sum(splits)) > 0:
+                notes.append(split_notice("<stdin>" if path == "-" else path, split, first - 1))
+    if on_notice is not None:  # after the progress bar has closed
+        for note in notes:
+            on_notice(note)

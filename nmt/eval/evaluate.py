@@ -55,6 +55,7 @@ def evaluate(
     progress: Callable[[int, int], None] | None = None,
     decoding: DecodeOptions | None = None,
     split_sentences: bool | None = None,
+    on_notice: Callable[[str], None] | None = None,
 ) -> list[Result]:
     """Translate `src` with the model (several directories: their ensemble) and score it; every
     input is checked before the model loads.
@@ -62,7 +63,8 @@ def evaluate(
     `decoding` says how to translate (None, or an unset option: the model config's value;
     scores are never computed, only the text is scored); `progress(n_done_now, n_total)` is
     called as batches finish. Lines are translated as `nmt translate` does (nmt.decode.paragraphs:
-    `split_sentences` True, False or None for the default, and long lines cut, not truncated).
+    `split_sentences` True, False or None for the default, and long lines cut, not truncated;
+    `on_notice` hears how many lines the default split into sentences, if any).
     """
     metric_names = parse_metrics(metrics)
     opts = options or Options()
@@ -71,7 +73,7 @@ def evaluate(
     src_lines, refs = _check_inputs(dirs, src, ref_paths, opts)
 
     from nmt.decode.loading import open_translator  # torch only for a model directory
-    from nmt.decode.paragraphs import sentence_splitting, translate_lines
+    from nmt.decode.paragraphs import sentence_splitting, split_notice, translate_lines
 
     how = dataclasses.replace(decoding or DecodeOptions(), scores=False)  # only text is scored
     segmenter, several = sentence_splitting(split_sentences, how, None)
@@ -80,13 +82,16 @@ def evaluate(
     advance = None if progress is None else lambda n: progress(n, len(src_lines))
     if segmenter is not None:
         segmenter = Segmenter(translator.languages[0])  # the model's own source language
+    splits: list[int] = []
     with translator:  # its worker processes end with the translation
         translations = translate_lines(
             translator, src_lines, how, segmenter=segmenter, several=several,
             tgt_lang=translator.languages[1],
-            on_warning=warn_to_stderr(str(src)), progress=advance,
+            on_warning=warn_to_stderr(str(src)), progress=advance, on_split=splits.append,
         )  # fmt: skip
         hyps = [one_line(h.text) for h in translations]  # as translate writes them
+    if several and sum(splits) > 0 and on_notice is not None:
+        on_notice(split_notice(str(src), sum(splits), len(src_lines)))
     if translator.tgt_tok.lowercase:  # it writes lowercased text: cased BLEU would only punish that
         opts = dataclasses.replace(opts, lowercase=True)  # the signature says case:lc
     if len(hyps) != len(src_lines):  # the translator's contract; never score a shifted file
