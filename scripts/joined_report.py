@@ -189,7 +189,8 @@ def ci(cell: dict[str, float]) -> str:
 
 
 def flat_cell(r: dict[str, Any]) -> str:
-    """Whether a run's curve was flat; a plain reference that is not stopped at its budget."""
+    """Whether a run's curve was flat; a plain reference that is not flat stopped at its budget
+    (its K=6 counterpart's updates)."""
     if r["run"]["flat"]:
         return "yes"
     return "no (stopped at the K=6 run's updates)" if r["corpus"] == "k1" else "**no**"

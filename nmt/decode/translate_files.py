@@ -75,12 +75,12 @@ def translate_files(
         if progress is not None and all(is_regular(p) for p in paths):
             advance = progress(stack, sum(count_lines(p) for p in paths))
         for path in paths:
-            warn = warn_to_stderr("<stdin>" if path == "-" else path)
+            name = "<stdin>" if path == "-" else path
+            warn = warn_to_stderr(name)
             first, splits = 1, list[int]()  # lines split into sentences, per batch
             for batch in read_batches(path, errors, buffer_size or BATCH_LINES):
                 constraints = None
                 if input_format == "jsonl":
-                    name = "<stdin>" if path == "-" else path
                     records = [parse_jsonl_line(r, name, first + n) for n, r in enumerate(batch)]
                     batch, constraints = [t for t, _ in records], [c for _, c in records]
                 try:
@@ -91,12 +91,12 @@ def translate_files(
                         on_split=splits.append,
                     )  # fmt: skip
                 except NmtError as e:  # a line's constraints: name the file too
-                    raise NmtError(f"{'<stdin>' if path == '-' else path}: {e}") from None
+                    raise NmtError(f"{name}: {e}") from None
                 first += len(batch)
                 out.writelines(format_translation(tr, fmt, nbest, with_attention) for tr in results)
                 out.flush()
             if several and (split := sum(splits)) > 0:
-                notes.append(split_notice("<stdin>" if path == "-" else path, split, first - 1))
+                notes.append(split_notice(name, split, first - 1))
     if on_notice is not None:  # after the progress bar has closed
         for note in notes:
             on_notice(note)

@@ -90,8 +90,8 @@ def evaluate(
             on_warning=warn_to_stderr(str(src)), progress=advance, on_split=splits.append,
         )  # fmt: skip
         hyps = [one_line(h.text) for h in translations]  # as translate writes them
-    if several and sum(splits) > 0 and on_notice is not None:
-        on_notice(split_notice(str(src), sum(splits), len(src_lines)))
+    if several and (split := sum(splits)) > 0 and on_notice is not None:
+        on_notice(split_notice(str(src), split, len(src_lines)))
     if translator.tgt_tok.lowercase:  # it writes lowercased text: cased BLEU would only punish that
         opts = dataclasses.replace(opts, lowercase=True)  # the signature says case:lc
     if len(hyps) != len(src_lines):  # the translator's contract; never score a shifted file
