@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,6 +25,15 @@ from pathlib import Path
 from nmt.plots.curves import read_events
 
 BIN = Path(sys.executable).parent
+
+
+class ChildFailed(RuntimeError):
+    """A child command that exited non-zero: what it was, its status, where its output went."""
+
+    def __init__(self, args: Sequence[str], code: int, log: Path | None) -> None:
+        where = f" (its output: {log})" if log else ""
+        super().__init__(f"{shlex.join(args)} exited with status {code}{where}")
+        self.code = code
 
 
 class Children:
@@ -52,7 +62,7 @@ class Children:
             with self.lock:
                 self.procs.discard(proc)
             if code:
-                raise subprocess.CalledProcessError(code, args)
+                raise ChildFailed(args, code, log)
         finally:
             if out:
                 out.close()
@@ -63,6 +73,29 @@ class Children:
             self.stopping.set()
             for proc in self.procs:
                 proc.terminate()
+
+
+def corpus_mirror(given: Path | None, default: Path) -> Path | None:
+    """The corpus mirror to fetch from: the one given, else NMT_CORPUS_MIRROR, else `default`
+    where it exists (None: the fetcher downloads, or says in one line why it cannot). A mirror
+    named on purpose is passed on even when missing, so the fetcher names it instead of
+    falling back to a download."""
+    if given is not None:
+        return given
+    env = os.environ.get("NMT_CORPUS_MIRROR")
+    if env:
+        return Path(env)
+    return default if default.exists() else None
+
+
+def exit_status(main: Callable[[], int]) -> int:
+    """`main`'s exit status, where a failed child command ends the script with one line naming it
+    (the child said why just above it, or in its log) instead of a traceback."""
+    try:
+        return main()
+    except ChildFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.code if 0 < error.code < 256 else 1
 
 
 @dataclass

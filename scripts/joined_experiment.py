@@ -38,7 +38,6 @@ import argparse
 import dataclasses
 import functools
 import json
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,7 +46,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from flatrun import BIN, FlatRule, Job, Runner, run_all, train_to_flat, translate  # noqa: E402
+from flatrun import (  # noqa: E402
+    BIN,
+    FlatRule,
+    Job,
+    Runner,
+    corpus_mirror,
+    exit_status,
+    run_all,
+    train_to_flat,
+    translate,
+)
 
 SRC, TGT = "en", "de"
 TEST_K = 6
@@ -231,8 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny models and data (a few minutes)")
     args = p.parse_args(argv)
     default = ROOT.parent / "shared/corpora/multi30k"
-    mirror = args.mirror or Path(os.environ.get("NMT_CORPUS_MIRROR", default))
-    cfg = Settings(args.work, args.docs, mirror if mirror.exists() else None, Runner(args.threads))
+    cfg = Settings(args.work, args.docs, corpus_mirror(args.mirror, default), Runner(args.threads))
     if args.smoke:
         cfg.rule = FlatRule(valid_every=10, chunk=10, min_steps=20, max_steps=40)
         cfg.smoke, cfg.limit, cfg.beam = True, 120, 2
@@ -263,4 +271,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main))

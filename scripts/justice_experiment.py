@@ -34,7 +34,6 @@ import argparse
 import dataclasses
 import functools
 import json
-import os
 import random
 import sys
 from pathlib import Path
@@ -42,7 +41,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from flatrun import BIN, FlatRule, Job, Runner, run_all, train_to_flat, translate  # noqa: E402
+from flatrun import (  # noqa: E402
+    BIN,
+    FlatRule,
+    Job,
+    Runner,
+    corpus_mirror,
+    exit_status,
+    run_all,
+    train_to_flat,
+    translate,
+)
 
 SRC, TGT = "en", "fr"
 BUCKETS = "0-10,10-20,20-30,30-40,40-60,60+"
@@ -185,12 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     default = ROOT.parent / "shared/corpora/justice-laws-en-fr"
-    mirror = args.mirror or Path(os.environ.get("NMT_CORPUS_MIRROR", default))
     rule = FlatRule(valid_every=400, chunk=800, min_steps=4000)
     cfg = Settings(
         args.work,
         args.docs,
-        mirror if mirror.exists() else None,
+        corpus_mirror(args.mirror, default),
         Runner(args.threads),
         rule,
         args.subset,
@@ -231,4 +239,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main))

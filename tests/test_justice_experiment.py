@@ -1,6 +1,7 @@
-"""scripts/justice_experiment.py: the seeded train sample, and the whole script's smoke mode on the
-justice-laws-en-fr mirror (fetch, sample, preprocess with a valid sample, three systems to a flat
-curve, test translated line for line, the report's tables and figures)."""
+"""scripts/justice_experiment.py: the seeded train sample, the corpus mirror, a failed step's
+one-line error, and the whole script's smoke mode on the justice-laws-en-fr mirror (fetch, sample,
+preprocess with a valid sample, three systems to a flat curve, test translated line for line, the
+report's tables and figures)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 MIRROR = REPO.parent / "shared" / "corpora" / "justice-laws-en-fr"
 sys.path.insert(0, str(REPO / "scripts"))
 
-from flatrun import Runner  # noqa: E402
+from flatrun import Runner, corpus_mirror  # noqa: E402
 from justice_experiment import CAPS, main, rule_of, sample_pairs  # noqa: E402
 from justice_recipe import best_system, markdown, recipe  # noqa: E402
 
@@ -71,6 +72,29 @@ def test_best_system_is_the_trained_one_with_the_best_validation_bleu(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_mirror_named_on_purpose_is_kept_and_a_missing_default_dropped(tmp_path, monkeypatch):
+    monkeypatch.delenv("NMT_CORPUS_MIRROR", raising=False)
+    given, default = tmp_path / "nowhere", tmp_path / "default"
+    assert corpus_mirror(given, default) == given  # the fetcher names it, no download
+    assert corpus_mirror(None, default) is None
+    default.mkdir()
+    assert corpus_mirror(None, default) == default
+    monkeypatch.setenv("NMT_CORPUS_MIRROR", str(tmp_path / "env"))
+    assert corpus_mirror(None, default) == tmp_path / "env"
+
+
+def test_a_failed_step_ends_the_script_in_one_line_naming_it(tmp_path):
+    missing = tmp_path / "no-mirror"
+    script = REPO / "scripts/justice_experiment.py"
+    cmd = [sys.executable, str(script), "--work", str(tmp_path), "--mirror", str(missing)]
+    r = subprocess.run([*cmd, "--prepare-only"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    fetcher, script_line = r.stderr.splitlines()
+    assert fetcher == f"error: mirror {missing}: no such folder"
+    assert script_line.startswith("error: ") and "fetch_corpus.py justice-laws-en-fr" in script_line
+    assert script_line.endswith(f"--mirror {missing} exited with status 2")
+
+
 def test_smoke_run_end_to_end(tmp_path):
     if not (MIRROR / "SHA256SUMS").is_file():
         pytest.skip(f"no justice-laws-en-fr mirror in {MIRROR}")
