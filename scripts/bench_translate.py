@@ -5,12 +5,13 @@
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR  # an `nmt export`
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR --rounds 3
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR --stop early
+    .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR --test SRC_FILE REF_FILE
     .venv/bin/python scripts/bench_translate.py --quick                        # 200 sentences, 1 run
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --json            # one JSON object
 
 Every configuration (greedy and beam 5; each --precision; CTranslate2 when asked) translates the
-first --sentences lines of test_2016_flickr in a fresh child process with --threads threads, after a
-warm-up, --repeats times. Both engines decode --workers batches at once, the threads split between
+first --sentences lines of the test set (--test SOURCE REFERENCE; default Multi30k's
+test_2016_flickr) in a fresh child process with --threads threads, after a warm-up, --repeats times. Both engines decode --workers batches at once, the threads split between
 them (default 0: as `nmt translate`, one per thread up to 4; CTranslate2's inter_threads); --workers 1
 is one batch at a time on all threads. Per configuration it prints:
 - sent/s, tok/s: sentences and target tokens (eos included) per second of the median run;
@@ -65,9 +66,17 @@ def corpus_file(split: str, lang: str) -> Path:
     return multi30k() / f"{split}.{lang}"
 
 
-def test_file(lang: str) -> Path:
-    """test_2016_flickr in `lang`, so source and reference come from one place."""
+def test_file(args: argparse.Namespace, lang: str) -> Path:
+    """The source (`lang` == --src) or reference of the test set: --test's files, or else
+    Multi30k's test_2016_flickr in `lang`."""
+    if args.test:
+        return Path(args.test[0] if lang == args.src else args.test[1])
     return corpus_file("test_2016_flickr", lang)
+
+
+def test_name(args: argparse.Namespace) -> str:
+    """The test source's name for the report."""
+    return str(args.test[0]) if args.test else f"test_2016_flickr.{args.src}"
 
 
 def build_random_model(work: Path, src: str, tgt: str) -> Path:
@@ -213,7 +222,7 @@ def run_child(
     """Run one configuration in a fresh process and return its JSON line."""
     cmd = [
         sys.executable, __file__, "--child", mode, "--engine", engine, "--precision", precision,
-        "-m", str(model), "--input", str(test_file(args.src)), "--threads", str(args.threads),
+        "-m", str(model), "--input", str(test_file(args, args.src)), "--threads", str(args.threads),
         "--repeats", str(args.repeats), "--sentences", str(args.sentences),
         "--batch-tokens", str(args.batch_tokens), "--device", args.device,
         "--workers", str(args.workers), "--hyp-out", str(hyp_path(args, engine, precision, mode)), *length_args(args),
@@ -266,7 +275,7 @@ def cli_input(args: argparse.Namespace) -> Path:
     from nmt.textio import read_lines
 
     path = Path(args.work) / f"input.{args.src}"
-    lines = list(read_lines(test_file(args.src)))[: args.sentences]
+    lines = list(read_lines(test_file(args, args.src)))[: args.sentences]
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
 
@@ -357,11 +366,11 @@ def lowercased(model: Path) -> bool:
 
 
 def bleu_of(path: Path, args: argparse.Namespace, lowercase: bool = False) -> float | None:
-    """sacreBLEU of a configuration's output on test_2016_flickr; None unless all lines ran."""
+    """sacreBLEU of a configuration's output on the test set; None unless all lines ran."""
     from nmt.eval.scoring import score
     from nmt.textio import read_lines
 
-    refs = list(read_lines(test_file(args.tgt)))
+    refs = list(read_lines(test_file(args, args.tgt)))
     if args.sentences < len(refs):
         return None
     hyps = path.read_text(encoding="utf-8").splitlines()
@@ -411,6 +420,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("-m", "--model", help="MODEL_DIR (default: a random-init transformer-small)")
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="de")
+    test_help = "the test set's source and reference files (default: Multi30k's test_2016_flickr)"
+    p.add_argument("--test", nargs=2, metavar=("SOURCE", "REFERENCE"), help=test_help)
     p.add_argument("--work", default=str(ROOT / "work" / "bench_translate"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, help="timed runs per configuration (default 3)")
@@ -537,7 +548,7 @@ def main() -> None:
         print(json.dumps(results))
         return
     print(results["machine"])
-    print(f"model {model}, {args.sentences} sentences of test_2016_flickr.{args.src}, "
+    print(f"model {model}, {args.sentences} sentences of {test_name(args)}, "
           f"median of {args.repeats * args.rounds} ({args.rounds} rounds of {args.repeats}); "
           f"export {export or 'none'}")  # fmt: skip
     print_table(results)

@@ -95,3 +95,21 @@ def test_constraint_phrases_come_from_the_reference_without_overlap():
     assert again == bench.draw_phrases(ref, 2, random.Random(1))
     assert bench.draw_phrases("Hund", 3, random.Random(0)) == ["Hund"]
     assert bench.coverage(["a b c", "a"], [["a", "c"], ["b"]]) == 50.0
+
+
+def test_translate_bench_reads_the_test_set_it_is_given(tmp_path):
+    """--test SOURCE REFERENCE: the children decode SOURCE and BLEU is scored against REFERENCE."""
+    import argparse
+
+    bench = _script("bench_translate")
+    src, ref, hyp = tmp_path / "law.en", tmp_path / "law.fr", tmp_path / "hyp.fr"
+    src.write_text("the Minister may make regulations\nthis Act applies to Canada\n", "utf-8")
+    lines = "le ministre peut prendre des règlements\nla présente loi s'applique au Canada\n"
+    ref.write_text(lines, encoding="utf-8")
+    hyp.write_text(lines, encoding="utf-8")
+    args = argparse.Namespace(test=[str(src), str(ref)], src="en", tgt="fr", sentences=2)
+    assert bench.test_file(args, "en") == src and bench.test_file(args, "fr") == ref
+    assert bench.test_name(args) == str(src)
+    assert bench.bleu_of(hyp, args) == 100.0
+    args.sentences = 1  # a part of the test set is not scored
+    assert bench.bleu_of(hyp, args) is None
