@@ -162,6 +162,8 @@ def test_greedy_is_token_identical(exported):
     ]
     assert max(same_lp) < 1e-3  # same scores (a forced eos included), not only the same argmax
     assert sum(not _ended(x) for x in a) > 0  # some reached their maximum length
+    for engine in (a, b):  # both engines say which translations the length limit stopped
+        assert [x.at_limit for x in engine] == [not _ended(x) for x in engine]
 
 
 def test_greedy_without_scores_same_tokens(exported):

@@ -33,6 +33,9 @@ WORDS = "a man in a blue shirt is riding his bike down the street two dogs play 
 WORDS += "eine frau mit einem roten hut sitzt auf der bank zwei kinder spielen im park".split()
 
 
+LIMIT_WARNING = "translations stopped at the length limit"
+
+
 def synthetic_lines(n: int, seed: int = 0) -> list[str]:
     """Short sentences over a small lexicon (enough to train a tiny SentencePiece model)."""
     g = torch.Generator().manual_seed(seed)
@@ -167,6 +170,48 @@ def test_huge_length_limits_cap_at_the_model_not_at_one_token(echo, limits):
     lines = synthetic_lines(4, seed=6)
     out = echo.translate(lines, beam_size=2, on_warning=lambda _: None, **limits)
     assert [t.text for t in out] == [expected_echo(echo, x) for x in lines]
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_at_limit_marks_the_translations_the_length_limit_stopped(echo, beam):
+    """Echo ends each line by itself (its source's eos) unless the limit comes first."""
+    lines = ["a", "a man .", "two dogs play .", "a man in a blue shirt ."]  # under 20 subwords
+    free = echo.translate(lines, beam_size=beam)
+    assert [t.text for t in free] == [expected_echo(echo, x) for x in lines]
+    assert not any(t.at_limit for t in free)
+    cut = echo.translate(lines, beam_size=beam, max_len_a=0.0, max_len_b=3)
+    n = [len(echo.src_tok.encode(x)) for x in lines]
+    assert [t.at_limit for t in cut] == [k >= 3 for k in n] and n[0] < 3 <= n[1]
+    assert [len(t.hypotheses[0].tokens) for t in cut] == [min(k, 3) for k in n]
+
+
+def test_limit_warning_names_the_lines():
+    from nmt.decode.lines import limit_warning
+
+    assert limit_warning([7], 9, 1.2, 10) == (
+        "1 of 9 translations stopped at the length limit (1.2 x source subwords + 10) before "
+        "their end and may be cut short: line 7 (--max-len-a and --max-len-b raise the limit)"
+    )
+    assert limit_warning([2, 3, 5, 8, 13, 21, 1234], 2000, 1.0, 50).endswith(
+        "(1 x source subwords + 50) before their end and may be cut short: lines 2, 3, 5, 8, 13 "
+        "and 2 more (--max-len-a and --max-len-b raise the limit)"
+    )
+
+
+def test_cli_names_the_translations_cut_at_the_length_limit(tiny_model_dir, tmp_path):
+    """Even with --quiet: a translation missing its end is never silent; the output keeps one
+    line per input line."""
+    src = tmp_path / "in.en"
+    src.write_text("a man .\n\ntwo dogs play in the park .\n")
+    limits = ["--max-len-a", "0", "--max-len-b", "2"]
+    cmd = [sys.executable, "-m", "nmt", "translate", "-m", str(tiny_model_dir), str(src), "-q"]
+    r = subprocess.run(cmd + limits, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.count("\n") == 3
+    assert r.stderr == (
+        f"warning: {src}: 2 of 3 translations stopped at the length limit (0 x source subwords + "
+        "2) before their end and may be cut short: lines 1, 3 (--max-len-a and --max-len-b raise "
+        "the limit)\n"
+    )
 
 
 def test_translate_files_checks_nbest_before_reading_input(echo, tmp_path):
@@ -393,6 +438,13 @@ def test_one_line_removes_every_line_break():
 runner = CliRunner()
 
 
+def without_limit_warning(stderr: str | bytes) -> str:
+    """stderr less the warning naming translations stopped at the length limit, which most of an
+    untrained model's translations reach."""
+    text = stderr.decode() if isinstance(stderr, bytes) else stderr
+    return "".join(line for line in text.splitlines(keepends=True) if LIMIT_WARNING not in line)
+
+
 def run_cli(*args: str, input: bytes | None = None):
     return runner.invoke(app, list(args), input=input, catch_exceptions=False)
 
@@ -539,7 +591,7 @@ def test_cli_streams_stdin_line_by_line(tiny_model_dir):
             assert got.endswith(b"\n") and (got == b"\n") == (sentence == b"\n")
         proc.stdin.close()
         assert proc.wait(timeout=60) == 0
-        assert lines.empty() and proc.stderr.read() == b""  # no progress bar when streaming
+        assert lines.empty() and without_limit_warning(proc.stderr.read()) == ""  # no progress bar
     finally:
         proc.kill()
 

@@ -264,7 +264,8 @@ class CT2Translator:
             extra = rows[j] if rows else {}
             hyps = self._hypotheses(out, forced[j], opts, extra)
             source_tokens = [self.src_pieces[t] for t in encoded[i]] + [EOS_PIECE]
-            results[i] = Translation(lines[i], [TextHypothesis(*h) for h in hyps], source_tokens)
+            texts = [TextHypothesis(*h, at_limit=len(h[1]) >= own[j]) for h in hyps]
+            results[i] = Translation(lines[i], texts, source_tokens)
 
     def _max_len(self, n: int, opts: ResolvedOptions) -> int:
         """Most output tokens for a source of n subwords, as nmt.decode.search.rows.max_lengths."""
@@ -357,7 +358,7 @@ class CT2Translator:
         forced: dict[int, tuple[list[str], float]],
         opts: ResolvedOptions,
         attention: dict[int, np.ndarray] | None = None,
-    ) -> list[tuple]:
+    ) -> list[tuple[str, list[str], float, float, np.ndarray | None]]:
         """(text, tokens, score, log_prob, attention) best first under the GNMT penalty
         (`attention`: rows that replace CTranslate2's, by hypothesis)."""
         k, alpha = opts.rows, opts.length_penalty

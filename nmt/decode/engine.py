@@ -31,6 +31,9 @@ class TextHypothesis:
     score: float
     log_prob: float
     attention: np.ndarray | None = None  # (len(tokens) + 1, layers, heads, len(source_tokens))
+    # the search stopped it at the length limit (max_len_a * source + max_len_b, or the model's
+    # positions), not at eos: it may be cut short
+    at_limit: bool = False
 
 
 @dataclass
@@ -46,6 +49,12 @@ class Translation:
     def text(self) -> str:
         """The best translation."""
         return self.hypotheses[0].text if self.hypotheses else ""
+
+    @property
+    def at_limit(self) -> bool:
+        """Whether the best translation (one of its pieces, for a cut line) stopped at the
+        length limit: such a line may be missing its end."""
+        return bool(self.hypotheses) and self.hypotheses[0].at_limit
 
     def to_json(self, with_attention: bool = False) -> dict[str, Any]:
         """The JSONL record; attention is the last layer's head mean, target x source rows."""

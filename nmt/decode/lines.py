@@ -21,7 +21,8 @@ from nmt.errors import NmtError
 from nmt.textio import decode_line, open_binary
 
 if TYPE_CHECKING:
-    from nmt.decode.engine import Translation
+    from nmt.decode.engine import Engine, Translation
+    from nmt.decode.options import DecodeOptions
 
 FORMATS = ("text", "jsonl")
 ERROR_MODES = ("strict", "replace")
@@ -226,6 +227,30 @@ def check_output(output: str | None) -> None:
     rather than fail on the first write after all the work."""
     if output is None and sys.stdout is None:
         raise NmtError("<stdout>: standard output is closed; give -o FILE or redirect it")
+
+
+def limit_warning(at_limit: Sequence[int], lines: int, a: float, b: float) -> str:
+    """The line that names the translations the search stopped at the length limit, not at their
+    end of sentence: they may be cut short, and nothing else would say so."""
+    shown = ", ".join(f"{n:,}" for n in at_limit[:5])
+    if len(at_limit) > 5:
+        shown += f" and {len(at_limit) - 5:,} more"
+    return (
+        f"{len(at_limit):,} of {lines:,} translations stopped at the length limit ({a:g} x source "
+        f"subwords + {b:g}) before their end and may be cut short: line{'s' * (len(at_limit) > 1)} "
+        f"{shown} (--max-len-a and --max-len-b raise the limit)"
+    )
+
+
+def warn_cut_short(
+    engine: Engine, options: DecodeOptions, name: str, translations: Sequence[Translation]
+) -> None:
+    """Name on stderr the translations of file `name` that stopped at the length limit."""
+    at_limit = [n for n, tr in enumerate(translations, 1) if tr.at_limit]
+    if at_limit:
+        limits = engine.resolve_options(options)
+        message = limit_warning(at_limit, len(translations), limits.max_len_a, limits.max_len_b)
+        warn_to_stderr(name)(message)
 
 
 def warn_to_stderr(name: str) -> Callable[[str], None]:

@@ -205,6 +205,7 @@ def joined(
         tokens=[t for h in best for t in h.tokens],
         score=sum(h.score for h in best),
         log_prob=sum(h.log_prob for h in best),
+        at_limit=any(h.at_limit for h in best),
     )
     source_tokens = [t for p in parts for t in p.source_tokens]
     return Translation(line, [hyp], source_tokens, sentences=list(parts))

@@ -18,6 +18,7 @@ from nmt.decode.lines import (
     count_lines,
     format_translation,
     is_regular,
+    limit_warning,
     read_batches,
     warn_to_stderr,
 )
@@ -58,17 +59,19 @@ def translate_files(
     source limit is cut at its best boundaries either way, never truncated. `input_format`
     "jsonl" reads {"text", "constraints"} objects (nmt.decode.constraints); a `glossary` gives
     each line (each sentence, when split) the target terms of its source terms as constraints.
-    `on_notice` hears, per input, how many lines the default split into sentences (if any)."""
+    `on_notice` hears, per input, how many lines the default split into sentences (if any).
+    Translations stopped at the length limit are named on stderr, per input, at the end."""
     opts = given_options(options, fields)
     nbest, with_attention = opts.nbest, opts.with_attention
     paths = check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)
     check_output(output)
     opts = dataclasses.replace(opts, scores=fmt == "jsonl")
-    translator.resolve_options(opts)  # bad options fail before any input is read
+    resolved = translator.resolve_options(opts)  # bad options fail before any input is read
     segmenter, several = sentence_splitting(split_sentences, opts, translator.languages[0])
     if glossary is not None:
         glossary.check(translator.tgt_tok.encode)  # before any input is read
     notes: list[str] = []
+    cut_short: list[tuple[Callable[[str], None], str]] = []  # (warn, message) per input
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
         advance = None
@@ -78,6 +81,7 @@ def translate_files(
             name = "<stdin>" if path == "-" else path
             warn = warn_to_stderr(name)
             first, splits = 1, list[int]()  # lines split into sentences, per batch
+            at_limit: list[int] = []  # line numbers
             for batch in read_batches(path, errors, buffer_size or BATCH_LINES):
                 constraints = None
                 if input_format == "jsonl":
@@ -92,11 +96,17 @@ def translate_files(
                     )  # fmt: skip
                 except NmtError as e:  # a line's constraints: name the file too
                     raise NmtError(f"{name}: {e}") from None
+                at_limit += [first + n for n, tr in enumerate(results) if tr.at_limit]
                 first += len(batch)
                 out.writelines(format_translation(tr, fmt, nbest, with_attention) for tr in results)
                 out.flush()
             if several and (split := sum(splits)) > 0:
                 notes.append(split_notice(name, split, first - 1))
-    if on_notice is not None:  # after the progress bar has closed
+            if at_limit:
+                a, b = resolved.max_len_a, resolved.max_len_b
+                cut_short.append((warn, limit_warning(at_limit, first - 1, a, b)))
+    for warn, message in cut_short:  # after the progress bar has closed
+        warn(message)
+    if on_notice is not None:
         for note in notes:
             on_notice(note)

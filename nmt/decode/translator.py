@@ -28,7 +28,7 @@ from nmt.decode.packed import pack_for_decoding
 from nmt.decode.search.beam import beam_search
 from nmt.decode.search.constrained import constrained_beam_search, lines_constraint_ids
 from nmt.decode.search.greedy import greedy_search, sample_search
-from nmt.decode.search.rows import Hypothesis
+from nmt.decode.search.rows import Hypothesis, max_lengths
 from nmt.decode.tokenizers import check_same_vocabulary
 from nmt.decode.workers import (
     DecodePool,
@@ -364,9 +364,11 @@ class Translator:
                 )
             else:
                 hyps = self._search(src, src_lengths, job.options, job.keys)
+        opts = job.options
+        limits = max_lengths(self.model, src_lengths, opts.max_len_a, opts.max_len_b).tolist()
         return [
-            self._to_translation(line, ids, h)
-            for line, ids, h in zip(job.lines, job.ids, hyps, strict=True)
+            self._to_translation(line, ids, h, limit)
+            for line, ids, h, limit in zip(job.lines, job.ids, hyps, limits, strict=True)
         ]
 
     def _padded(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -395,8 +397,10 @@ class Translator:
     def _pieces(self, ids: list[int]) -> list[str]:
         return [self.src_tok.id_to_piece(i) for i in ids] + [EOS_PIECE]
 
-    def _to_translation(self, line: str, ids: list[int], hyps: list[Hypothesis]) -> Translation:
-        """Detokenize one sentence's hypotheses."""
+    def _to_translation(
+        self, line: str, ids: list[int], hyps: list[Hypothesis], limit: int
+    ) -> Translation:
+        """Detokenize one sentence's hypotheses (`limit`: its most output tokens)."""
         out = []
         for h in hyps:
             att = None if h.attention is None else h.attention.float().cpu().numpy()
@@ -407,6 +411,7 @@ class Translator:
                     score=h.score,
                     log_prob=h.log_prob,
                     attention=att,
+                    at_limit=len(h.tokens) >= limit,
                 )
             )
         return Translation(line, out, self._pieces(ids))

@@ -8,7 +8,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from nmt.data.sentences import Segmenter
-from nmt.decode.lines import check_model_dirs, model_dirs, one_line, warn_to_stderr
+from nmt.decode.lines import (
+    check_model_dirs,
+    model_dirs,
+    one_line,
+    warn_cut_short,
+    warn_to_stderr,
+)
 from nmt.decode.options import DecodeOptions
 from nmt.errors import NmtError
 from nmt.eval.scoring import (
@@ -90,6 +96,7 @@ def evaluate(
             on_warning=warn_to_stderr(str(src)), progress=advance, on_split=splits.append,
         )  # fmt: skip
         hyps = [one_line(h.text) for h in translations]  # as translate writes them
+        warn_cut_short(translator, how, str(src), translations)
     if several and (split := sum(splits)) > 0 and on_notice is not None:
         on_notice(split_notice(str(src), split, len(src_lines)))
     if translator.tgt_tok.lowercase:  # it writes lowercased text: cased BLEU would only punish that
