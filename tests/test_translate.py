@@ -187,12 +187,14 @@ def test_at_limit_marks_the_translations_the_length_limit_stopped(echo, beam):
 
 def test_limit_warning_names_the_lines():
     from nmt.decode.lines import limit_warning
+    from nmt.decode.options import ResolvedOptions
 
-    assert limit_warning([7], 9, 1.2, 10) == (
+    assert limit_warning([7], 9, ResolvedOptions(max_len_a=1.2, max_len_b=10)) == (
         "1 of 9 translations stopped at the length limit (1.2 x source subwords + 10) before "
         "their end and may be cut short: line 7 (--max-len-a and --max-len-b raise the limit)"
     )
-    assert limit_warning([2, 3, 5, 8, 13, 21, 1234], 2000, 1.0, 50).endswith(
+    limits = ResolvedOptions(max_len_a=1.0, max_len_b=50)
+    assert limit_warning([2, 3, 5, 8, 13, 21, 1234], 2000, limits).endswith(
         "(1 x source subwords + 50) before their end and may be cut short: lines 2, 3, 5, 8, 13 "
         "and 2 more (--max-len-a and --max-len-b raise the limit)"
     )

@@ -22,7 +22,7 @@ from nmt.textio import decode_line, open_binary
 
 if TYPE_CHECKING:
     from nmt.decode.engine import Engine, Translation
-    from nmt.decode.options import DecodeOptions
+    from nmt.decode.options import DecodeOptions, ResolvedOptions
 
 FORMATS = ("text", "jsonl")
 ERROR_MODES = ("strict", "replace")
@@ -229,9 +229,11 @@ def check_output(output: str | None) -> None:
         raise NmtError("<stdout>: standard output is closed; give -o FILE or redirect it")
 
 
-def limit_warning(at_limit: Sequence[int], lines: int, a: float, b: float) -> str:
-    """The line that names the translations the search stopped at the length limit, not at their
-    end of sentence: they may be cut short, and nothing else would say so."""
+def limit_warning(at_limit: Sequence[int], lines: int, limits: ResolvedOptions) -> str:
+    """The line that names the translations the search stopped at the length limit (`limits`'
+    max_len_a and max_len_b), not at their end: they may be cut short, and nothing else would
+    say so."""
+    a, b = limits.max_len_a, limits.max_len_b
     shown = ", ".join(f"{n:,}" for n in at_limit[:5])
     if len(at_limit) > 5:
         shown += f" and {len(at_limit) - 5:,} more"
@@ -248,8 +250,7 @@ def warn_cut_short(
     """Name on stderr the translations of file `name` that stopped at the length limit."""
     at_limit = [n for n, tr in enumerate(translations, 1) if tr.at_limit]
     if at_limit:
-        limits = engine.resolve_options(options)
-        message = limit_warning(at_limit, len(translations), limits.max_len_a, limits.max_len_b)
+        message = limit_warning(at_limit, len(translations), engine.resolve_options(options))
         warn_to_stderr(name)(message)
 
 

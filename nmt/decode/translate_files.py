@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nmt.decode.constraints import Glossary, parse_jsonl_line
-from nmt.decode.engine import Engine
+from nmt.decode.engine import Engine, Translation
 from nmt.decode.lines import (
     BATCH_LINES,
     check_inputs,
@@ -59,11 +59,10 @@ def translate_files(
     source limit is cut at its best boundaries either way, never truncated. `input_format`
     "jsonl" reads {"text", "constraints"} objects (nmt.decode.constraints); a `glossary` gives
     each line (each sentence, when split) the target terms of its source terms as constraints.
-    `on_notice` hears, per input, how many lines the default split into sentences (if any).
-    Translations stopped at the length limit are named on stderr, per input, at the end."""
+    `on_notice` hears, per input, how many lines the default split into sentences (if any);
+    translations stopped at the length limit are named on stderr, per input, at the end."""
     opts = given_options(options, fields)
-    nbest, with_attention = opts.nbest, opts.with_attention
-    paths = check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)
+    paths = check_inputs(inputs, fmt, errors, opts.with_attention, opts.nbest, buffer_size)
     check_output(output)
     opts = dataclasses.replace(opts, scores=fmt == "jsonl")
     resolved = translator.resolve_options(opts)  # bad options fail before any input is read
@@ -80,33 +79,48 @@ def translate_files(
         for path in paths:
             name = "<stdin>" if path == "-" else path
             warn = warn_to_stderr(name)
-            first, splits = 1, list[int]()  # lines split into sentences, per batch
-            at_limit: list[int] = []  # line numbers
+            first, splits, at_limit = 1, list[int](), list[int]()  # split lines; cut-short ones
             for batch in read_batches(path, errors, buffer_size or BATCH_LINES):
-                constraints = None
-                if input_format == "jsonl":
-                    records = [parse_jsonl_line(r, name, first + n) for n, r in enumerate(batch)]
-                    batch, constraints = [t for t, _ in records], [c for _, c in records]
-                try:
-                    results = translate_lines(
-                        translator, batch, opts, segmenter=segmenter, several=several,
-                        tgt_lang=translator.languages[1], first_line=first, on_warning=warn,
-                        progress=advance, constraints=constraints, glossary=glossary,
-                        on_split=splits.append,
-                    )  # fmt: skip
-                except NmtError as e:  # a line's constraints: name the file too
-                    raise NmtError(f"{name}: {e}") from None
+                results = _translate_batch(
+                    translator, batch, opts, name, first, input_format == "jsonl",
+                    segmenter=segmenter, several=several, tgt_lang=translator.languages[1],
+                    on_warning=warn, progress=advance, glossary=glossary, on_split=splits.append,
+                )  # fmt: skip
                 at_limit += [first + n for n, tr in enumerate(results) if tr.at_limit]
                 first += len(batch)
-                out.writelines(format_translation(tr, fmt, nbest, with_attention) for tr in results)
+                out.writelines(
+                    format_translation(tr, fmt, opts.nbest, opts.with_attention) for tr in results
+                )
                 out.flush()
             if several and (split := sum(splits)) > 0:
                 notes.append(split_notice(name, split, first - 1))
             if at_limit:
-                a, b = resolved.max_len_a, resolved.max_len_b
-                cut_short.append((warn, limit_warning(at_limit, first - 1, a, b)))
+                cut_short.append((warn, limit_warning(at_limit, first - 1, resolved)))
     for warn, message in cut_short:  # after the progress bar has closed
         warn(message)
     if on_notice is not None:
         for note in notes:
             on_notice(note)
+
+
+def _translate_batch(
+    translator: Engine,
+    batch: list[str],
+    opts: DecodeOptions,
+    name: str,
+    first: int,
+    jsonl: bool,
+    **kwargs: Any,
+) -> list[Translation]:
+    """One batch of input lines (JSONL records when `jsonl`), from line `first` of `name`,
+    through `translate_lines` (`kwargs`); an error in a line's constraints names the file too."""
+    constraints = None
+    if jsonl:
+        records = [parse_jsonl_line(r, name, first + n) for n, r in enumerate(batch)]
+        batch, constraints = [t for t, _ in records], [c for _, c in records]
+    try:
+        return translate_lines(
+            translator, batch, opts, first_line=first, constraints=constraints, **kwargs
+        )
+    except NmtError as e:
+        raise NmtError(f"{name}: {e}") from None
