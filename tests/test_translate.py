@@ -216,6 +216,22 @@ def test_cli_names_the_translations_cut_at_the_length_limit(tiny_model_dir, tmp_
     )
 
 
+def test_evaluate_takes_the_length_limit_and_names_the_translations_it_cut(
+    tiny_model_dir, tmp_path
+):
+    src = tmp_path / "in.en"
+    src.write_text("a man .\ntwo dogs play in the park .\n")
+    cmd = [sys.executable, "-m", "nmt", "evaluate", "-m", str(tiny_model_dir), "--src", str(src)]
+    cmd += ["-r", str(src), "-q", "--json"]
+    cut = subprocess.run(cmd + ["--max-len-a", "0", "--max-len-b", "1"], capture_output=True)
+    assert cut.returncode == 0, cut.stderr
+    assert cut.stderr.decode() == (
+        f"warning: {src}: 2 of 2 translations stopped at the length limit (0 x source subwords + "
+        "1) before their end and may be cut short: lines 1, 2 (--max-len-a and --max-len-b raise "
+        "the limit)\n"
+    )
+
+
 def test_translate_files_checks_nbest_before_reading_input(echo, tmp_path):
     # An empty file, or a pipe with nothing yet, used to pass: --nbest was checked per batch.
     empty = tmp_path / "empty.txt"

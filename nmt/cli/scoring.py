@@ -14,6 +14,8 @@ from nmt.cli.flags import (
     GreedyOpt,
     JsonOpt,
     LengthPenaltyOpt,
+    MaxLenAOpt,
+    MaxLenBOpt,
     ModelDirsOpt,
     NoProgressOpt,
     PrecisionOpt,
@@ -123,6 +125,8 @@ def evaluate_cmd(
     greedy: GreedyOpt = False,
     length_penalty: LengthPenaltyOpt = None,
     stop: StopOpt = None,
+    max_len_a: MaxLenAOpt = None,
+    max_len_b: MaxLenBOpt = None,
     batch_tokens: BatchTokensOpt = None,
     checkpoint: CheckpointOpt = "default",
     device: DeviceOpt = "auto",
@@ -158,7 +162,7 @@ def evaluate_cmd(
     check_output(None)  # the scores go to stdout, whether or not -o keeps the translations
     decoding = decode_options(
         beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, stop=stop,
-        batch_tokens=batch_tokens,
+        max_len_a=max_len_a, max_len_b=max_len_b, batch_tokens=batch_tokens,
     )  # fmt: skip
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
