@@ -20,7 +20,9 @@ is one batch at a time on all threads. Per configuration it prints:
   %GEMM: that rate over a plain 4096x1024x1024 matrix product of the same dtype timed in the same
   run with the same threads (scripts/benchlib.py), a share that means the same on every machine
   (n/a for seq2seq models, whose cost the formula does not cover, and for bf16/fp16 on a CPU that
-  only emulates them: such a GEMM takes minutes and the ratio would mean nothing);
+  only emulates them: such a GEMM takes minutes and the ratio would mean nothing, and for an
+  int8 export: no int8 GEMM is timed); CTranslate2 rows are named by the export's own type
+  (ct2-float32, ct2-int8, ...), the type it decodes in;
 - vs ct2: nmt's sent/s over CTranslate2's in the same mode (same sentences, threads, export);
   with --rounds N every configuration runs once per round, round after round (mode by mode, each
   mode's nmt runs beside its CTranslate2 run, CTranslate2 last in even rounds, first in odd ones),
@@ -470,29 +472,51 @@ def run_round(
 ) -> dict[str, dict]:
     """Every configuration once, mode by mode, so each mode's nmt runs sit beside its
     CTranslate2 run (the machine's speed drifts over minutes); CTranslate2 last in even rounds and first in odd
-    ones, so a steady drift does not favour either engine. Each child's JSON line by name."""
+    ones, so a steady drift does not favour either engine. Each child's JSON line by name:
+    ENGINE-PRECISION-MODE, CTranslate2's precision being its export's quantization."""
     out: dict[str, dict] = {}
-    configs = [("nmt", p) for p in args.precisions] + ([("ct2", "fp32")] if export else [])
+    configs = [("nmt", p) for p in args.precisions] + (
+        [("ct2", ct2_type(export))] if export else []
+    )
     if index % 2:
         configs.reverse()
     for mode in MODES:
         for engine, prec in configs:
             path = export if engine == "ct2" and export else model
-            r = run_child(engine, mode, prec, path, args, gemm=prec not in gemm)
-            gemm.setdefault(prec, r["gemm"])
-            out[f"{engine}-{'float32' if engine == 'ct2' else prec}-{mode}"] = r
+            ref = gemm_type(engine, prec)  # the GEMM its rate is measured against, if any
+            timed = ref is not None and ref not in gemm
+            r = run_child(engine, mode, ref or "fp32", path, args, gemm=timed)
+            if timed:
+                gemm[ref] = r["gemm"]
+            out[f"{engine}-{prec}-{mode}"] = r
     return out
+
+
+def ct2_type(export: Path) -> str:
+    """The export's computation type (its `nmt export --quantization`): "float32", "int8", ..."""
+    from nmt.decode.exported import read_export_manifest
+
+    return str(read_export_manifest(export).get("quantization") or "float32")
+
+
+def gemm_type(engine: str, precision: str) -> str | None:
+    """The GEMM dtype a configuration's rate is a share of: its own precision for nmt, the
+    matching float type for CTranslate2, none for integer types (no int8 GEMM is timed)."""
+    if engine == "nmt":
+        return precision
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(precision)
 
 
 def ct2_ratios(rounds: list[dict[str, dict]], name: str) -> list[float]:
     """nmt's sent/s over CTranslate2's in the same mode, one ratio per round (same stretch of
     machine time, so a slow minute slows both sides)."""
-    peer = f"ct2-float32-{name.rsplit('-', 1)[1]}"
-    if name.startswith("ct2") or peer not in rounds[0]:
+    mode = name.rsplit("-", 1)[1]
+    peers = [n for n in rounds[0] if n.startswith("ct2-") and n.endswith(f"-{mode}")]
+    if name.startswith("ct2") or not peers:
         return []
     # same sentences on both sides, so the ratio of sent/s is the inverse ratio of median times
     return [
-        statistics.median(r[peer]["seconds"]) / statistics.median(r[name]["seconds"])
+        statistics.median(r[peers[0]]["seconds"]) / statistics.median(r[name]["seconds"])
         for r in rounds
     ]
 
@@ -505,11 +529,11 @@ def run_all(model: Path, export: Path | None, args: argparse.Namespace) -> dict:
     runs: dict[str, dict] = {}
     for name in rounds[0]:
         engine, prec, mode = name.split("-")
-        prec = "fp32" if engine == "ct2" else prec  # CTranslate2's float32 runs as "fp32"
+        ref = gemm_type(engine, prec)
         pooled = dict(rounds[-1][name], seconds=[s for r in rounds for s in r[name]["seconds"]])
         flops = model_flops(model, pooled["lengths"], MODES[mode].get("beam_size", 1))
-        bleu = bleu_of(hyp_path(args, engine, prec, mode), args, lowercased(model))
-        runs[name] = summarise(pooled, flops, gemm[prec], bleu)
+        bleu = bleu_of(hyp_path(args, engine, ref or "fp32", mode), args, lowercased(model))
+        runs[name] = summarise(pooled, flops, gemm.get(ref) if ref else None, bleu)
         if ratios := ct2_ratios(rounds, name):
             runs[name]["vs_ct2"] = round(statistics.median(ratios), 2)
             runs[name]["vs_ct2_rounds"] = [round(x, 2) for x in ratios]

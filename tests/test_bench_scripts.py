@@ -67,6 +67,20 @@ def test_translate_ratios_to_ct2_are_per_round():
     assert bench.ct2_ratios(rounds, "nmt-fp32-beam5") == []
 
 
+def test_translate_bench_names_ct2_rows_by_the_exports_type():
+    """An int8 export is compared as "ct2-int8", with no %GEMM (no int8 GEMM is timed)."""
+    bench = _script("bench_translate")
+    rounds = [{"nmt-bf16-beam5": {"seconds": [3.0]}, "ct2-int8-beam5": {"seconds": [1.5]}}]
+    assert bench.ct2_ratios(rounds, "nmt-bf16-beam5") == [0.5]
+    assert [bench.gemm_type("ct2", t) for t in ("float32", "bfloat16", "int8", "int8_float32")] == [
+        "fp32",
+        "bf16",
+        None,
+        None,
+    ]
+    assert bench.gemm_type("nmt", "bf16") == "bf16"
+
+
 def test_translate_bench_scores_a_lowercased_model_case_insensitively(tmp_path):
     """A model preprocessed with --lowercase writes lowercase: cased BLEU would mostly measure case."""
     from nmt.config import Config
