@@ -486,7 +486,7 @@ def run_round(
             ref = gemm_type(engine, prec)  # the GEMM its rate is measured against, if any
             timed = ref is not None and ref not in gemm
             r = run_child(engine, mode, ref or "fp32", path, args, gemm=timed)
-            if timed:
+            if ref is not None and timed:
                 gemm[ref] = r["gemm"]
             out[f"{engine}-{prec}-{mode}"] = r
     return out
