@@ -470,7 +470,7 @@ def test_cli_export_then_translate(model_dir, tmp_path):
     records = [json.loads(x) for x in r.stdout.splitlines()]
     assert [x["source"] for x in records] == lines.splitlines()
     hyp = records[0]["hypotheses"][0]
-    assert set(hyp) == {"translation", "score", "log_prob", "tokens", "attention"}
+    assert set(hyp) == {"translation", "score", "log_prob", "tokens", "at_limit", "attention"}
     assert len(hyp["attention"][0]) == len(records[0]["source_tokens"])
     r = run_cli("translate", "-m", str(out), "-q", "--checkpoint", "last", input=b"a man\n")
     assert r.exit_code == 2 and "--checkpoint does not apply" in r.output

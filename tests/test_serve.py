@@ -151,6 +151,18 @@ def test_records_equal_translate_jsonl_in_order(client, translator):
     assert all(len(row) == len(first["source_tokens"]) for row in hyp["attention"])
 
 
+def test_a_request_sets_the_length_limit_and_learns_what_it_cut(client, translator):
+    """As `nmt translate --max-len-a 0 --max-len-b 2 --format jsonl`: the lines the limit
+    stopped say so (`at_limit`), the empty one does not."""
+    limits = {"max_len_a": 0, "max_len_b": 2}
+    r = client.post("/translate", json={"text": LINES, "beam_size": 2, **limits})
+    assert r.status_code == 200
+    records = r.json()["translations"]
+    assert records == expected(translator, LINES, beam_size=2, **limits)
+    assert [rec["hypotheses"][0]["at_limit"] for rec in records] == [True, False, True, True]
+    assert [len(rec["hypotheses"][0]["tokens"]) for rec in records] == [2, 0, 2, 2]
+
+
 def test_a_string_is_one_line_and_nbest_is_sorted(client, translator):
     r = client.post("/translate", json={"text": LINES[0], "nbest": 3, "beam_size": 3})
     (record,) = r.json()["translations"]
@@ -173,8 +185,8 @@ ERRORS = [
     (b'{"text": ["a", null]}', 422, "'text'[1] must be a string, got null"),
     (b'{"text": "a\\nb"}', 422, "'text' contains a line break; send one sentence per list item"),
     (b'{"text": "a", "src": "b"}', 422,
-     "unknown field 'src' (expected text, beam_size, nbest, length_penalty, with_attention, "
-     "sampling, split_sentences, constraints, glossary)"),
+     "unknown field 'src' (expected text, beam_size, nbest, length_penalty, max_len_a, "
+     "max_len_b, with_attention, sampling, split_sentences, constraints, glossary)"),
     (b'{"text": "a", "constraints": "b"}', 422, "'constraints' must be a list of strings, got string"),
     (b'{"text": "a", "constraints": ["b", ""]}', 422,
      "'constraints'[1] must be a non-empty string, got an empty string"),
@@ -206,6 +218,8 @@ ERRORS = [
     (b'{"text": "a", "nbest": 4}', 422, "'nbest' must be between 1 and the beam size (3), got 4"),
     (b'{"text": "a", "length_penalty": NaN}', 422,
      "'length_penalty' must be a finite number in [0, 10], got nan"),
+    (b'{"text": "a", "max_len_a": -1}', 422, "'max_len_a' must be a finite number >= 0, got -1.0"),
+    (b'{"text": "a", "max_len_b": "2"}', 422, "'max_len_b' must be a number, got string"),
     (b'{"text": "a", "length_penalty": 5000}', 422,
      "'length_penalty' must be a finite number in [0, 10], got 5000.0"),
     (b'{"text": "a", "length_penalty": 1' + b"0" * 400 + b"}", 422,

@@ -214,6 +214,9 @@ def test_cli_names_the_translations_cut_at_the_length_limit(tiny_model_dir, tmp_
         "2) before their end and may be cut short: lines 1, 3 (--max-len-a and --max-len-b raise "
         "the limit)\n"
     )
+    jsonl = subprocess.run(cmd + limits + ["-f", "jsonl"], capture_output=True, text=True)
+    records = [json.loads(x) for x in jsonl.stdout.splitlines()]
+    assert [r["hypotheses"][0]["at_limit"] for r in records] == [True, False, True]
 
 
 def test_evaluate_takes_the_length_limit_and_names_the_translations_it_cut(
@@ -496,7 +499,7 @@ def test_cli_jsonl_schema(tiny_model_dir):
         scores = [h["score"] for h in rec["hypotheses"]]
         assert scores == sorted(scores, reverse=True)
         for h in rec["hypotheses"]:
-            assert set(h) == {"translation", "score", "log_prob", "tokens", "attention"}
+            assert set(h) == {"translation", "score", "log_prob", "tokens", "at_limit", "attention"}
             assert isinstance(h["translation"], str) and all(
                 isinstance(t, str) for t in h["tokens"]
             )

@@ -57,7 +57,8 @@ class Translation:
         return bool(self.hypotheses) and self.hypotheses[0].at_limit
 
     def to_json(self, with_attention: bool = False) -> dict[str, Any]:
-        """The JSONL record; attention is the last layer's head mean, target x source rows."""
+        """The JSONL record; attention is the last layer's head mean, target x source rows;
+        `at_limit`: the hypothesis stopped at the length limit, not at its end."""
         record: dict[str, Any] = {"source": self.source, "hypotheses": []}
         if with_attention:
             record["source_tokens"] = self.source_tokens
@@ -67,6 +68,7 @@ class Translation:
                 "score": round(h.score, 6),
                 "log_prob": round(h.log_prob, 6),
                 "tokens": h.tokens,
+                "at_limit": h.at_limit,
             }
             if with_attention:
                 att = None if h.attention is None else h.attention[:, -1].mean(1)  # (T, S)

@@ -7,6 +7,7 @@ its status (400 / 413 / 422)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Annotated, Any, ClassVar, TypeVar
 
 from fastapi import HTTPException
@@ -102,6 +103,13 @@ class TranslateBody(Body):
     length_penalty: Annotated[float | None, decoding_number("length_penalty")] = Field(
         None, description="GNMT alpha (default: model's)."
     )
+    max_len_a: Annotated[float | None, decoding_number("max_len_a")] = Field(
+        None,
+        description="Output limit: max_len_a x source subwords + max_len_b (default: model's).",
+    )
+    max_len_b: Annotated[float | None, decoding_number("max_len_b")] = Field(
+        None, description="Output limit's constant, in subwords (default: model's)."
+    )
     with_attention: Flag = Field(
         False, description="Add source_tokens and per hypothesis attention (target x source)."
     )
@@ -193,20 +201,17 @@ class TranslateBody(Body):
         """The decoding options, the model's defaults written in (so requests that ask for the
         same search are batched together whether they name the defaults or not)."""
         penalty = defaults.length_penalty if self.length_penalty is None else self.length_penalty
-        if self.sampling is not None:
-            settings = Sampling(**self.sampling.model_dump())
-            return DecodeOptions(
-                nbest=self.nbest,
-                length_penalty=penalty,
-                with_attention=self.with_attention,
-                sampling=settings,
-            )
-        return DecodeOptions(
-            beam_size=defaults.beam_size if self.beam_size is None else self.beam_size,
+        common = DecodeOptions(
             nbest=self.nbest,
             length_penalty=penalty,
+            max_len_a=defaults.max_len_a if self.max_len_a is None else self.max_len_a,
+            max_len_b=defaults.max_len_b if self.max_len_b is None else self.max_len_b,
             with_attention=self.with_attention,
         )
+        if self.sampling is not None:
+            return replace(common, sampling=Sampling(**self.sampling.model_dump()))
+        beam = defaults.beam_size if self.beam_size is None else self.beam_size
+        return replace(common, beam_size=beam)
 
 
 class ScoreBody(Body):

@@ -45,6 +45,7 @@ class Hypothesis(Answer):
     score: float
     log_prob: float
     tokens: list[str]
+    at_limit: bool  # stopped at the length limit, not at its end: may be cut short
     attention: list[list[float]] | None = None
 
 
