@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from nmt.config import model_config
 from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, VocabInfo
 from nmt.decode.engine import gnmt_length_penalty
-from nmt.decode.options import ResolvedOptions
+from nmt.decode.options import NO_LENGTH_CAP, ResolvedOptions
 from nmt.decode.search.beam import beam_search
 from nmt.decode.search.greedy import greedy_search
-from nmt.decode.search.rows import NO_LENGTH_CAP, BeamRows, GreedyRows, max_lengths
+from nmt.decode.search.rows import BeamRows, GreedyRows, max_lengths
 from nmt.decode.search.stop import EarlyStop, ExactStop, stop_rule
 from nmt.errors import NmtError
 from nmt.models import build
@@ -233,6 +233,13 @@ def test_huge_length_limits_cap_at_the_model_instead_of_wrapping(a, b):
     assert len(hyps[0].tokens) == 5
     model.max_positions = 0  # no position limit (Seq2Seq): a finite cap all the same
     assert max_lengths(model, lens, a, b).tolist() == [NO_LENGTH_CAP]
+    assert opts.output_limit(3, None) == NO_LENGTH_CAP == opts.output_limit(3, 0)
+
+
+def test_the_output_limit_floors_and_keeps_one_token():
+    limits = ResolvedOptions(max_len_a=1.2, max_len_b=10)
+    assert [limits.output_limit(n, 512) for n in (0, 1, 9, 10, 500)] == [10, 11, 20, 22, 511]
+    assert ResolvedOptions(max_len_a=0.5, max_len_b=0).output_limit(1, 512) == 1  # not 0
 
 
 def test_attention_follows_each_hypothesis():

@@ -168,7 +168,7 @@ class CT2Translator:
         groups: dict[int, list[int]] = {}
         for i, ids in enumerate(encoded):
             if ids:
-                groups.setdefault(self._max_len(len(ids), opts), []).append(i)
+                groups.setdefault(opts.output_limit(len(ids), self.max_positions), []).append(i)
             else:
                 results[i] = Translation(lines[i], [TextHypothesis("", [], 0.0, 0.0)], [EOS_PIECE])
         if progress and len(lines) > sum(map(len, groups.values())):
@@ -257,7 +257,7 @@ class CT2Translator:
         """Put the Translations of the lines `todo` (CTranslate2's results `outs`) into
         `results`: forced eos added, attention completed, hypotheses rescored and cut."""
         batch = [encoded[i] for i in todo]
-        own = [self._max_len(len(ids), opts) for ids in batch]
+        own = [opts.output_limit(len(ids), self.max_positions) for ids in batch]
         forced = self._forced_eos(batch, outs, own, scored)
         rows = self._forced_attention(batch, outs, forced) if opts.with_attention else None
         for j, (i, out) in enumerate(zip(todo, outs, strict=True)):
@@ -266,11 +266,6 @@ class CT2Translator:
             source_tokens = [self.src_pieces[t] for t in encoded[i]] + [EOS_PIECE]
             texts = [TextHypothesis(*h, at_limit=len(h[1]) >= own[j]) for h in hyps]
             results[i] = Translation(lines[i], texts, source_tokens)
-
-    def _max_len(self, n: int, opts: ResolvedOptions) -> int:
-        """Most output tokens for a source of n subwords, as nmt.decode.search.rows.max_lengths."""
-        m = max(1, math.floor(opts.max_len_a * n + opts.max_len_b))
-        return min(m, self.max_positions - 1)
 
     def _search(
         self, batch: list[list[int]], max_len: int, opts: ResolvedOptions, scores: bool = True

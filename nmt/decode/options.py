@@ -22,6 +22,7 @@ from nmt.config import DecodingConfig
 from nmt.errors import NmtError
 
 MAX_SAMPLES = 200  # samples per line with sampling (as the beam's limit)
+NO_LENGTH_CAP = 100_000  # most output tokens of a model with no position limit (fairseq's RNNs)
 # The options a model's `decoding` config gives defaults for, in its order (the order of checks).
 CONFIG_FIELDS = {f.name: f.metadata for f in dataclasses.fields(DecodingConfig)}
 
@@ -104,6 +105,16 @@ class ResolvedOptions:
         if self.sampling is not None:
             return self.nbest
         return 1 if self.greedy else self.beam_size
+
+    def output_limit(self, source_subwords: int, max_positions: int | None) -> int:
+        """Most output tokens (eos not counted) for a source of `source_subwords` (eos not
+        counted either): floor(max_len_a * n + max_len_b), at least 1, at most max_positions - 1
+        so that eos still has a position (NO_LENGTH_CAP without a position limit). Every engine
+        asks here, so a line stops at the same length whichever decodes it. Capped while a float:
+        a huge a or b (1e300, inf) converted to int64 first once wrapped to INT64_MIN."""
+        cap = max_positions - 1 if max_positions else NO_LENGTH_CAP
+        x = self.max_len_a * source_subwords + self.max_len_b
+        return cap if x >= cap else max(1, math.floor(x))
 
 
 @dataclass(frozen=True)

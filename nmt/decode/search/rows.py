@@ -11,13 +11,13 @@ from typing import Any, Self
 import torch
 
 from nmt.decode.engine import FORCED_FLOOR
+from nmt.decode.options import ResolvedOptions
 from nmt.models.base import Decoder
 
 NEG_INF = float("-inf")
 # Dropping finished sentences copies the whole encoder output and cache, so it waits until 1/N
 # of the active sentences are finished (they ride along meanwhile; results are unchanged).
 RETIRE_EVERY = 5
-NO_LENGTH_CAP = 100_000  # most output tokens of a model with no position limit (fairseq's RNNs)
 
 
 @dataclass
@@ -31,13 +31,13 @@ class Hypothesis:
 
 
 def max_lengths(model: Decoder, src_lengths: torch.Tensor, a: float, b: float) -> torch.Tensor:
-    """Per-sentence maximum number of output tokens (B,), so the eos position still fits.
-
-    Capped while still a float: a huge a or b (1e300, inf) converted to int64 first wrapped to
-    INT64_MIN, and the floor of 1 then cut every translation to one token."""
-    cap = int(model.max_positions) - 1 if model.max_positions else NO_LENGTH_CAP
-    n = torch.floor(a * (src_lengths - 1).to(torch.float64) + b)
-    return n.clamp(1, cap).long()
+    """Per-sentence maximum number of output tokens (B,) of sources of `src_lengths` (eos
+    included): `ResolvedOptions.output_limit`, the one rule of every engine."""
+    limits = ResolvedOptions(max_len_a=a, max_len_b=b)
+    positions = int(model.max_positions) if model.max_positions else None
+    return torch.tensor(
+        [limits.output_limit(n - 1, positions) for n in src_lengths.tolist()], dtype=torch.long
+    )
 
 
 @dataclass
