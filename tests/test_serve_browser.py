@@ -62,6 +62,11 @@ def drawn(browser, kind: str) -> None:
     )
 
 
+def results(browser) -> list:
+    """The page's result items, one per input line."""
+    return browser.find_elements(By.CSS_SELECTOR, "#results > li")
+
+
 def find_binary(path: str) -> str | None:
     return path if Path(path).exists() else shutil.which(Path(path).name)
 
@@ -105,6 +110,9 @@ def test_page_translates_and_draws_the_heatmap(browser, server):
     shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#results > li > .translation")]
     api = httpx.post(server + "/translate", json={"text": SENTENCES}).json()["translations"]
     assert shown == [t["hypotheses"][0]["translation"] for t in api]
+    cut = [li.find_elements(By.CSS_SELECTOR, ".cut") for li in results(browser)]
+    assert [bool(c) for c in cut] == [t["hypotheses"][0]["at_limit"] for t in api]
+    assert all(c[0].text == "stopped at the length limit: may be cut short" for c in cut if c)
     assert "server" in browser.find_element(By.ID, "timings").text
 
     ink, rows, cols = browser.execute_script(INK)

@@ -153,6 +153,7 @@ function render(data, roundTripMs) {
     const best = record.hypotheses[0];
     li.append(span("src", record.source), document.createElement("br"));
     li.append(span("translation", best.translation), span("score", `score ${best.score.toFixed(3)}`));
+    if (best.at_limit) li.append(span("cut", "stopped at the length limit: may be cut short"));
     if (record.hypotheses.length > 1) {
       const alternatives = document.createElement("ol");
       alternatives.className = "alternatives";
