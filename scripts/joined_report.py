@@ -48,19 +48,28 @@ SEED = 12345
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def bootstrap(metric: Any, hyps: Sequence[str], refs: Sequence[str]) -> dict[str, float]:
-    """The corpus score and its 95% percentile interval over SAMPLES resamplings of the lines
-    (seeded, so equal-sized sets are resampled alike)."""
+def resampled(metric: Any, hyps: Sequence[str], refs: Sequence[str]) -> tuple[Any, np.ndarray]:
+    """The corpus score, and the scores of SAMPLES resamplings of the lines in drawing order
+    (seeded, so equal-sized sets are resampled alike: two systems' i-th resamplings hold the
+    same lines, which pairs them)."""
     stats = np.array(metric._extract_corpus_statistics(hyps, [refs]))
-    score = metric._compute_score_from_stats(stats.sum(0))
     rng = np.random.RandomState(SEED)
     idx = rng.randint(0, len(hyps), size=(SAMPLES, len(hyps)))
-    values = sorted(metric._compute_score_from_stats(stats[i].sum(0)).score for i in idx)
-    out = {
-        "score": score.score,
-        "lo": values[int(0.025 * SAMPLES)],
-        "hi": values[int(0.975 * SAMPLES) - 1],
-    }
+    values = [metric._compute_score_from_stats(stats[i].sum(0)).score for i in idx]
+    return metric._compute_score_from_stats(stats.sum(0)), np.array(values)
+
+
+def interval(values: np.ndarray) -> tuple[float, float]:
+    """The 95% percentile interval of SAMPLES resampled scores."""
+    ordered = np.sort(values)
+    return float(ordered[int(0.025 * SAMPLES)]), float(ordered[int(0.975 * SAMPLES) - 1])
+
+
+def bootstrap(metric: Any, hyps: Sequence[str], refs: Sequence[str]) -> dict[str, float]:
+    """The corpus score and its 95% percentile interval over SAMPLES resamplings of the lines."""
+    score, values = resampled(metric, hyps, refs)
+    lo, hi = interval(values)
+    out = {"score": score.score, "lo": lo, "hi": hi}
     if hasattr(score, "sys_len"):
         out["ratio"] = score.sys_len / score.ref_len
     return out

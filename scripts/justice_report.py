@@ -2,7 +2,8 @@
 """The Canadian-law experiment's report (scripts/justice_experiment.py): for every system that
 translated test, BLEU and chrF whole and per source-length bucket with 95% bootstrap intervals,
 BLEU relative to the shortest bucket, the output/reference length ratio and the share of
-translations cut by the length limit per bucket, and the run (updates, epochs, minutes, flat).
+translations cut by the length limit per bucket, each attentional system's BLEU gain over
+noattn per bucket (a paired bootstrap interval), and the run (updates, epochs, minutes, flat).
 
     python scripts/justice_report.py WORK [--docs DIR]
 
@@ -23,11 +24,21 @@ from sacrebleu.metrics import BLEU, CHRF
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from joined_report import bootstrap, ci, cut_share, read, run_info, table  # noqa: E402
+from joined_report import (  # noqa: E402
+    bootstrap,
+    ci,
+    cut_share,
+    interval,
+    read,
+    resampled,
+    run_info,
+    table,
+)
 
 from nmt.eval.bylength import assign, parse_buckets  # noqa: E402
 
 SRC, TGT = "en", "fr"
+BASELINE = "noattn"  # the fixed-vector system the attentional ones are measured against
 
 
 def score_system(work: Path, name: str, buckets: str) -> dict[str, Any] | None:
@@ -60,6 +71,37 @@ def score_system(work: Path, name: str, buckets: str) -> dict[str, Any] | None:
         "cut": cut_share(model, data, src, hyp),
     }
     return {"name": name, "run": run_info(model, data), "whole": whole, "by_length": rows}
+
+
+def paired_gain(
+    metric: Any, hyps: Sequence[str], base: Sequence[str], refs: Sequence[str]
+) -> dict[str, float]:
+    """`hyps`' score minus `base`'s, with the 95% interval of the difference over the same
+    resamplings of the lines (paired: each one scores both systems on the same lines)."""
+    score, values = resampled(metric, hyps, refs)
+    base_score, base_values = resampled(metric, base, refs)
+    lo, hi = interval(values - base_values)
+    return {"score": score.score - base_score.score, "lo": lo, "hi": hi}
+
+
+def attention_gains(work: Path, results: Sequence[dict[str, Any]], buckets: str) -> None:
+    """Each attentional system's BLEU gain over `noattn` by source length, paired, under its
+    result's "gain" (nothing without a finished noattn)."""
+    names = [r["name"] for r in results]
+    if BASELINE not in names:
+        return
+    src, ref = read(work / "data" / f"test.{SRC}.txt"), read(work / "data" / f"test.{TGT}.txt")
+    groups, _ = assign([len(s.split()) for s in src], parse_buckets(buckets))
+    base = read(work / BASELINE / f"test.hyp.{TGT}")
+    for r in results:
+        if r["name"] == BASELINE:
+            continue
+        hyp = read(work / r["name"] / f"test.hyp.{TGT}")
+        pick = [(idx, [ref[i] for i in idx]) for idx in groups if idx]
+        r["gain"] = [
+            paired_gain(BLEU(), [hyp[i] for i in idx], [base[i] for i in idx], refs)
+            for idx, refs in pick
+        ]
 
 
 def markdown(results: Sequence[dict[str, Any]], data: Path) -> str:
@@ -132,7 +174,16 @@ def markdown(results: Sequence[dict[str, Any]], data: Path) -> str:
     ):
         rows = [[r["name"]] + [cell(b, r) for b in r["by_length"]] for r in results]
         parts.append((title, table(head, rows)))
+    gains = [[r["name"]] + [signed(g) for g in r["gain"]] for r in results if "gain" in r]
+    if gains:
+        title = f"BLEU gain over {BASELINE} by source length [95%, paired bootstrap]"
+        parts.append((title, table(head, gains)))
     return "\n\n".join(f"{t}:\n\n{body}" for t, body in parts) + "\n"
+
+
+def signed(cell: dict[str, float]) -> str:
+    """A difference and its interval: +5.2 [+4.1, +6.3]."""
+    return f"{cell['score']:+.1f} [{cell['lo']:+.1f}, {cell['hi']:+.1f}]"
 
 
 def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
@@ -193,6 +244,7 @@ def write_report(
     if not results:
         print(f"no finished system in {work}")
         return []
+    attention_gains(work, results, buckets)
     md = markdown(results, work / "data")
     (work / "justice_table.md").write_text(md, encoding="utf-8")
     print(md)

@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 from flatrun import Runner, corpus_mirror  # noqa: E402
 from justice_experiment import CAPS, main, rule_of, sample_pairs  # noqa: E402
 from justice_recipe import best_system, markdown, recipe  # noqa: E402
+from justice_report import paired_gain  # noqa: E402
 
 
 def test_sample_pairs_is_seeded_aligned_and_in_file_order(tmp_path):
@@ -140,3 +141,16 @@ def test_smoke_run_end_to_end(tmp_path):
     assert [r["row"] for r in exported["rows"]][3:] == ["CTranslate2 float32", "CTranslate2 int8"]
     assert (work / "transformer-ct2-int8" / "model.bin").is_file()
     assert "| CTranslate2 int8 |" in markdown(exported)
+
+
+def test_the_gain_over_the_baseline_is_paired():
+    """Both systems are resampled on the same lines: equal outputs gain exactly 0 in every
+    resampling, and a system right where the other is wrong gains with an interval above 0."""
+    from sacrebleu.metrics import BLEU
+
+    refs = [f"the cat number {i} sat on the mat" for i in range(80)]
+    worse = [r if i % 4 else r.replace("cat", "dog") for i, r in enumerate(refs)]
+    assert paired_gain(BLEU(), worse, worse, refs) == {"score": 0.0, "lo": 0.0, "hi": 0.0}
+    gain = paired_gain(BLEU(), refs, worse, refs)
+    assert gain["score"] == pytest.approx(100.0 - BLEU().corpus_score(worse, [refs]).score)
+    assert 0 < gain["lo"] <= gain["score"] <= gain["hi"]
