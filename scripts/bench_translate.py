@@ -4,6 +4,7 @@
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --precision fp32,bf16 --export
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR  # an `nmt export`
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR --rounds 3
+    .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 INT8_DIR --ct2-also FLOAT32_DIR
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR --stop early
     .venv/bin/python scripts/bench_translate.py -m MODEL_DIR --ct2 EXPORT_DIR --test SRC_FILE REF_FILE
     .venv/bin/python scripts/bench_translate.py --quick                        # 200 sentences, 1 run
@@ -23,7 +24,8 @@ is one batch at a time on all threads. Per configuration it prints:
   only emulates them: such a GEMM takes minutes and the ratio would mean nothing, and for an
   int8 export: no int8 GEMM is timed); CTranslate2 rows are named by the export's own type
   (ct2-float32, ct2-int8, ...), the type it decodes in;
-- vs ct2: nmt's sent/s over CTranslate2's in the same mode (same sentences, threads, export);
+- vs ct2: nmt's sent/s over CTranslate2's in the same mode (same sentences, threads; the --ct2
+  export, whatever --ct2-also adds);
   with --rounds N every configuration runs once per round, round after round (mode by mode, each
   mode's nmt runs beside its CTranslate2 run, CTranslate2 last in even rounds, first in odd ones),
   and vs ct2 is the median of the N per-round ratios (each measured within one stretch of
@@ -219,15 +221,22 @@ def supports_precision() -> bool:
 
 
 def run_child(
-    engine: str, mode: str, precision: str, model: Path, args: argparse.Namespace, gemm: bool
+    engine: str,
+    mode: str,
+    precision: str,
+    model: Path,
+    args: argparse.Namespace,
+    gemm: bool,
+    label: str | None = None,
 ) -> dict:
-    """Run one configuration in a fresh process and return its JSON line."""
+    """Run one configuration in a fresh process and return its JSON line (its translations in
+    hyp_path(engine, `label`: the row's precision or export type, mode))."""
     cmd = [
         sys.executable, __file__, "--child", mode, "--engine", engine, "--precision", precision,
         "-m", str(model), "--input", str(test_file(args, args.src)), "--threads", str(args.threads),
         "--repeats", str(args.repeats), "--sentences", str(args.sentences),
         "--batch-tokens", str(args.batch_tokens), "--device", args.device,
-        "--workers", str(args.workers), "--hyp-out", str(hyp_path(args, engine, precision, mode)), *length_args(args),
+        "--workers", str(args.workers), "--hyp-out", str(hyp_path(args, engine, label or precision, mode)), *length_args(args),
         *(["--gemm"] if gemm else []), *(["--stop", args.stop] if args.stop else []),
     ]  # fmt: skip
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
@@ -437,6 +446,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--precision", default="fp32", help="comma-separated list: fp32,bf16,fp16")
     p.add_argument("--ct2", help="an `nmt export` directory to compare with (CTranslate2)")
     p.add_argument("--export", action="store_true", help="export the model to WORK/ct2-float32")
+    also_help = "another export of the same model to time beside (repeatable; no ratio)"
+    p.add_argument("--ct2-also", action="append", metavar="EXPORT_DIR", help=also_help)
     stop_help = "nmt's beam stopping rule, exact or early (default: the model's decoding.stop)"
     p.add_argument("--stop", choices=["exact", "early"], help=stop_help)
     p.add_argument("--max-len-a", type=float, help="default: model config (random model: 1)")
@@ -465,31 +476,43 @@ def precisions(args: argparse.Namespace) -> list[str]:
 
 def run_round(
     model: Path,
-    export: Path | None,
+    exports: dict[str, Path],
     args: argparse.Namespace,
     gemm: dict[str, float | None],
     index: int = 0,
 ) -> dict[str, dict]:
     """Every configuration once, mode by mode, so each mode's nmt runs sit beside its
-    CTranslate2 run (the machine's speed drifts over minutes); CTranslate2 last in even rounds and first in odd
-    ones, so a steady drift does not favour either engine. Each child's JSON line by name:
-    ENGINE-PRECISION-MODE, CTranslate2's precision being its export's quantization."""
+    CTranslate2 runs (the machine's speed drifts over minutes); CTranslate2 last in even rounds
+    and first in odd ones, so a steady drift does not favour either engine. Each child's JSON
+    line by name: ENGINE-PRECISION-MODE, CTranslate2's precision being its export's type (the
+    keys of `exports`)."""
     out: dict[str, dict] = {}
-    configs = [("nmt", p) for p in args.precisions] + (
-        [("ct2", ct2_type(export))] if export else []
-    )
+    configs = [("nmt", p) for p in args.precisions] + [("ct2", t) for t in exports]
     if index % 2:
         configs.reverse()
     for mode in MODES:
         for engine, prec in configs:
-            path = export if engine == "ct2" and export else model
+            path = exports[prec] if engine == "ct2" else model
             ref = gemm_type(engine, prec)  # the GEMM its rate is measured against, if any
             timed = ref is not None and ref not in gemm
-            r = run_child(engine, mode, ref or "fp32", path, args, gemm=timed)
+            r = run_child(engine, mode, ref or "fp32", path, args, gemm=timed, label=prec)
             if ref is not None and timed:
                 gemm[ref] = r["gemm"]
             out[f"{engine}-{prec}-{mode}"] = r
     return out
+
+
+def ct2_exports(first: Path | None, more: list[str] | None) -> dict[str, Path]:
+    """The exports to time by type, the one "vs ct2" compares with first; --ct2-also adds
+    others (another quantization of the same model) timed beside it."""
+    if first is None:
+        return {}
+    exports = {ct2_type(first): first}
+    for path in map(Path, more or []):
+        if (kind := ct2_type(path)) in exports:
+            sys.exit(f"--ct2-also {path}: a {kind} export is already timed ({exports[kind]})")
+        exports[kind] = path
+    return exports
 
 
 def ct2_type(export: Path) -> str:
@@ -507,11 +530,16 @@ def gemm_type(engine: str, precision: str) -> str | None:
     return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(precision)
 
 
-def ct2_ratios(rounds: list[dict[str, dict]], name: str) -> list[float]:
-    """nmt's sent/s over CTranslate2's in the same mode, one ratio per round (same stretch of
-    machine time, so a slow minute slows both sides)."""
+def ct2_ratios(rounds: list[dict[str, dict]], name: str, peer: str | None = None) -> list[float]:
+    """nmt's sent/s over CTranslate2's (export type `peer`; None: the first export) in the same
+    mode, one ratio per round (same stretch of machine time, so a slow minute slows both
+    sides)."""
     mode = name.rsplit("-", 1)[1]
-    peers = [n for n in rounds[0] if n.startswith("ct2-") and n.endswith(f"-{mode}")]
+    peers = [
+        n
+        for n in rounds[0]
+        if n.startswith("ct2-") and n.endswith(f"-{mode}") and peer in (None, n.split("-")[1])
+    ]
     if name.startswith("ct2") or not peers:
         return []
     # same sentences on both sides, so the ratio of sent/s is the inverse ratio of median times
@@ -521,20 +549,22 @@ def ct2_ratios(rounds: list[dict[str, dict]], name: str) -> list[float]:
     ]
 
 
-def run_all(model: Path, export: Path | None, args: argparse.Namespace) -> dict:
+def run_all(model: Path, exports: dict[str, Path], args: argparse.Namespace) -> dict:
     """Every configuration's figures over --rounds rounds (all repeats pooled), and each nmt
-    configuration's ratio to CTranslate2: the median of the per-round ratios."""
+    configuration's ratio to CTranslate2 (the first export): the median of the per-round
+    ratios."""
     gemm: dict[str, float | None] = {}
-    rounds = [run_round(model, export, args, gemm, i) for i in range(args.rounds)]
+    rounds = [run_round(model, exports, args, gemm, i) for i in range(args.rounds)]
+    first = next(iter(exports), None)
     runs: dict[str, dict] = {}
     for name in rounds[0]:
         engine, prec, mode = name.split("-")
         ref = gemm_type(engine, prec)
         pooled = dict(rounds[-1][name], seconds=[s for r in rounds for s in r[name]["seconds"]])
         flops = model_flops(model, pooled["lengths"], MODES[mode].get("beam_size", 1))
-        bleu = bleu_of(hyp_path(args, engine, ref or "fp32", mode), args, lowercased(model))
+        bleu = bleu_of(hyp_path(args, engine, prec, mode), args, lowercased(model))
         runs[name] = summarise(pooled, flops, gemm.get(ref) if ref else None, bleu)
-        if ratios := ct2_ratios(rounds, name):
+        if ratios := ct2_ratios(rounds, name, first):
             runs[name]["vs_ct2"] = round(statistics.median(ratios), 2)
             runs[name]["vs_ct2_rounds"] = [round(x, 2) for x in ratios]
     rates = {p: None if g is None else round(g, 1) for p, g in gemm.items()}
@@ -560,10 +590,12 @@ def main() -> None:
         args.max_len_a = 1.0 if args.max_len_a is None else args.max_len_a
         args.max_len_b = 0.0 if args.max_len_b is None else args.max_len_b
     export = ct2_dir(model, args)
+    exports = ct2_exports(export, args.ct2_also)
     results: dict[str, Any] = {"machine": machine_line(args.threads), "model": str(model)}
     results.update(threads=args.threads, sentences=args.sentences, max_len=length_args(args))
     results["ct2_export"] = str(export) if export else None
-    results.update(run_all(model, export, args))
+    results["ct2_exports"] = {t: str(p) for t, p in exports.items()}
+    results.update(run_all(model, exports, args))
     if not args.quick:
         results["cli"] = cli_times(model, args, results)
         if export:

@@ -72,6 +72,9 @@ def test_translate_bench_names_ct2_rows_by_the_exports_type():
     bench = _script("bench_translate")
     rounds = [{"nmt-bf16-beam5": {"seconds": [3.0]}, "ct2-int8-beam5": {"seconds": [1.5]}}]
     assert bench.ct2_ratios(rounds, "nmt-bf16-beam5") == [0.5]
+    rounds[0]["ct2-float32-beam5"] = {"seconds": [6.0]}  # --ct2-also: timed, not the peer
+    assert bench.ct2_ratios(rounds, "nmt-bf16-beam5", "int8") == [0.5]
+    assert bench.ct2_ratios(rounds, "nmt-bf16-beam5", "float32") == [2.0]
     assert [bench.gemm_type("ct2", t) for t in ("float32", "bfloat16", "int8", "int8_float32")] == [
         "fp32",
         "bf16",
