@@ -202,3 +202,14 @@ def test_bad_kind_or_self_attention_shape_is_a_clear_error(tmp_path, kind, weigh
         plot_attention(weights, SRC, SRC, tmp_path / "x.png", kind=kind)
     assert message in str(e.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_long_title_is_folded_to_the_figure_width():
+    from nmt.plots.heatmaps import wrap_title
+
+    sentence = " ".join(["provision"] * 40)  # 399 characters
+    folded = wrap_title(f"{sentence}\n{sentence}", width_inches=8.0)
+    lines = folded.split("\n")
+    assert len(lines) > 4 and all(len(line) <= 8 * 72 / (12 * 0.55) for line in lines)
+    assert folded.replace("\n", " ") == f"{sentence} {sentence}"  # every word kept, in order
+    assert wrap_title("short\nlines", 8.0) == "short\nlines"

@@ -9,6 +9,7 @@ the token counts only (`figure_size`), so long sentences get bigger pictures, no
 from __future__ import annotations
 
 import io
+import textwrap
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +39,16 @@ LABELS = {
 def _plain(text: str) -> str:
     """Escape '$' so matplotlib never reads a token as math."""
     return text.replace("$", r"\$")
+
+
+TITLE_POINTS = 12.0  # matplotlib's suptitle size ("large")
+
+
+def wrap_title(title: str, width_inches: float, points: float = TITLE_POINTS) -> str:
+    """Each line of `title` folded at words to fit `width_inches` (about 0.55 em a character):
+    a long sentence and its translation as the title otherwise ran off both edges."""
+    chars = max(20, int(width_inches * 72 / (points * 0.55)))
+    return "\n".join(textwrap.fill(line, chars) or line for line in title.split("\n"))
 
 
 def display_tokens(tokens: Sequence[str]) -> list[str]:
@@ -239,7 +250,8 @@ def _render(
     assert image is not None  # panels are never empty (_select)
     fig.colorbar(image, ax=axes, label=labels[2], shrink=min(0.9, 6.0 / height))
     auto = panels[0][0] if len(panels) == 1 else f"attention: {rows} layer(s) x {cols} head(s)"
-    fig.suptitle(_plain(title) if title is not None else auto)
+    width = fig.get_size_inches()[0]
+    fig.suptitle(wrap_title(_plain(title) if title is not None else auto, width))
     buf = io.BytesIO()
     with warnings.catch_warnings():  # glyphs missing from the font are drawn as boxes
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
