@@ -93,11 +93,11 @@ def attention_gains(work: Path, results: Sequence[dict[str, Any]], buckets: str)
     src, ref = read(work / "data" / f"test.{SRC}.txt"), read(work / "data" / f"test.{TGT}.txt")
     groups, _ = assign([len(s.split()) for s in src], parse_buckets(buckets))
     base = read(work / BASELINE / f"test.hyp.{TGT}")
+    pick = [(idx, [ref[i] for i in idx]) for idx in groups if idx]
     for r in results:
         if r["name"] == BASELINE:
             continue
         hyp = read(work / r["name"] / f"test.hyp.{TGT}")
-        pick = [(idx, [ref[i] for i in idx]) for idx in groups if idx]
         r["gain"] = [
             paired_gain(BLEU(), [hyp[i] for i in idx], [base[i] for i in idx], refs)
             for idx, refs in pick

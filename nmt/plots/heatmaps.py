@@ -48,7 +48,7 @@ def wrap_title(title: str, width_inches: float, points: float = TITLE_POINTS) ->
     """Each line of `title` folded at words to fit `width_inches` (about 0.55 em a character):
     a long sentence and its translation as the title otherwise ran off both edges."""
     chars = max(20, int(width_inches * 72 / (points * 0.55)))
-    return "\n".join(textwrap.fill(line, chars) or line for line in title.split("\n"))
+    return "\n".join(textwrap.fill(line, chars) for line in title.split("\n"))
 
 
 def display_tokens(tokens: Sequence[str]) -> list[str]:
