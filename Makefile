@@ -16,7 +16,7 @@ export NMT_CORPUS_MIRROR ?= $(abspath $(MIRROR))
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[torch,dev,ct2,serve]'
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[torch,dev,ct2,serve,hub]'
 	touch $(STAMP)
 
 venv: $(STAMP)

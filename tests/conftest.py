@@ -16,6 +16,33 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("NMT_CPU_BF16", "0")
 
 
+def require(module: str):
+    """Import `module` for a parity test; skip without it, but fail under CI=true, where
+    `make test` installs it and a missing one is a broken install, not a reason to skip."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{module} is not installed (make test installs it)")
+        pytest.skip(f"{module} is not installed")
+
+
+PRETRAINED = ("opus-mt-en-mg", "opus-mt-uk-en", "opus-mt-tc-big-fr-en")
+
+
+@pytest.fixture(scope="session")
+def pretrained_root(repo_root):
+    """../shared/pretrained: the real OPUS-MT tokenizers and configs (no weights)."""
+    root = repo_root.parent / "shared/pretrained"
+    if not (root / PRETRAINED[0] / "config.json").is_file():
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{root}: the OPUS-MT tokenizers are missing")
+        pytest.skip(f"{root}: no OPUS-MT tokenizers on this machine")
+    return root
+
+
 @pytest.fixture(scope="session")
 def repo_root():
     """The repository root (where the Makefile is)."""
