@@ -533,7 +533,7 @@ def test_cli_jsonl_escapes_unicode_line_breaks(tiny_model_dir):
         (["--max-len-b", "-2"], "--max-len-b must be >= 0, got -2.0"),
         (["--min-len", "-1"], "--min-len must be >= 0, got -1"),
         (["--batch-tokens", "0"], "--batch-tokens must be >= 1, got 0"),
-        (["--stop", "late"], "--stop must be early or exact, got 'late'"),
+        (["--stop", "late"], "--stop must be early or exact or transformers, got 'late'"),
         (["--nbest", "0"], "--nbest must be at least 1, got 0"),
         (["--workers", "-1"], "--workers must be 0 (auto) or more, got -1"),
     ],

@@ -112,8 +112,18 @@ class TransformerConfig(ModelConfig):
     heads: int = num(4, 1, doc="attention heads per layer")
     ff_dim: int = num(1024, 1, doc="inner size of the position-wise feed-forward layer")
     norm: str = choice("pre", "post", doc="layer norm before each sublayer (pre) or after (post)")
-    positions: str = choice("sinusoidal", "learned", doc="position encoding")
-    activation: str = choice("relu", "gelu", doc="feed-forward non-linearity")
+    positions: str = choice(
+        "sinusoidal",
+        "learned",
+        "sinusoidal-halves",
+        doc="position encoding: sinusoidal (sin and cos interleaved), learned, or sinusoidal-halves "
+        "(sin in the first half of the channels, cos in the second: Marian's table)",
+    )
+    activation: str = choice("relu", "gelu", "swish", doc="feed-forward non-linearity")
+    scale_embeddings: bool = plain(True, doc="multiply token embeddings by sqrt(d_model)")
+    output_bias: bool = plain(
+        False, doc="a fixed (not trained) bias on the output logits (Marian's final_logits_bias)"
+    )
     attention_dropout: float = prob(0.0, doc="dropout on attention weights")
 
     def check(self) -> None:
@@ -244,8 +254,16 @@ class DecodingConfig:
     stop: str = choice(
         "early",
         "exact",
-        doc="beam stopping rule: early (a sentence ends when its best live hypothesis, ended at "
-        "the next step, could not win) or exact (no live hypothesis can still win)",
+        "transformers",
+        doc="beam rule: early (GNMT-normalised; a sentence ends when its best live hypothesis, "
+        "ended at the next step, could not win), exact (GNMT-normalised; no live hypothesis can "
+        "still win), or transformers (generate's rule: sum log-prob / length ** length_penalty "
+        "with eos counted, beam_size finished kept, its stopping heuristic)",
+    )
+    forced_eos: bool = plain(
+        False,
+        doc="transformers rule: a hypothesis at the length limit ends in a forced eos that scores "
+        "0 and counts in its length (forced_eos_token_id); else it ends there without one",
     )
 
 

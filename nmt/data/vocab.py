@@ -38,6 +38,12 @@ class VocabInfo:
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID
     lowercase: bool = False  # text lowercased before encoding (`nmt preprocess --lowercase`)
+    never: tuple[int, ...] = ()  # target ids search never emits beside pad and bos (bad words)
+
+    @property
+    def banned(self) -> tuple[int, ...]:
+        """Target ids no search emits: pad, the decoder's start token and the `never` ids."""
+        return tuple(sorted({self.pad_id, self.bos_id, *self.never}))
 
 
 # A file, a list of files (trained jointly), or sentences.
@@ -309,6 +315,20 @@ class Tokenizer:
     def id_to_piece(self, i: int) -> str:
         """The piece string of one id."""
         return self.sp.id_to_piece(int(i))
+
+    @property
+    def unk_id(self) -> int:
+        """The id a piece outside the vocabulary gets."""
+        return UNK_ID
+
+    @property
+    def eos_piece(self) -> str:
+        """The piece of the end-of-sentence id, as outputs and attention labels show it."""
+        return EOS_PIECE
+
+    def piece_to_id(self, piece: str) -> int:
+        """The id of one piece (unk's when the vocabulary lacks it)."""
+        return int(self.sp.piece_to_id(piece))
 
     def same_pieces(self, other: Tokenizer) -> bool:
         """Whether every id means the same piece to both models (what a model's weights assume)."""

@@ -62,11 +62,11 @@ class Glossary:
                 entries[src] = tgt
         return cls(tuple(entries.items()), name)
 
-    def check(self, encode: Callable[[str], list[int]]) -> None:
+    def check(self, encode: Callable[[str], list[int]], unk: int = UNK_ID) -> None:
         """Refuse, naming the file and the term, a target term the model cannot write: one with
         characters its vocabulary lacks (it could only be written as <unk>)."""
         for _, target in self.entries:
-            if UNK_ID in encode(target):
+            if unk in encode(target):
                 raise NmtError(
                     f"{self.source}: the target term {target!r} holds characters the model's "
                     "target vocabulary lacks (it could only be written as <unk>)"
@@ -115,7 +115,7 @@ def check_constraint_options(options: ResolvedOptions, flag: str = "") -> None:
 
 
 def constraint_ids(
-    phrases: Sequence[str], encode: Any, first_line: int, line: int, room: int
+    phrases: Sequence[str], encode: Any, first_line: int, line: int, room: int, unk: int = UNK_ID
 ) -> list[list[int]]:
     """A line's phrases as target subword ids; refused (naming the line) when empty after
     encoding, when a phrase holds characters the target vocabulary lacks (it could only be
@@ -125,7 +125,7 @@ def constraint_ids(
     if any(not i for i in ids):
         raise NmtError(f"line {first_line + line}: a constraint encodes to no subwords")
     for phrase, pieces in zip(phrases, ids, strict=True):
-        if UNK_ID in pieces:
+        if unk in pieces:
             raise NmtError(
                 f"line {first_line + line}: the constraint {phrase!r} holds characters the "
                 "model's target vocabulary lacks (it could only be written as <unk>)"

@@ -95,6 +95,7 @@ class ResolvedOptions:
     min_len: int = DecodingConfig.min_len
     batch_tokens: int = DecodingConfig.batch_tokens
     stop: str = DecodingConfig.stop
+    forced_eos: bool = DecodingConfig.forced_eos
     with_attention: bool = False
     scores: bool = True
     sampling: Sampling | None = None
@@ -131,6 +132,7 @@ class DecodeOptions:
     min_len: int | None = None
     batch_tokens: int | None = None
     stop: str | None = None
+    forced_eos: bool | None = None
     with_attention: bool = False
     scores: bool = True
     sampling: Sampling | None = None

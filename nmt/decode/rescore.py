@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nmt.data.vocab import EOS_PIECE
 from nmt.decode.lines import BATCH_LINES, check_inputs, count_lines, is_regular
 from nmt.errors import NmtError
 from nmt.textio import atomic_write, read_lines
@@ -76,7 +75,11 @@ def rescore(
             tgt[i] = ids[:limit]
     lps = translator.score_ids(src, tgt, batch_tokens)
     return [
-        PairScore(sum(lp), [translator.tgt_tok.id_to_piece(t) for t in ids] + [EOS_PIECE], lp)
+        PairScore(
+            sum(lp),
+            [translator.tgt_tok.id_to_piece(t) for t in ids] + [translator.tgt_tok.eos_piece],
+            lp,
+        )
         for ids, lp in zip(tgt, lps, strict=True)
     ]
 

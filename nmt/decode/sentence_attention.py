@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from nmt.data.vocab import EOS_ID, EOS_PIECE
 from nmt.decode.options import DecodeOptions
 from nmt.errors import NmtError
 from nmt.models.base import ATTENTION_KINDS
@@ -58,8 +57,9 @@ def sentence_attention(
         if kind == "cross":
             assert hyp.attention is not None  # asked for with_attention
             weights = np.transpose(hyp.attention, (1, 2, 0, 3))  # (L, H, T, S)
-            return weights, tr.source_tokens, hyp.tokens + [EOS_PIECE], hyp.text
-        tgt, text = [translator.tgt_tok.sp.piece_to_id(p) for p in hyp.tokens], hyp.text
+            eos = translator.tgt_tok.eos_piece
+            return weights, tr.source_tokens, hyp.tokens + [eos], hyp.text
+        tgt, text = [translator.tgt_tok.piece_to_id(p) for p in hyp.tokens], hyp.text
     else:
         tgt = translator.tgt_tok.encode(target)
         if 0 < translator.max_source < len(tgt):  # Seq2Seq has no position limit (max_source -1)
@@ -67,13 +67,13 @@ def sentence_attention(
             tgt = tgt[: translator.max_source]
         text = translator.tgt_tok.decode(tgt)
     dev = translator.device
-    src = torch.tensor([ids + [EOS_ID]], device=dev)  # (1, S)
+    src = torch.tensor([ids + [translator.model.vocab.eos_id]], device=dev)  # (1, S)
     tgt_in = torch.tensor([[translator.model.vocab.bos_id] + tgt], device=dev)  # (1, T)
     with torch.inference_mode(), translator.autocast():
         lengths = torch.tensor([src.size(1)], device=dev)  # (1,)
         _, attn = translator.model.forward_with_attention(src, lengths, tgt_in, kind)
     weights = attn[0].float().cpu().numpy()  # (L, H, rows, columns)
     inputs = [translator.tgt_tok.id_to_piece(i) for i in tgt_in[0].tolist()]  # bos y1 .. yn
-    pieces = [translator.src_tok.id_to_piece(i) for i in ids] + [EOS_PIECE]
-    rows = {"cross": inputs[1:] + [EOS_PIECE], "self": pieces}.get(kind, inputs)
+    pieces = [translator.src_tok.id_to_piece(i) for i in ids] + [translator.src_tok.eos_piece]
+    rows = {"cross": inputs[1:] + [translator.tgt_tok.eos_piece], "self": pieces}.get(kind, inputs)
     return weights, (pieces if kind == "cross" else rows), rows, text

@@ -68,7 +68,9 @@ def translate_files(
     resolved = translator.resolve_options(opts)  # bad options fail before any input is read
     segmenter, several = sentence_splitting(split_sentences, opts, translator.languages[0])
     if glossary is not None:
-        glossary.check(translator.tgt_tok.encode)  # before any input is read
+        glossary.check(
+            translator.tgt_tok.encode, translator.tgt_tok.unk_id
+        )  # before any input is read
     notes: list[str] = []
     cut_short: list[tuple[Callable[[str], None], str]] = []  # (warn, message) per input
     with contextlib.ExitStack() as stack:

@@ -19,7 +19,7 @@ import torch
 
 from nmt.config import Config, DecodingConfig
 from nmt.data.batching import decoding_runs
-from nmt.data.vocab import EOS_ID, EOS_PIECE, PAD_ID, Tokenizer
+from nmt.data.vocab import EOS_PIECE, Tokenizer
 from nmt.decode.constraints import warn_missing
 from nmt.decode.engine import Capabilities, TextHypothesis, Translation, translate_chunks
 from nmt.decode.forced import score_ids
@@ -375,7 +375,8 @@ class Translator:
         """One batch as (B, S) source ids with eos, padded, and (B,) lengths, on the device."""
         lengths = [len(ids) + 1 for ids in batch]
         width = max(lengths)
-        rows = [[*ids, EOS_ID] + [PAD_ID] * (width - len(ids) - 1) for ids in batch]
+        eos, pad = self.model.vocab.eos_id, self.model.vocab.pad_id
+        rows = [[*ids, eos] + [pad] * (width - len(ids) - 1) for ids in batch]
         src = torch.tensor(rows, dtype=torch.long)  # (B, S): one tensor, not two copies a row
         return src.to(self.device), torch.tensor(lengths, device=self.device)
 
@@ -395,7 +396,7 @@ class Translator:
         return beam_search(self.model, src, src_lengths, opts)
 
     def _pieces(self, ids: list[int]) -> list[str]:
-        return [self.src_tok.id_to_piece(i) for i in ids] + [EOS_PIECE]
+        return [self.src_tok.id_to_piece(i) for i in ids] + [self.src_tok.eos_piece]
 
     def _to_translation(
         self, line: str, ids: list[int], hyps: list[Hypothesis], limit: int

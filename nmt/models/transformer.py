@@ -143,6 +143,19 @@ def sinusoids(length: int, dim: int) -> torch.Tensor:
     return table
 
 
+def sinusoid_halves(length: int, dim: int) -> torch.Tensor:
+    """Marian's table (length, dim): the same frequencies, sin in the first ceil(dim / 2)
+    channels and cos in the rest, computed in float64 as Marian's converters do."""
+    pos = torch.arange(length, dtype=torch.float64).unsqueeze(1)  # (L, 1)
+    j = torch.arange(dim, dtype=torch.float64)
+    angle = pos / torch.pow(torch.tensor(10000.0, dtype=torch.float64), 2 * (j // 2) / dim)
+    return torch.cat([torch.sin(angle[:, 0::2]), torch.cos(angle[:, 1::2])], 1).float()
+
+
+POSITION_TABLES = {"sinusoidal": sinusoids, "sinusoidal-halves": sinusoid_halves}
+ACTIVATIONS = {"relu": torch.relu, "gelu": F.gelu, "swish": F.silu}
+
+
 class FeedForward(nn.Module):
     """Position-wise two-layer network. No dropout on the inner activations (as fairseq's
     default): on CPU, drawing a mask for the 4x wider hidden layer costs more than it helps."""
@@ -150,14 +163,14 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, ff_dim: int, activation: str) -> None:
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(d_model, ff_dim), nn.Linear(ff_dim, d_model)
-        self.gelu = activation == "gelu"
+        self.act = ACTIVATIONS[activation]
         for lin in (self.fc1, self.fc2):
             nn.init.xavier_uniform_(lin.weight)
             nn.init.zeros_(lin.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.fc1.forward(x)
-        return self.fc2.forward(F.gelu(h) if self.gelu else torch.relu(h))
+        return self.fc2.forward(self.act(h))
 
 
 class _Sublayers(nn.Module):
@@ -257,14 +270,18 @@ class Transformer(nn.Module):
             )
         self.cfg, self.vocab, self.max_positions = cfg, vocab, cfg.max_positions
         d = cfg.d_model
-        self.scale = math.sqrt(d)
+        self.scale = math.sqrt(d) if cfg.scale_embeddings else 1.0
         self.src_embed, self.tgt_embed = make_embeddings(vocab, d, cfg.tie_embeddings)
         self.output = nn.Linear(d, vocab.tgt_size, bias=False)
+        self.output_bias: torch.Tensor | None = None
+        if cfg.output_bias:  # fixed, as Marian's final_logits_bias: saved, never trained
+            self.register_buffer("output_bias", torch.zeros(vocab.tgt_size))
         if cfg.positions == "learned":
             self.positions: nn.Embedding | None = nn.Embedding(cfg.max_positions, d)
         else:
             self.positions = None
-            self.register_buffer("sinusoids", sinusoids(cfg.max_positions, d), persistent=False)
+            table = POSITION_TABLES[cfg.positions](cfg.max_positions, d)
+            self.register_buffer("sinusoids", table, persistent=False)
         self.drop = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
@@ -351,7 +368,7 @@ class Transformer(nn.Module):
                 x, cache, t, encoder_out.cross_kv[i], encoder_out.mask, need_attn, encoder_out.group
             )
             attns.append(w)
-        logits = self.output(self.decoder_norm(x[:, 0])).float()  # (B, V)
+        logits = self.project(self.decoder_norm(x[:, 0])).float()  # (B, V)
         scores = step_scores(logits, normalize)
         attn = _stack_layers(attns)[:, :, :, 0] if need_attn else None  # (B, L, H, S)
         return scores, TransformerState(kv, t + 1, state.spare), attn
@@ -380,11 +397,16 @@ class Transformer(nn.Module):
         """Reorder the self-attention caches to follow the surviving hypotheses."""
         return state.select(order)
 
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output layer: features (..., d) to logits (..., V), with the fixed bias if any."""
+        logits = self.output(hidden)
+        return logits if self.output_bias is None else logits + self.output_bias.to(logits.dtype)
+
     def forward(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> torch.Tensor:
         """Teacher forcing: logits (B, T, V)."""
-        return self.output(self.features(src, src_lengths, tgt_in))
+        return self.project(self.features(src, src_lengths, tgt_in))
 
     def features(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
@@ -405,7 +427,7 @@ class Transformer(nn.Module):
         if kind not in ATTENTION_KINDS:
             raise ValueError(f"unknown attention kind {kind!r} (choices: cross, self, decoder)")
         hidden, attns = self._teacher_forced(src, src_lengths, tgt_in, kind)
-        return self.output(hidden), _stack_layers(attns)  # (B, L, H, rows, columns)
+        return self.project(hidden), _stack_layers(attns)  # (B, L, H, rows, columns)
 
     def _teacher_forced(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, kind: str | None

@@ -67,8 +67,9 @@ def beam_search(
     need_attn, nbest = opts.with_attention, opts.nbest
     alpha, k = float(opts.length_penalty), opts.beam_size
     check_rows(k, False, nbest, False)  # sizes no beam can honour
-    start = start_search(model, src, src_lengths, opts.max_len_a, opts.max_len_b)
-    rows = beam_rows(start.max_len, k, nbest, alpha)
+    start = start_search(model, src, src_lengths, opts)
+    rows = beam_rows(start.max_len, k, k if start.forced_free else nbest, alpha)
+    norm = LengthNorm(alpha, start.forced_free, opts.forced_eos)
     bsz = src.size(0)
     loop = BeamLoop.begin(model, start, k)
     finished: list[list[Hypothesis]] = [[] for _ in range(bsz)]
@@ -81,7 +82,7 @@ def beam_search(
         cands = _rank(lp, rows.scores, k, start.eos)
         loop.hyps.attn = append_attention(loop.hyps.attn, attn if need_attn else None)
         t += 1
-        _collect_beam(finished, rows, cands, loop.hyps, t, alpha, start.src_len)
+        _collect_beam(finished, rows, cands, loop.hyps, t, norm, start.src_len)
         _next_beam(rows, cands, k)
         done = rows.retired | rule.done(rows, t, alpha) | (rows.max_len < t)  # (n,)
         if bool(done.all()):
@@ -206,13 +207,32 @@ def reorder_hyps(hyps: Hyps, order: torch.Tensor, tok: torch.Tensor) -> Hyps:
     return Hyps(tokens, attn)
 
 
+@dataclass(frozen=True)
+class LengthNorm:
+    """What a finished hypothesis's log-prob is divided by. GNMT's ((5 + L) / 6) ** alpha, or
+    under transformers' rule (`plain`) L ** alpha; L counts eos, except for an eos forced at the
+    length limit without `forced_eos` (transformers ends such a hypothesis without one)."""
+
+    alpha: float
+    plain: bool = False
+    forced_eos: bool = False
+
+    def __call__(self, t: int, max_len: torch.Tensor) -> torch.Tensor:
+        """(n, 1) divisors for hypotheses ending at step t (t tokens, eos included)."""
+        if not self.plain:
+            return torch.full((max_len.numel(), 1), gnmt_length_penalty(t, self.alpha))
+        cut = (max_len < t).tolist() if not self.forced_eos else [False] * max_len.numel()
+        lengths = [float(t - c) ** self.alpha for c in cut]  # as transformers: a float power
+        return torch.tensor(lengths, device=max_len.device).unsqueeze(1)
+
+
 def _collect_beam(
     finished: list[list[Hypothesis]],
     rows: BeamRows,
     cands: _Candidates,
     hyps: Hyps,
     t: int,
-    alpha: float,
+    norm: LengthNorm,
     src_len: list[int],
 ) -> None:
     """Move the hypotheses that just produced eos among the top k into their sentence's
@@ -221,14 +241,15 @@ def _collect_beam(
     fin_mask = cands.is_eos[:, :k] & ~rows.retired.unsqueeze(1)  # (n, k)
     if not bool(fin_mask.any()):
         return
-    lp_now = gnmt_length_penalty(t, alpha)
-    norm = torch.where(fin_mask, cands.scores[:, :k] / lp_now, NEG_INF)  # (n, k)
-    nbest = rows.top_fin.size(1)
-    rows.top_fin = torch.cat([rows.top_fin, norm], 1).topk(nbest, dim=1).values  # (n, nbest)
+    lp_now = norm(t, rows.max_len)  # (n, 1)
+    scored = torch.where(fin_mask, cands.scores[:, :k] / lp_now, NEG_INF)  # (n, k)
+    kept = rows.top_fin.size(1)
+    rows.top_fin = torch.cat([rows.top_fin, scored], 1).topk(kept, dim=1).values  # (n, kept)
     raw, beams, origin = cands.scores.tolist(), cands.beam.tolist(), rows.origin.tolist()
+    lps = lp_now.squeeze(1).tolist()
     for j, c in fin_mask.nonzero().tolist():  # (sentence row, candidate rank)
         row, i = j * k + beams[j][c], origin[j]
         tokens = hyps.tokens[row].tolist()
         finished[i].append(
-            make_hypothesis(tokens, raw[j][c], lp_now, hyps.attn, row, t, src_len[i])
+            make_hypothesis(tokens, raw[j][c], lps[j], hyps.attn, row, t, src_len[i])
         )

@@ -129,7 +129,7 @@ def lines_constraint_ids(
     lengths = torch.tensor([len(ids) + 1 for ids in encoded])
     rooms = max_lengths(model, lengths, opts.max_len_a, opts.max_len_b).tolist()
     return [
-        constraint_ids(c, tgt_tok.encode, first_line, i, room) if c and ids else []
+        constraint_ids(c, tgt_tok.encode, first_line, i, room, tgt_tok.unk_id) if c and ids else []
         for i, (c, ids, room) in enumerate(zip(constraints, encoded, rooms, strict=True))
     ]
 
@@ -161,7 +161,7 @@ def constrained_beam_search(
     need_attn, nbest = opts.with_attention, opts.nbest
     alpha, k = float(opts.length_penalty), opts.beam_size
     check_rows(k, False, nbest, False)
-    start = start_search(model, src, src_lengths, opts.max_len_a, opts.max_len_b)
+    start = start_search(model, src, src_lengths, opts)
     sents = [SentenceConstraints(c) for c in constraints]
     rows = beam_rows(start.max_len, k, nbest, alpha)
     bsz = src.size(0)

@@ -43,7 +43,7 @@ def greedy_search(
     def best(lp: torch.Tensor, origin: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
         return max_rows(lp)
 
-    start = start_search(model, src, src_lengths, opts.max_len_a, opts.max_len_b)
+    start = start_search(model, src, src_lengths, opts)
     return token_by_token(model, start, best, opts, opts.scores)
 
 
@@ -77,7 +77,7 @@ def sample_search(
         tok = draw(sampling, lp, u)
         return lp.gather(1, tok.unsqueeze(1)).squeeze(1), tok
 
-    start = start_search(model, src, src_lengths, options.max_len_a, options.max_len_b)
+    start = start_search(model, src, src_lengths, options)
     hyps = token_by_token(model, start, pick, options, True)
     grouped = [hyps[i : i + nsamples] for i in range(0, len(hyps), nsamples)]
     return [sorted(g, key=lambda h: -h.score) for g in grouped]

@@ -100,37 +100,46 @@ class Start:
     enc: Any
     state: Any
     max_len: torch.Tensor  # (B,)
-    banned: torch.Tensor  # (2,) pad and bos
+    banned: torch.Tensor  # ids never emitted: pad, bos, the model's bad words
     src_len: list[int]
     eos: int
     prev: torch.Tensor  # (B,) bos
+    forced_free: bool = False  # the eos forced at the limit scores 0 (transformers' rule)
 
 
 def start_search(
-    model: Decoder, src: torch.Tensor, src_lengths: torch.Tensor, a: float, b: float
+    model: Decoder, src: torch.Tensor, src_lengths: torch.Tensor, opts: ResolvedOptions
 ) -> Start:
-    """Encode the batch and set up what every step needs (a, b: the maximum length's terms)."""
+    """Encode the batch and set up what every step needs: the maximum lengths (opts.max_len_a,
+    max_len_b) and how the eos forced there scores (opts.stop)."""
     vocab, device = model.vocab, src.device
     enc = model.encode(src, src_lengths)
     return Start(
         enc=enc,
         state=model.init_state(enc),
-        max_len=max_lengths(model, src_lengths, a, b).to(device),
-        banned=torch.tensor([vocab.pad_id, vocab.bos_id], device=device),
+        max_len=max_lengths(model, src_lengths, opts.max_len_a, opts.max_len_b).to(device),
+        banned=torch.tensor(vocab.banned, device=device),
         src_len=src_lengths.tolist(),
         eos=vocab.eos_id,
         prev=torch.full((src.size(0),), vocab.bos_id, dtype=torch.long, device=device),
+        forced_free=opts.stop == "transformers",
     )
 
 
 def mask_step(
     lp: torch.Tensor, t: int, min_len: int, start: Start, at_max: torch.Tensor | None
 ) -> None:
-    """In place on lp (rows, V): pad and bos never; eos not before min_len; eos forced (with
-    the model's own log-prob, floored) on the rows `at_max`."""
+    """In place on lp (rows, V): the banned ids never; eos not before min_len; eos forced (with
+    the model's own log-prob, floored, or 0 under transformers' rule) on the rows `at_max`."""
     eos = start.eos
     lp.index_fill_(1, start.banned, NEG_INF)
-    eos_lp = lp[:, eos].clamp(min=FORCED_FLOOR) if at_max is not None else None  # (rows,)
+    eos_lp = None
+    if at_max is not None:  # the model's own log-prob (floored), or 0 as transformers forces it
+        eos_lp = (
+            torch.zeros_like(lp[:, eos])
+            if start.forced_free
+            else lp[:, eos].clamp(min=FORCED_FLOOR)
+        )
     if t < min_len:
         lp[:, eos] = NEG_INF
     if at_max is None or eos_lp is None:

@@ -47,11 +47,29 @@ class EarlyStop:
         return rows.top_fin[:, -1] >= rows.best_live() / lp_next
 
 
-STOP_RULES: dict[str, type[ExactStop] | type[EarlyStop]] = {"exact": ExactStop, "early": EarlyStop}
+class TransformersStop:
+    """transformers' `generate` (early_stopping=False): once a sentence holds beam_size finished
+    hypotheses (scored sum log-prob / L ** alpha, eos counted in L), it ends when its best live
+    one, scored at its current length t, cannot beat the worst of them."""
+
+    name = "transformers"
+
+    def done(self, rows: BeamRows, t: int, alpha: float) -> torch.Tensor:
+        """Stop when the best live one at its present length cannot win."""
+        return rows.top_fin[:, -1] >= rows.best_live() / float(t) ** alpha
+
+
+STOP_RULES: dict[str, type[ExactStop] | type[EarlyStop] | type[TransformersStop]] = {
+    "exact": ExactStop,
+    "early": EarlyStop,
+    "transformers": TransformersStop,
+}
 
 
 def stop_rule(name: str) -> StopRule:
-    """The stopping rule called `name` ('exact' or 'early')."""
+    """The stopping rule called `name` ('exact', 'early' or 'transformers')."""
     if name not in STOP_RULES:
-        raise OptionError("{stop} must be 'exact' or 'early', got {got!r}", got=name)
+        raise OptionError(
+            "{stop} must be 'exact', 'early' or 'transformers', got {got!r}", got=name
+        )
     return STOP_RULES[name]()
