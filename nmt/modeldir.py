@@ -5,7 +5,7 @@ MODEL_DIR/vocab.json                languages, VocabInfo fields, SentencePiece f
 MODEL_DIR/spm.model | spm.<lang>.model
 MODEL_DIR/checkpoints/<name>.safetensors   weights: best, last, averaged, step-N ...
 MODEL_DIR/.lock                     host and PID of the process training into it
-`nmt translate -m MODEL_DIR` needs nothing else. Training takes the lock, and refuses to
+An imported model (`nmt import`) adds its piece -> id vocabularies. `nmt translate` needs nothing else. Training takes the lock, and refuses to
 overwrite a trained directory (or to resume an empty one) by accident.
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nmt.config import Config, DecodingConfig, ModelConfig, read_saved_config
+from nmt.data.marian_vocab import imported_pair
 from nmt.data.spm_source import MODEL_META
 from nmt.data.vocab import Tokenizer, VocabInfo
 from nmt.errors import NmtError, check_format_version
@@ -86,24 +87,25 @@ class ModelDir:
         self.meta = read_json_object(self.path / MODEL_META)
         check_format_version(self.path / MODEL_META, self.meta.get("format"), MODEL_FORMAT, "model")
         fields = {f.name for f in dataclasses.fields(VocabInfo)}
+        given = {k: v for k, v in self.meta.items() if k in fields}
         try:
-            self.vocab = VocabInfo(**{k: v for k, v in self.meta.items() if k in fields})
+            self.vocab = VocabInfo(**given | {"never": tuple(given.get("never", ()))})
         except TypeError as e:
             raise NmtError(f"{self.path / MODEL_META}: not a vocabulary file ({e})") from None
 
     @property
-    def languages(self) -> tuple[str | None, str | None]:
-        """(source, target) language codes, where training recorded them."""
+    def languages(self) -> tuple[str | None, str | None]:  # where training recorded them
         return self.meta.get("src_lang"), self.meta.get("tgt_lang")
 
     @functools.cached_property
     def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
         """Its source and target SentencePiece models (one object when they are one file); a
         `nmt preprocess --lowercase` model lowercases what it is given."""
-        lc = self.meta.get("lowercase", False) is True
-        return Tokenizer.pair(
-            self.path / self.meta["src_spm"], self.path / self.meta["tgt_spm"], lc
-        )
+        meta, path = self.meta, self.path
+        if meta.get("pieces"):  # an imported model: pieces map to ids through its vocabularies
+            return imported_pair(path, meta)
+        lc = meta.get("lowercase", False) is True
+        return Tokenizer.pair(path / meta["src_spm"], path / meta["tgt_spm"], lc)
 
     @property
     def decoding(self) -> DecodingConfig:

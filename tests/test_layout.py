@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("data", ("nmt.data",)),
     ("models", ("nmt.models",)),
     ("modeldir", ("nmt.modeldir",)),
+    ("pretrained", ("nmt.pretrained",)),
     ("decode", ("nmt.decode",)),
     ("eval", ("nmt.eval",)),
     ("train", ("nmt.train",)),

@@ -508,7 +508,9 @@ def test_stop_rules_bound_the_best_live_hypothesis():
 def test_stop_rule_factory():
     assert isinstance(stop_rule("exact"), ExactStop) and stop_rule("exact").name == "exact"
     assert isinstance(stop_rule("early"), EarlyStop) and stop_rule("early").name == "early"
-    with pytest.raises(NmtError, match=r"stop must be 'exact', 'early' or 'transformers', got 'soon'"):
+    with pytest.raises(
+        NmtError, match=r"stop must be 'exact', 'early' or 'transformers', got 'soon'"
+    ):
         stop_rule("soon")
     # a rule object is accepted as well as its name
     model = ToyDecoder(late_table)

@@ -22,7 +22,7 @@ app = typer.Typer(
 # The commands in the order `nmt --help` lists them.
 ORDER = (
     "preprocess", "train", "average", "translate", "rescore", "attention", "serve", "export",
-    "score", "evaluate", "plot",
+    "import", "score", "evaluate", "plot",
 )  # fmt: skip
 
 

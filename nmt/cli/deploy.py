@@ -78,3 +78,32 @@ def export_cmd(
     if fmt not in FORMATS:
         raise NmtError(f"--format must be {' or '.join(FORMATS)}, got {fmt!r}")
     export_ctranslate2(model_dir, out_dir, quantization, checkpoint, force=force, quiet=quiet)
+
+
+@commands.command("import")
+@user_errors
+def import_cmd(
+    source: str = typer.Argument(
+        ...,
+        help="A Hugging Face Marian directory (OPUS-MT), or a hub id such as "
+        "Helsinki-NLP/opus-mt-en-de (an existing local directory of that name wins).",
+    ),
+    out_dir: str = typer.Option(..., "--output", "-o", help="MODEL_DIR to create."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing non-empty MODEL_DIR."),
+    quiet: QuietOpt = False,
+) -> None:
+    """Import a pretrained Marian (OPUS-MT) model as a model directory every command takes; it
+    keeps its own tokenizer, special ids and decoding defaults."""
+    from pathlib import Path
+
+    from nmt.pretrained.importer import import_marian
+
+    opened = import_marian(source, Path(out_dir), force=force)
+    if not quiet:
+        cfg = opened.config.model
+        src, tgt = opened.languages
+        typer.echo(
+            f"imported {source} ({src or '?'} -> {tgt or '?'}, {cfg.encoder_layers}+"
+            f"{cfg.decoder_layers} layers, d_model {getattr(cfg, 'd_model', '?')}) into {out_dir}",
+            err=True,
+        )

@@ -10,10 +10,19 @@ gives (checked against transformers 5.25 by tests/test_marian_tokenizer.py):
   their own ids; each stretch between them is segmented on its own (SentencePiece trims its edges);
 - a stretch that starts with `>>` and holds a `<<` begins with a language code (`>>fra<<`), which
   is one piece, looked up whole;
-- a piece the vocabulary lacks (also a character SentencePiece does not know) is `<unk>`;
+- a piece is looked up by its text, so a character SentencePiece does not know still has an id
+  when vocab.json holds it (`à` in an English target model), else it is `<unk>`;
 - decoding drops the special ids (`<unk>` too), joins the pieces with the *source* SentencePiece
   model for a shared vocabulary (the target one for separate vocabularies), turns every `▁` left
-  into a space and trims the ends; no Moses normalisation and no clean-up of spaces is applied.
+  into a space and trims the ends; no Moses normalisation and no clean-up of spaces is applied
+  (MarianTokenizer 5.25 never calls its Moses normaliser, and `clean_up_tokenization_spaces`
+  defaults to false: a tokenizer_config.json that sets it true is not matched).
+
+The special pieces are cut with a regular expression, longest first: the same cut as
+transformers' trie for pieces that do not overlap, as `</s>`, `<unk>` and `<pad>` do not. With
+separate vocabularies every special piece has its own vocabulary's id on each side; MarianTokenizer
+gives a special piece written in target text, and the eos it appends, the *source* vocabulary's id
+(the same id when both vocabularies put the piece at one id, as tested).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
@@ -86,7 +96,9 @@ class VocabTokenizer(Tokenizer):
         alternatives = sorted(self._special_set, key=len, reverse=True)
         self._split = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")")
         # SentencePiece id -> vocabulary id (its unknown id is looked up by the piece's text)
-        self._table = self._lookup([processor.id_to_piece(k) for k in range(processor.get_piece_size())])
+        self._table = self._lookup(
+            [processor.id_to_piece(k) for k in range(processor.get_piece_size())]
+        )
 
     @classmethod
     def load(cls, path: str | Path, lowercase: bool = False) -> Tokenizer:
@@ -97,6 +109,11 @@ class VocabTokenizer(Tokenizer):
     def vocab_size(self) -> int:
         """Number of ids: the entries of vocab.json."""
         return len(self._pieces)
+
+    @property
+    def eos_piece(self) -> str:
+        """The end-of-sentence piece, as outputs and attention labels show it."""
+        return self.specials.eos
 
     @property
     def unk_id(self) -> int:
@@ -193,7 +210,9 @@ class VocabTokenizer(Tokenizer):
 
     def encode(self, text: str) -> list[int]:
         """MarianTokenizer's ids of one line, without its trailing eos."""
-        return self._exact_ids(text) if self._needs_split(text) else self._spm_ids([text], None, 1)[0]
+        return (
+            self._exact_ids(text) if self._needs_split(text) else self._spm_ids([text], None, 1)[0]
+        )
 
     def encode_batch(self, texts: list[str], threads: int | None = None) -> list[list[int]]:
         """MarianTokenizer's ids of many lines, without eos, segmented on several threads."""
@@ -325,4 +344,13 @@ def load_vocab_pair(
     return (
         VocabTokenizer(src_sp, src_pieces, specials, Path(src_spm), src_sp, codes=False),
         VocabTokenizer(tgt_sp, tgt_pieces, specials, Path(tgt_spm), tgt_sp, codes=False),
+    )
+
+
+def imported_pair(path: Path, meta: dict[str, Any]) -> tuple[VocabTokenizer, VocabTokenizer]:
+    """The tokenizers of an imported model directory, as its vocab.json names their files."""
+    target = path / meta["target_pieces"] if meta.get("target_pieces") else None
+    specials = SpecialPieces(**meta["special_pieces"])
+    return load_vocab_pair(
+        path / meta["src_spm"], path / meta["tgt_spm"], path / meta["pieces"], target, specials
     )

@@ -35,13 +35,14 @@ def export_ctranslate2(
 ) -> Path:
     """Convert MODEL_DIR's checkpoint into OUT_DIR (built in a temporary folder, renamed at the
     end, so OUT_DIR is never half-written); returns OUT_DIR."""
-    from nmt.modeldir import checkpoint_path, read_meta, weights_step
+    from nmt.modeldir import ModelDir, checkpoint_path, weights_step
     from nmt.textio import building_dir, check_out_dir
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if quantization not in QUANTIZATIONS:
         raise NmtError(f"--quantization must be {', '.join(QUANTIZATIONS)}; got {quantization!r}")
-    cfg, _, meta = read_meta(model_dir)
+    opened = ModelDir(model_dir)
+    cfg, meta = opened.config, opened.meta
     if cfg.model.type != "transformer":
         raise NmtError(
             f"{model_dir}: a {cfg.model.type} model cannot be exported to CTranslate2 "

@@ -259,6 +259,7 @@ class Transformer(nn.Module):
     """Encoder-decoder Transformer; pre-norm by default, post-norm (the paper's) as an option."""
 
     sinusoids: torch.Tensor  # (max_positions, d) buffer, when positions are sinusoidal
+    output_bias: torch.Tensor | None  # (V,) buffer with model.output_bias, else None
     attention_kinds = ATTENTION_KINDS  # cross, the encoder's self, the decoder's masked self
     autocast_inference = False  # bf16 decoding casts the weights (and so the cache) once
 
@@ -273,9 +274,10 @@ class Transformer(nn.Module):
         self.scale = math.sqrt(d) if cfg.scale_embeddings else 1.0
         self.src_embed, self.tgt_embed = make_embeddings(vocab, d, cfg.tie_embeddings)
         self.output = nn.Linear(d, vocab.tgt_size, bias=False)
-        self.output_bias: torch.Tensor | None = None
-        if cfg.output_bias:  # fixed, as Marian's final_logits_bias: saved, never trained
-            self.register_buffer("output_bias", torch.zeros(vocab.tgt_size))
+        # fixed, as Marian's final_logits_bias: saved with the weights, never trained
+        self.register_buffer(
+            "output_bias", torch.zeros(vocab.tgt_size) if cfg.output_bias else None
+        )
         if cfg.positions == "learned":
             self.positions: nn.Embedding | None = nn.Embedding(cfg.max_positions, d)
         else:

@@ -1,0 +1,122 @@
+"""`nmt import`: a Hugging Face Marian directory (or hub id) as an ordinary nmt model directory:
+config.yaml, vocab.json with the model's own special ids, the SentencePiece files and the
+piece -> id vocabularies copied, and checkpoints/best.safetensors. Built beside the destination
+and renamed into place, so a refused import writes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from nmt.data.marian_vocab import VocabTokenizer, load_vocab_pair
+from nmt.errors import NmtError
+from nmt.modeldir import CHECKPOINTS, CONFIG, MODEL_FORMAT, ModelDir
+from nmt.pretrained.marian import MarianDir, model_config, nmt_config, open_marian, special_ids
+from nmt.pretrained.weights import read_checkpoint, to_nmt
+from nmt.textio import atomic_write, building_dir, check_out_dir
+
+PIECES, TARGET_PIECES = "pieces.json", "target_pieces.json"
+HUB_HINT = "pass a local directory holding config.json, the weights and the tokenizer files"
+
+
+def resolve_source(source: str) -> Path:
+    """SOURCE as a directory: an existing local one wins; else a hub id fetched (or found in the
+    cache) through huggingface_hub. Offline or without the package, one line naming the id."""
+    if Path(source).is_dir():
+        return Path(source)
+    if source.count("/") != 1 or source.startswith((".", "/")) or Path(source).exists():
+        raise NmtError(f"{source}: not a directory, and not a hub id (OWNER/NAME)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise NmtError(
+            f"{source}: no such directory, and huggingface_hub is not installed to fetch it "
+            f"(pip install 'nmt[hub]'), or {HUB_HINT}"
+        ) from None
+    try:
+        return Path(snapshot_download(source, local_files_only=_offline()))
+    except Exception as e:  # noqa: BLE001 - the hub's many errors all mean "not reachable here"
+        why = "offline (HF_HUB_OFFLINE)" if _offline() else type(e).__name__
+        raise NmtError(f"{source}: cannot fetch this hub id: {why}; {HUB_HINT}") from None
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _copy(src: Path, dst: Path) -> None:
+    with atomic_write(dst, "wb") as out, src.open("rb") as f:
+        shutil.copyfileobj(f, out)
+
+
+def _check_sizes(m: MarianDir, src: VocabTokenizer, tgt: VocabTokenizer, c: dict) -> None:
+    """The vocabularies must fit the embeddings the config declares."""
+    shared = c.get("share_encoder_decoder_embeddings", True) is not False
+    src_rows = int(c["vocab_size"])
+    tgt_rows = src_rows if shared else int(c.get("decoder_vocab_size") or src_rows)
+    for name, tok, rows in ((m.vocab, src, src_rows), (m.target_vocab or m.vocab, tgt, tgt_rows)):
+        if tok.vocab_size != rows:
+            raise NmtError(
+                f"{name}: {tok.vocab_size} pieces, but the model's embeddings have {rows} rows"
+            )
+
+
+def _write_meta(out: Path, m: MarianDir, vocab_fields: dict, languages: list[str]) -> None:
+    """vocab.json: languages, the model's ids, and the tokenizer's files."""
+    src_lang, tgt_lang = m.languages
+    meta = {
+        "format": MODEL_FORMAT,
+        "src_lang": src_lang,
+        "tgt_lang": tgt_lang,
+        "src_spm": "source.spm",
+        "tgt_spm": "target.spm",
+        "pieces": PIECES,
+        "target_pieces": TARGET_PIECES if m.target_vocab else None,
+        "special_pieces": vars(m.specials),
+        "languages": languages,
+        "imported_from": "marian",
+        **vocab_fields,
+    }
+    with atomic_write(out / "vocab.json") as f:
+        json.dump(meta, f, indent=2)
+
+
+def import_marian(source: str, out_dir: Path, force: bool = False) -> ModelDir:
+    """Import a Marian model (directory or hub id) into `out_dir`; returns it opened."""
+    check_out_dir(out_dir, force)
+    m = open_marian(resolve_source(source))
+    cfg = model_config(m.path / "config.json", m.config)
+    src_tok, tgt_tok = load_vocab_pair(
+        m.source_spm, m.target_spm, m.vocab, m.target_vocab, m.specials
+    )
+    _check_sizes(m, src_tok, tgt_tok, m.config)
+    vocab = special_ids(m, src_tok.vocab_size, tgt_tok.vocab_size)
+    vocab = type(vocab)(**{**vars(vocab), "unk_id": tgt_tok.unk_id})
+    state = to_nmt(read_checkpoint(m.weights), m.weights, cfg, vocab.joint)
+    with building_dir(out_dir, force) as tmp:
+        _save_weights(tmp, cfg, vocab, state, m.weights)
+        for src, name in (
+            (m.source_spm, "source.spm"),
+            (m.target_spm, "target.spm"),
+            (m.vocab, PIECES),
+            (m.target_vocab, TARGET_PIECES),
+        ):
+            if src is not None:
+                _copy(src, tmp / name)
+        nmt_config(m, cfg).save(tmp / CONFIG)
+        _write_meta(tmp, m, vars(vocab) | {"never": list(vocab.never)}, src_tok.languages)
+    return ModelDir(out_dir)
+
+
+def _save_weights(tmp: Path, cfg, vocab, state: dict, path: Path) -> None:
+    """Build nmt's model, load every tensor into it (a shape that disagrees is one line naming the
+    checkpoint), and save it as checkpoints/best.safetensors."""
+    from nmt.modeldir import put_weights, save_weights
+    from nmt.models import build
+
+    model = build(cfg, vocab, init=False)
+    put_weights(model, state, path, "the model config.json describes")
+    (tmp / CHECKPOINTS).mkdir()
+    save_weights(model, tmp / CHECKPOINTS / "best.safetensors")

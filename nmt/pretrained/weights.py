@@ -1,0 +1,127 @@
+"""A Marian checkpoint's tensors as nmt's Transformer names them. The file is read without running
+code (safetensors, or `torch.load(weights_only=True)`), float16 is upcast to float32, and what a
+transformers checkpoint leaves out is rebuilt: positions (nmt computes its table), tied copies
+and a zero `final_logits_bias`."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nmt.config import TransformerConfig
+from nmt.errors import NmtError
+
+_ENC, _DEC = "model.encoder.layers", "model.decoder.layers"
+# per layer: nmt's name -> Marian's (q, k, v fused into one projection are handled apart)
+_ENCODER_LAYER = {
+    "norms.0": "self_attn_layer_norm",
+    "norms.1": "final_layer_norm",
+    "ff.fc1": "fc1",
+    "ff.fc2": "fc2",
+    "self_attn.out_proj": "self_attn.out_proj",
+}
+_DECODER_LAYER = {
+    "norms.0": "self_attn_layer_norm",
+    "norms.1": "encoder_attn_layer_norm",
+    "norms.2": "final_layer_norm",
+    "ff.fc1": "fc1",
+    "ff.fc2": "fc2",
+    "self_attn.out_proj": "self_attn.out_proj",
+    "cross_attn.q_proj": "encoder_attn.q_proj",
+    "cross_attn.out_proj": "encoder_attn.out_proj",
+}
+
+
+def read_checkpoint(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of model.safetensors or pytorch_model.bin, floating ones as float32; a damaged
+    file, or a pickle that would need code run to load, is one line naming the file."""
+    if path.suffix == ".safetensors":
+        state = _read_safetensors(path)
+    else:
+        state = _read_pickle(path)
+    return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise NmtError(f"{path}: damaged or not a safetensors file ({e})") from None
+
+
+def _read_pickle(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise NmtError(
+            f"{path}: refused: loading it would run code it carries, not only read tensors "
+            f"({first[:200]}); convert it to model.safetensors"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as e:
+        raise NmtError(f"{path}: damaged or not a PyTorch weights file ({e})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise NmtError(f"{path}: not a state dict of tensors")
+    return state
+
+
+def _take(state: dict[str, torch.Tensor], path: Path, *names: str) -> torch.Tensor:
+    """The first of `names` the checkpoint holds."""
+    for name in names:
+        if name in state:
+            return state[name]
+    raise NmtError(f"{path}: tensor {names[0]} is missing")
+
+
+def _linear(out: dict[str, torch.Tensor], dst: str, state: dict[str, Any], src: str, path: Path):
+    out[f"{dst}.weight"] = _take(state, path, f"{src}.weight")
+    out[f"{dst}.bias"] = _take(state, path, f"{src}.bias")
+
+
+def _fused(state: dict[str, Any], path: Path, attn: str, parts: tuple[str, ...]) -> list[Any]:
+    """Weight and bias of Marian's separate q / k / v projections, concatenated in nmt's order."""
+    w = torch.cat([_take(state, path, f"{attn}.{p}_proj.weight") for p in parts])
+    b = torch.cat([_take(state, path, f"{attn}.{p}_proj.bias") for p in parts])
+    return [w, b]
+
+
+def _layers(state: dict[str, Any], path: Path, cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    """Every encoder and decoder layer's tensors under nmt's names."""
+    out: dict[str, torch.Tensor] = {}
+    for i in range(cfg.encoder_layers):
+        src, dst = f"{_ENC}.{i}", f"encoder_layers.{i}"
+        for ours, theirs in _ENCODER_LAYER.items():
+            _linear(out, f"{dst}.{ours}", state, f"{src}.{theirs}", path)
+        w, b = _fused(state, path, f"{src}.self_attn", ("q", "k", "v"))
+        out[f"{dst}.self_attn.qkv_proj.weight"], out[f"{dst}.self_attn.qkv_proj.bias"] = w, b
+    for i in range(cfg.decoder_layers):
+        src, dst = f"{_DEC}.{i}", f"decoder_layers.{i}"
+        for ours, theirs in _DECODER_LAYER.items():
+            _linear(out, f"{dst}.{ours}", state, f"{src}.{theirs}", path)
+        w, b = _fused(state, path, f"{src}.self_attn", ("q", "k", "v"))
+        out[f"{dst}.self_attn.qkv_proj.weight"], out[f"{dst}.self_attn.qkv_proj.bias"] = w, b
+        w, b = _fused(state, path, f"{src}.encoder_attn", ("k", "v"))
+        out[f"{dst}.cross_attn.kv_proj.weight"], out[f"{dst}.cross_attn.kv_proj.bias"] = w, b
+    return out
+
+
+def to_nmt(
+    state: dict[str, torch.Tensor], path: Path, cfg: TransformerConfig, shared: bool
+) -> dict[str, torch.Tensor]:
+    """nmt's state dict for a Marian checkpoint: embeddings (tied copies rebuilt), layers, the
+    output layer and its fixed bias (zeros when the checkpoint leaves it out)."""
+    enc = _take(state, path, "model.shared.weight", "model.encoder.embed_tokens.weight")
+    dec = enc if shared else _take(state, path, "model.decoder.embed_tokens.weight")
+    out = {"src_embed.weight": enc, "tgt_embed.weight": dec}
+    if not cfg.tie_embeddings:
+        out["output.weight"] = _take(state, path, "lm_head.weight")
+    bias = state.get("final_logits_bias")
+    out["output_bias"] = torch.zeros(dec.size(0)) if bias is None else bias.reshape(-1)
+    out.update(_layers(state, path, cfg))
+    return out
