@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import PRETRAINED, require
-from marian_fixtures import parity_model
+from marian_fixtures import parity_lines, small_marian
 
 pytestmark = pytest.mark.slow
 LINES, BATCH, NEW_TOKENS = 200, 50, 64
@@ -28,7 +28,8 @@ def pair(request, pretrained_root, repo_root, tmp_path_factory):
     name = request.param
     work = tmp_path_factory.mktemp(name)
     corpora = repo_root.parent / "shared/corpora"
-    hf_dir, lines = parity_model(pretrained_root / name, work / "hf", corpora)
+    hf_dir = small_marian(pretrained_root / name, work / "hf")
+    lines = parity_lines(corpora, name)[0]
     imported = import_marian(str(hf_dir), work / "nmt")
     hf = MarianMTModel.from_pretrained(hf_dir).eval()
     tr = Translator.from_dir(imported.path, workers=1)
