@@ -77,6 +77,8 @@ def random_marian(real: Path, out: Path, seed: int = 0, lift: float = 0.0, **ove
         model.get_input_embeddings().weight[config.pad_token_id].zero_()
         model.final_logits_bias[0, config.eos_token_id] += lift
     out.mkdir(parents=True, exist_ok=True)
+    if cfg.get("torch_dtype") == "float16":
+        model = model.half()  # as the real checkpoint is stored: nmt import upcasts it
     model.save_pretrained(out)
     for name in TOKENIZER_FILES:
         if (real / name).is_file():

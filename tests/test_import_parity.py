@@ -31,7 +31,7 @@ def pair(request, pretrained_root, repo_root, tmp_path_factory):
     hf_dir = small_marian(pretrained_root / name, work / "hf")
     lines = parity_lines(corpora, name)[0]
     imported = import_marian(str(hf_dir), work / "nmt")
-    hf = MarianMTModel.from_pretrained(hf_dir).eval()
+    hf = MarianMTModel.from_pretrained(hf_dir, dtype=torch.float32).eval()
     tr = Translator.from_dir(imported.path, workers=1)
     yield name, hf, tr, lines
     tr.close()
@@ -108,21 +108,6 @@ def test_greedy_at_the_configs_max_length(pair):
     limit = tr.decoding.max_len_b  # the config's max_length, as the model's default
     theirs = _generate(hf, tr, few, num_beams=1, max_length=limit + 2)
     assert _ours(tr, few, greedy=True) == theirs
-
-
-@pytest.mark.parametrize("beams,alpha", [(4, 0.6), (4, 1.0), (4, 2.0), (6, 1.0)])
-def test_beam_matches_generate(pair, beams, alpha):
-    name, hf, tr, lines = pair
-    theirs = _generate(
-        hf, tr, lines, num_beams=beams, length_penalty=alpha, max_new_tokens=NEW_TOKENS
-    )
-    ours = _ours(
-        tr, lines, beam_size=beams, length_penalty=alpha, stop="transformers",
-        max_len_a=0, max_len_b=NEW_TOKENS - 1,
-    )  # fmt: skip
-    same = sum(a == b for a, b in zip(ours, theirs, strict=True))
-    assert same == len(lines), f"{name}: beam {beams} alpha {alpha}: {same}/{len(lines)}"
-    _not_degenerate(ours, sum(len(o) < NEW_TOKENS - 1 for o in ours))
 
 
 def test_imported_defaults_are_the_models(pair, pretrained_root):

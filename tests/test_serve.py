@@ -186,7 +186,7 @@ ERRORS = [
     (b'{"text": "a\\nb"}', 422, "'text' contains a line break; send one sentence per list item"),
     (b'{"text": "a", "src": "b"}', 422,
      "unknown field 'src' (expected text, beam_size, nbest, length_penalty, max_len_a, "
-     "max_len_b, with_attention, sampling, split_sentences, constraints, glossary)"),
+     "max_len_b, with_attention, sampling, split_sentences, constraints, glossary, target_lang)"),
     (b'{"text": "a", "constraints": "b"}', 422, "'constraints' must be a list of strings, got string"),
     (b'{"text": "a", "constraints": ["b", ""]}', 422,
      "'constraints'[1] must be a non-empty string, got an empty string"),

@@ -29,6 +29,7 @@ from nmt.cli.flags import (
     SamplingOpt,
     SamplingSeedOpt,
     StopOpt,
+    TargetLangOpt,
     TemperatureOpt,
     TopKOpt,
     TopPOpt,
@@ -125,6 +126,7 @@ def translate_cmd(
         "(as whole words; the longest where two start at one place), its translation must "
         "contain the target term (beam search; model directories, not exports).",
     ),
+    target_lang: TargetLangOpt = None,
 ) -> None:
     """Translate text: exactly one output line per input line, in order (N lines with --nbest
     N in text format). Empty lines give empty lines; --split-sentences for paragraphs;
@@ -149,6 +151,7 @@ def translate_cmd(
     terms = Glossary.load(glossary) if glossary is not None else None
     export = checked_export(model_dir, checkpoint, precision)  # options an export refuses, first
     dirs = [export] if export is not None else open_dirs(model_dir)  # each read once, here
+    check_target_lang(dirs[0], target_lang, model_dir[0])
     if terms is not None and export is not None:
         raise NmtError(f"--glossary: {CONSTRAINTS_REFUSED}")
     options = decode_options(
@@ -172,7 +175,7 @@ def translate_cmd(
             translator, inputs, output, options, fmt=fmt, errors=errors,
             buffer_size=buffer_size, progress=None if quiet else count_progress,
             split_sentences=split_sentences, input_format=input_format, glossary=terms,
-            on_notice=None if quiet else note_to_stderr,
+            on_notice=None if quiet else note_to_stderr, target_lang=target_lang,
         )  # fmt: skip
 
 
@@ -200,6 +203,14 @@ def open_for(
             "decodes with CTranslate2's search)"
         )
     return translator
+
+
+def check_target_lang(opened: Any, target_lang: str | None, model_dir: str) -> str | None:
+    """The token of `--target-lang` for the opened directory `opened` (a multilingual model
+    needs one, any other takes none), checked before the model loads."""
+    from nmt.decode.paragraphs import source_languages, target_token
+
+    return target_token(source_languages(opened.tokenizers[0]), target_lang, model_dir)
 
 
 def require_attention(translator: Engine, model_dir: str) -> None:
@@ -287,6 +298,7 @@ def attention_cmd(
     device: DeviceOpt = "auto",
     precision: PrecisionOpt = "auto",
     quiet: QuietOpt = False,
+    target_lang: TargetLangOpt = None,
 ) -> None:
     """Draw the attention of one sentence as a PNG heatmap (subword pieces on both axes):
     Seq2Seq's attention, or a Transformer layer's encoder-decoder attention (or with --kind its
@@ -297,13 +309,17 @@ def attention_cmd(
     if kind not in ("cross", "self", "decoder"):
         raise NmtError(f"--kind must be cross, self or decoder, got {kind!r}")
     check_model_dirs(model_dir)
+    from nmt.decode.paragraphs import prefixed
     from nmt.decode.translator import Translator
+    from nmt.modeldir import ModelDir
     from nmt.plots.heatmaps import plot_attention
 
-    translator = Translator.from_dir(model_dir, device, checkpoint, precision)
+    opened = ModelDir(model_dir)
+    (text,) = prefixed([source], check_target_lang(opened, target_lang, model_dir))
+    translator = Translator.from_dir(opened, device, checkpoint, precision)
     require_attention(translator, model_dir)
     weights, columns, rows, translation = translator.attention(
-        source, target=target, options=decode_options(beam_size=beam_size), kind=kind
+        text, target=target, options=decode_options(beam_size=beam_size), kind=kind
     )
     path = plot_attention(
         weights, columns, rows, output, layer=layer, head=head,

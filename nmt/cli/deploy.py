@@ -13,6 +13,7 @@ from nmt.cli.flags import (
     ModelDirsOpt,
     PrecisionOpt,
     QuietOpt,
+    TargetLangOpt,
 )
 
 commands = typer.Typer()
@@ -42,6 +43,7 @@ def serve_cmd(
     checkpoint: CheckpointOpt = "default",
     device: DeviceOpt = "auto",
     quiet: QuietOpt = False,
+    target_lang: TargetLangOpt = None,
 ) -> None:
     """Serve MODEL_DIR over HTTP: POST /translate (micro-batched), GET /health, GET /info, the
     OpenAPI docs at /docs, and a page at / with translations and attention heatmaps."""
@@ -51,7 +53,7 @@ def serve_cmd(
         model_dir=model_dir[0], members=tuple(model_dir) if len(model_dir) > 1 else (),
         checkpoint=checkpoint, max_batch_tokens=max_batch_tokens,
         max_wait_ms=max_wait_ms, max_request_lines=max_request_lines,
-        max_line_chars=max_line_chars, timeout=timeout,
+        max_line_chars=max_line_chars, timeout=timeout, target_lang=target_lang,
     )  # fmt: skip
     serve(model_dir, host, port, settings, device=device, precision=precision, quiet=quiet)
 

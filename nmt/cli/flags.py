@@ -127,6 +127,16 @@ SamplingSeedOpt = Annotated[
     ),
 ]
 
+TargetLangOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target-lang",
+        help="The target language of a multilingual model (one whose vocabulary holds >>xx<< "
+        "tokens, as some OPUS-MT models): fra or >>fra<<. Its token starts every source line "
+        "and every sentence or piece of one. Required by such a model, refused by any other.",
+    ),
+]
+
 # ---- scores -----------------------------------------------------------------------------------
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="A JSON list of score objects.")]

@@ -20,6 +20,7 @@ from nmt.cli.flags import (
     NoProgressOpt,
     PrecisionOpt,
     StopOpt,
+    TargetLangOpt,
     decode_options,
 )
 from nmt.cli.progress import batch_progress, note_to_stderr
@@ -147,6 +148,7 @@ def evaluate_cmd(
         help="As nmt translate (default: split the lines that hold several sentences).",
         show_default=False,
     ),
+    target_lang: TargetLangOpt = None,
 ) -> None:
     """Translate a test set and score it in one call (inputs checked before the model loads)."""
     import contextlib
@@ -171,6 +173,7 @@ def evaluate_cmd(
             options=Options(tokenize, lowercase, chrf_word_order, False), decoding=decoding,
             device=device, checkpoint=checkpoint, precision=precision, on_notice=notes.append,
             progress=None if quiet else batch_progress(stack), split_sentences=split_sentences,
+            target_lang=target_lang,
         )  # fmt: skip
     if notes and not quiet:  # after the progress bar has closed
         note_to_stderr(notes[0])

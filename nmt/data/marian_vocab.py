@@ -66,6 +66,18 @@ def _language_code(text: str) -> tuple[str | None, str]:
     return text[: end + 2], text[end + 2 :]
 
 
+def language_token(lang: str) -> str:
+    """A target language as the token a multilingual vocabulary holds for it: `fra` and
+    `>>fra<<` are both `>>fra<<`."""
+    lang = lang.strip()
+    return lang if lang.startswith(">>") and lang.endswith("<<") else f">>{lang}<<"
+
+
+def language_name(token: str) -> str:
+    """A language token's code: `>>fra<<` is `fra`."""
+    return token.removeprefix(">>").removesuffix("<<")
+
+
 class VocabTokenizer(Tokenizer):
     """One side of a Marian model: its SentencePiece model for segmenting, its vocabulary for ids.
 
@@ -235,17 +247,22 @@ class VocabTokenizer(Tokenizer):
         return out
 
     def unknown_lines(self, texts: Iterable[str], threads: int | None = None) -> int:
-        """How many lines hold a piece missing from the vocabulary (a character SentencePiece does
-        not know, a piece vocab.json lacks, an unknown language code), each read as `<unk>`; a
-        `<unk>` written in the text is not counted."""
+        """How many lines hold a piece missing from the vocabulary (`unknown_indices`)."""
+        return len(self.unknown_indices(texts, threads))
+
+    def unknown_indices(self, texts: Iterable[str], threads: int | None = None) -> list[int]:
+        """The indices of the lines holding a piece missing from the vocabulary (a character
+        SentencePiece does not know, a piece vocab.json lacks, an unknown language code), each
+        read as `<unk>`; a `<unk>` written in the text is not counted."""
         texts = list(texts)
-        count = 0
-        for text, ids in zip(texts, self.encode_batch(texts, threads), strict=True):
+        found = []
+        for i, (text, ids) in enumerate(zip(texts, self.encode_batch(texts, threads), strict=True)):
             unks = ids.count(self.unk_id)
             if unks and self.specials.unk in text:
                 unks -= sum(head == self.specials.unk for head, _ in self._stretches(text))
-            count += unks > 0
-        return count
+            if unks > 0:
+                found.append(i)
+        return found
 
     def _piece_of(self, i: int) -> str:
         """An id's piece for decoding: past the vocabulary, the decoding model's piece (`<unk>` for

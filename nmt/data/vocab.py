@@ -322,6 +322,11 @@ class Tokenizer:
         return UNK_ID
 
     @property
+    def languages(self) -> list[str]:
+        """The target-language tokens (`>>fra<<`) of a multilingual vocabulary: none here."""
+        return []
+
+    @property
     def eos_piece(self) -> str:
         """The piece of the end-of-sentence id, as outputs and attention labels show it."""
         return EOS_PIECE

@@ -254,6 +254,39 @@ def warn_cut_short(
         warn_to_stderr(name)(message)
 
 
+def numbered(numbers: Sequence[int], shown: int = 5) -> str:
+    """Line numbers to read: `5, 17 and 40`; past `shown` of them, `1, 2, 3, 4, 5 and 7 more`."""
+    head = [f"{n:,}" for n in numbers[:shown]]
+    if len(numbers) > shown:
+        return ", ".join(head) + f" and {len(numbers) - shown:,} more"
+    return " and ".join([", ".join(head[:-1]), head[-1]] if len(head) > 1 else head)
+
+
+def unknown_lines(engine: Engine, texts: Sequence[str], first: int = 1) -> list[int]:
+    """The numbers (counted from `first`) of the lines holding pieces the model's source
+    vocabulary lacks, which it reads as `<unk>`, where its tokenizer tells them apart (an
+    imported model's: `VocabTokenizer.unknown_indices`); none for other tokenizers."""
+    find = getattr(getattr(engine, "src_tok", None), "unknown_indices", None)
+    return [] if find is None or not texts else [first + i for i in find(list(texts))]
+
+
+def unknown_warning(unknown: Sequence[int], lines: int) -> str:
+    """The line that names the input lines holding pieces the model's vocabulary lacks: their
+    translations miss what those pieces said, and nothing else would say so."""
+    n = len(unknown)
+    return (
+        f"{n:,} of {lines:,} lines hold{'s' * (n == 1)} pieces the model's vocabulary lacks "
+        f"(written as <unk>): line{'s' * (n > 1)} {numbered(unknown)}"
+    )
+
+
+def warn_unknown(engine: Engine, name: str, texts: Sequence[str]) -> None:
+    """Name on stderr the lines of file `name` holding pieces the model's vocabulary lacks."""
+    unknown = unknown_lines(engine, texts)
+    if unknown:
+        warn_to_stderr(name)(unknown_warning(unknown, len(texts)))
+
+
 def warn_to_stderr(name: str) -> Callable[[str], None]:
     """Warnings as `warning: FILE: line N: ...` lines on stderr."""
 

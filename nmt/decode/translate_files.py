@@ -6,11 +6,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import IO, Any
 
+from nmt.data.sentences import Segmenter
 from nmt.decode.constraints import Glossary, parse_jsonl_line
-from nmt.decode.engine import Engine, Translation
+from nmt.decode.engine import Engine
 from nmt.decode.lines import (
     BATCH_LINES,
     check_inputs,
@@ -20,15 +22,35 @@ from nmt.decode.lines import (
     is_regular,
     limit_warning,
     read_batches,
+    unknown_lines,
+    unknown_warning,
     warn_to_stderr,
 )
 from nmt.decode.options import DecodeOptions, given_options
-from nmt.decode.paragraphs import sentence_splitting, split_notice, translate_lines
+from nmt.decode.paragraphs import (
+    sentence_splitting,
+    source_languages,
+    split_notice,
+    target_token,
+    translate_lines,
+)
 from nmt.errors import NmtError
 from nmt.textio import atomic_write
 
 # (exit stack, total lines) -> the per-batch advance(n) of a progress bar
 Progress = Callable[[contextlib.ExitStack, int], Callable[[int], None]]
+
+
+@dataclass
+class _Found:
+    """What translating one input found: its lines, how many the default split into sentences,
+    and the numbers of those stopped at the length limit and of those holding pieces the
+    model's vocabulary lacks."""
+
+    lines: int = 0
+    split: int = 0
+    at_limit: list[int] = field(default_factory=list)
+    unknown: list[int] = field(default_factory=list)
 
 
 def translate_files(
@@ -45,6 +67,7 @@ def translate_files(
     input_format: str = "text",
     glossary: Glossary | None = None,
     on_notice: Callable[[str], None] | None = None,
+    target_lang: str | None = None,
     **fields: Any,
 ) -> None:
     """Translate files (or stdin, '-') into `output` (atomically) or stdout, one result per input
@@ -59,70 +82,89 @@ def translate_files(
     source limit is cut at its best boundaries either way, never truncated. `input_format`
     "jsonl" reads {"text", "constraints"} objects (nmt.decode.constraints); a `glossary` gives
     each line (each sentence, when split) the target terms of its source terms as constraints.
+    `target_lang`: a multilingual model's target language (nmt.decode.paragraphs.target_token).
     `on_notice` hears, per input, how many lines the default split into sentences (if any);
-    translations stopped at the length limit are named on stderr, per input, at the end."""
+    translations stopped at the length limit, and lines holding pieces the model's vocabulary
+    lacks (an imported model's), are named on stderr, per input, at the end."""
     opts = given_options(options, fields)
     paths = check_inputs(inputs, fmt, errors, opts.with_attention, opts.nbest, buffer_size)
     check_output(output)
     opts = dataclasses.replace(opts, scores=fmt == "jsonl")
     resolved = translator.resolve_options(opts)  # bad options fail before any input is read
     segmenter, several = sentence_splitting(split_sentences, opts, translator.languages[0])
-    if glossary is not None:
-        glossary.check(
-            translator.tgt_tok.encode, translator.tgt_tok.unk_id
-        )  # before any input is read
-    notes: list[str] = []
-    cut_short: list[tuple[Callable[[str], None], str]] = []  # (warn, message) per input
+    target_token(source_languages(translator.src_tok), target_lang)  # as the options
+    if glossary is not None:  # before any input is read
+        glossary.check(translator.tgt_tok.encode, translator.tgt_tok.unk_id)
+    jsonl = input_format == "jsonl"
+    how = _How(translator, opts, fmt, jsonl, segmenter, several, glossary, target_lang)
+    found: list[tuple[str, _Found]] = []
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(atomic_write(output)) if output else sys.stdout
-        advance = None
         if progress is not None and all(is_regular(p) for p in paths):
-            advance = progress(stack, sum(count_lines(p) for p in paths))
+            how.advance = progress(stack, sum(count_lines(p) for p in paths))
         for path in paths:
             name = "<stdin>" if path == "-" else path
-            warn = warn_to_stderr(name)
-            first, splits, at_limit = 1, list[int](), list[int]()  # split lines; cut-short ones
-            for batch in read_batches(path, errors, buffer_size or BATCH_LINES):
-                results = _translate_batch(
-                    translator, batch, opts, name, first, input_format == "jsonl",
-                    segmenter=segmenter, several=several, tgt_lang=translator.languages[1],
-                    on_warning=warn, progress=advance, glossary=glossary, on_split=splits.append,
-                )  # fmt: skip
-                at_limit += [first + n for n, tr in enumerate(results) if tr.at_limit]
-                first += len(batch)
-                out.writelines(
-                    format_translation(tr, fmt, opts.nbest, opts.with_attention) for tr in results
-                )
-                out.flush()
-            if several and (split := sum(splits)) > 0:
-                notes.append(split_notice(name, split, first - 1))
-            if at_limit:
-                cut_short.append((warn, limit_warning(at_limit, first - 1, resolved)))
-    for warn, message in cut_short:  # after the progress bar has closed
-        warn(message)
-    if on_notice is not None:
-        for note in notes:
-            on_notice(note)
+            batches = read_batches(path, errors, buffer_size or BATCH_LINES)
+            found.append((name, _translate_input(how, batches, name, out)))
+    for name, seen in found:  # after the progress bar has closed
+        warn = warn_to_stderr(name)
+        if seen.at_limit:
+            warn(limit_warning(seen.at_limit, seen.lines, resolved))
+        if seen.unknown:
+            warn(unknown_warning(seen.unknown, seen.lines))
+    for name, seen in found:
+        if several and seen.split > 0 and on_notice is not None:
+            on_notice(split_notice(name, seen.split, seen.lines))
 
 
-def _translate_batch(
-    translator: Engine,
-    batch: list[str],
-    opts: DecodeOptions,
-    name: str,
-    first: int,
-    jsonl: bool,
-    **kwargs: Any,
-) -> list[Translation]:
-    """One batch of input lines (JSONL records when `jsonl`), from line `first` of `name`,
-    through `translate_lines` (`kwargs`); an error in a line's constraints names the file too."""
-    constraints = None
-    if jsonl:
-        records = [parse_jsonl_line(r, name, first + n) for n, r in enumerate(batch)]
-        batch, constraints = [t for t, _ in records], [c for _, c in records]
-    try:
-        return translate_lines(
-            translator, batch, opts, first_line=first, constraints=constraints, **kwargs
-        )
-    except NmtError as e:
-        raise NmtError(f"{name}: {e}") from None
+@dataclass
+class _How:
+    """How every input of one `translate_files` call is translated and written."""
+
+    translator: Engine
+    opts: DecodeOptions
+    fmt: str
+    jsonl: bool  # input lines are {"text", "constraints"} records
+    segmenter: Segmenter | None
+    several: bool  # split only the lines of several sentences
+    glossary: Glossary | None
+    target_lang: str | None
+    advance: Callable[[int], None] | None = None  # the progress bar's
+
+
+def _translate_input(how: _How, batches: Iterable[list[str]], name: str, out: IO[str]) -> _Found:
+    """Translate one input (`name`), batch by batch, into `out`, each batch flushed as soon as it
+    is done; what it found."""
+    warn, found, splits = warn_to_stderr(name), _Found(), list[int]()
+    for batch in batches:
+        first = found.lines + 1
+        texts, constraints = batch, None
+        if how.jsonl:
+            records = [parse_jsonl_line(r, name, first + n) for n, r in enumerate(batch)]
+            texts, constraints = [t for t, _ in records], [c for _, c in records]
+        try:
+            results = translate_lines(
+                how.translator,
+                texts,
+                how.opts,
+                segmenter=how.segmenter,
+                several=how.several,
+                tgt_lang=how.translator.languages[1],
+                target_lang=how.target_lang,
+                first_line=first,
+                on_warning=warn,
+                progress=how.advance,
+                constraints=constraints,
+                glossary=how.glossary,
+                on_split=splits.append,
+            )
+        except NmtError as e:  # an error in a line's constraints names the file too
+            raise NmtError(f"{name}: {e}") from None
+        found.at_limit += [first + n for n, tr in enumerate(results) if tr.at_limit]
+        found.unknown += unknown_lines(how.translator, texts, first)
+        found.lines += len(batch)
+        fmt, nbest, attention = how.fmt, how.opts.nbest, how.opts.with_attention
+        out.writelines(format_translation(tr, fmt, nbest, attention) for tr in results)
+        out.flush()
+    found.split = sum(splits)
+    return found

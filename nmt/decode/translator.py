@@ -25,6 +25,7 @@ from nmt.decode.engine import Capabilities, TextHypothesis, Translation, transla
 from nmt.decode.forced import score_ids
 from nmt.decode.options import DecodeOptions, ResolvedOptions, given_options
 from nmt.decode.packed import pack_for_decoding
+from nmt.decode.paragraphs import with_target
 from nmt.decode.search.beam import beam_search
 from nmt.decode.search.constrained import constrained_beam_search, lines_constraint_ids
 from nmt.decode.search.greedy import greedy_search, sample_search
@@ -145,6 +146,7 @@ class Translator:
         keys: Sequence[int] | None = None,
         parts: int | None = None,
         constraints: Sequence[Sequence[str]] | None = None,
+        target_lang: str | None = None,
         **fields: Any,
     ) -> list[Translation]:
         """Translate raw lines; one Translation per line, in input order.
@@ -160,7 +162,8 @@ class Translator:
         requests' batches at once and gives each the workers that are free. `constraints` (a
         list of target phrases per line) are phrases each line's translations must contain
         (nmt.decode.search.constrained; beam search only); those lines are batched apart, so the
-        others translate as without them.
+        others translate as without them. `target_lang` (`fra`): a multilingual model's target
+        language, whose token is written before each line (nmt.decode.paragraphs.with_target).
         """
         opts = self.resolve_options(options, **fields)
         lines = list(lines)
@@ -169,7 +172,8 @@ class Translator:
         line_keys = (
             list(keys) if keys is not None else range(first_line - 1, first_line - 1 + len(lines))
         )
-        encoded = self.encode_sources(lines, first_line, on_warning or _warn)
+        sources = with_target(self.src_tok, lines, target_lang)
+        encoded = self.encode_sources(sources, first_line, on_warning or _warn)
         results, todo = _blank_translations(lines, encoded)
         if progress and len(todo) < len(lines):
             progress(len(lines) - len(todo))

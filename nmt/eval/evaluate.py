@@ -8,14 +8,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from nmt.data.sentences import Segmenter
+from nmt.decode.engine import Engine
 from nmt.decode.lines import (
     check_model_dirs,
     model_dirs,
     one_line,
     warn_cut_short,
     warn_to_stderr,
+    warn_unknown,
 )
 from nmt.decode.options import DecodeOptions
+from nmt.decode.paragraphs import (
+    sentence_splitting,
+    source_languages,
+    split_notice,
+    target_token,
+    translate_lines,
+)
 from nmt.errors import NmtError
 from nmt.eval.scoring import (
     TOKENIZERS,
@@ -62,6 +71,7 @@ def evaluate(
     decoding: DecodeOptions | None = None,
     split_sentences: bool | None = None,
     on_notice: Callable[[str], None] | None = None,
+    target_lang: str | None = None,
 ) -> list[Result]:
     """Translate `src` with the model (several directories: their ensemble) and score it; every
     input is checked before the model loads.
@@ -70,34 +80,29 @@ def evaluate(
     scores are never computed, only the text is scored); `progress(n_done_now, n_total)` is
     called as batches finish. Lines are translated as `nmt translate` does (nmt.decode.paragraphs:
     `split_sentences` True, False or None for the default, and long lines cut, not truncated;
-    `on_notice` hears how many lines the default split into sentences, if any).
+    `on_notice` hears how many lines the default split into sentences, if any; `target_lang`:
+    a multilingual model's target language, checked against the model once it has loaded).
+    Lines holding pieces the model's vocabulary lacks are named on stderr, as translations
+    stopped at the length limit are.
     """
     metric_names = parse_metrics(metrics)
     opts = options or Options()
     check_options(metric_names, opts)
     dirs = model_dirs(model_dir)
     src_lines, refs = _check_inputs(dirs, src, ref_paths, opts)
+    how = dataclasses.replace(decoding or DecodeOptions(), scores=False)  # only text is scored
 
     from nmt.decode.loading import open_translator  # torch only for a model directory
-    from nmt.decode.paragraphs import sentence_splitting, split_notice, translate_lines
-
-    how = dataclasses.replace(decoding or DecodeOptions(), scores=False)  # only text is scored
-    segmenter, several = sentence_splitting(split_sentences, how, None)
 
     translator = open_translator(dirs[0] if len(dirs) == 1 else dirs, device, checkpoint, precision)
     advance = None if progress is None else lambda n: progress(n, len(src_lines))
-    if segmenter is not None:
-        segmenter = Segmenter(translator.languages[0])  # the model's own source language
-    splits: list[int] = []
     with translator:  # its worker processes end with the translation
-        translations = translate_lines(
-            translator, src_lines, how, segmenter=segmenter, several=several,
-            tgt_lang=translator.languages[1],
-            on_warning=warn_to_stderr(str(src)), progress=advance, on_split=splits.append,
-        )  # fmt: skip
-        hyps = [one_line(h.text) for h in translations]  # as translate writes them
-        warn_cut_short(translator, how, str(src), translations)
-    if several and (split := sum(splits)) > 0 and on_notice is not None:
+        languages = source_languages(getattr(translator, "src_tok", None))
+        target_token(languages, target_lang, str(dirs[0]))  # naming the directory
+        hyps, split = _translate(
+            translator, src_lines, str(src), how, split_sentences, advance, target_lang
+        )
+    if split > 0 and on_notice is not None:
         on_notice(split_notice(str(src), split, len(src_lines)))
     if translator.tgt_tok.lowercase:  # it writes lowercased text: cased BLEU would only punish that
         opts = dataclasses.replace(opts, lowercase=True)  # the signature says case:lc
@@ -107,3 +112,35 @@ def evaluate(
         with atomic_write(hyp_out) as f:
             f.writelines(h + "\n" for h in hyps)
     return score(hyps, refs, metric_names, options=opts)
+
+
+def _translate(
+    translator: Engine,
+    lines: list[str],
+    name: str,
+    how: DecodeOptions,
+    split_sentences: bool | None,
+    advance: Callable[[int], None] | None,
+    target_lang: str | None,
+) -> tuple[list[str], int]:
+    """The translations of `lines` (of file `name`) as `nmt translate` writes them, and how many
+    lines the default split into sentences; the warnings of `nmt translate` on stderr."""
+    segmenter, several = sentence_splitting(split_sentences, how, None)
+    if segmenter is not None:
+        segmenter = Segmenter(translator.languages[0])  # the model's own source language
+    splits: list[int] = []
+    translations = translate_lines(
+        translator,
+        lines,
+        how,
+        segmenter=segmenter,
+        several=several,
+        tgt_lang=translator.languages[1],
+        target_lang=target_lang,
+        on_warning=warn_to_stderr(name),
+        progress=advance,
+        on_split=splits.append,
+    )
+    warn_cut_short(translator, how, name, translations)
+    warn_unknown(translator, name, lines)
+    return [one_line(h.text) for h in translations], sum(splits) if several else 0

@@ -180,6 +180,13 @@ def true_or_false(value: Any) -> Any:
     return value
 
 
+def language(value: Any) -> Any:
+    """A target language: a string (null: none asked for)."""
+    if value is not None and not isinstance(value, str):
+        raise Refused('{name} must be a string such as "fra", got {got}', got=json_type(value))
+    return value
+
+
 def sampling_value(value: Any) -> Any:
     """`sampling`: true (`nmt translate --sampling`'s settings), false or null (search), or an
     object of settings."""

@@ -39,6 +39,7 @@ from nmt.serve.fields import (
     glossary_pairs,
     integer,
     json_type,
+    language,
     number,
     sampling_value,
     spell,
@@ -138,6 +139,12 @@ class TranslateBody(Body):
         None,
         description="[[source term, target term], ...]: where a source term occurs in a line "
         "(or sentence) as whole words, its translation must contain the target term.",
+    )
+    target_lang: Annotated[str | None, BeforeValidator(language)] = Field(
+        None,
+        description="A multilingual model's target language (fra or >>fra<<; /info lists "
+        "them as target_languages): its token starts every line and sentence. Required by "
+        "such a model unless the server has a --target-lang; refused by any other.",
     )
 
     @model_validator(mode="after")

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nmt.decode.lines import model_dirs
+from nmt.decode.paragraphs import source_languages, target_token
 from nmt.errors import NmtError
 from nmt.serve.app import create_app
 from nmt.serve.state import Settings
@@ -78,6 +79,9 @@ def serve(
     settings = settings or Settings(model_dir=dirs[0], members=tuple(dirs) if len(dirs) > 1 else ())
     settings.check()
     opened = open_dirs(dirs)  # each read once; a wrong one fails now, not in the background
+    if settings.target_lang is not None:  # without one, each request names its own
+        languages = source_languages(opened[0].tokenizers[0])
+        target_token(languages, settings.target_lang, dirs[0])
     factory = translator_factory(opened[0] if len(opened) == 1 else opened, device,
                                  settings.checkpoint, precision)  # fmt: skip
     check_port(host, port)

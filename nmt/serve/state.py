@@ -13,10 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nmt.data.marian_vocab import language_name
 from nmt.data.sentences import Segmenter
 from nmt.decode.constraints import Glossary
-from nmt.decode.options import MAX_SAMPLES, DecodeOptions
-from nmt.decode.paragraphs import sentence_splitting, translate_lines
+from nmt.decode.options import MAX_SAMPLES, DecodeOptions, OptionError
+from nmt.decode.paragraphs import (
+    sentence_splitting,
+    source_languages,
+    target_token,
+    translate_lines,
+)
 from nmt.errors import NmtError
 from nmt.serve.attention_query import (
     AttentionBody,
@@ -53,6 +59,16 @@ class Terms:
 
 
 @dataclass(frozen=True)
+class Target:
+    """The batcher options of /translate lines of a multilingual model: their search (a
+    DecodeOptions, SplitSentences or Terms) and the target-language token written before each
+    line and sentence; batched apart by language."""
+
+    how: DecodeOptions | SplitSentences | Terms
+    token: str
+
+
+@dataclass(frozen=True)
 class Work:
     """A checked request as the batcher takes it: its items, their options and their lengths."""
 
@@ -73,6 +89,7 @@ class Settings:
     max_request_lines: int = 256
     max_line_chars: int = 2000
     timeout: float = 60.0  # seconds a request may wait for its translation
+    target_lang: str | None = None  # a multilingual model's, for requests that name none
 
     def check(self) -> None:
         """Refuse impossible values with the option's name, before any model is loaded."""
@@ -152,12 +169,14 @@ class ServerState:
         """A /translate body checked and tokenised (CPU work: run it off the event loop)."""
         req = parse(TranslateBody, body, self.context())
         lines = req.lines()
+        token = self.target(req.target_lang)
         options = req.options(self.translator.decoding)
         segmenter, several = sentence_splitting(req.split_sentences, options, None)
         how = SplitSentences(options, several) if segmenter is not None else options
+        lengths = _lengths(self.translator, lines, reserve=token is not None)
         phrases, glossary = req.line_constraints(), req.glossary_terms()
         if phrases is None and glossary is None:
-            return Work(lines, how, _lengths(self.translator, lines))
+            return Work(lines, how if token is None else Target(how, token), lengths)
         wanted = [list(p) for p in phrases or [[]] * len(lines)]
         terms = [glossary.constraints(x, self.translator.src_tok.lowercase) for x in lines] if (
             glossary) else [[] for _ in lines]  # fmt: skip
@@ -169,7 +188,17 @@ class ServerState:
         except NmtError as e:
             raise bad(422, str(e)) from None
         pairs = list(zip(lines, [tuple(w) for w in wanted], strict=True))
-        return Work(pairs, Terms(how, glossary), _lengths(self.translator, lines))
+        terms_how = Terms(how, glossary)
+        return Work(pairs, terms_how if token is None else Target(terms_how, token), lengths)
+
+    def target(self, asked: str | None) -> str | None:
+        """The token of a request's `target_lang` (the server's `--target-lang` when it names
+        none), which a multilingual model needs and no other takes: 422 naming the choices."""
+        languages = source_languages(self.translator.src_tok)
+        try:
+            return target_token(languages, asked or self.settings.target_lang)
+        except OptionError as e:
+            raise bad(422, e.render(repr)) from None
 
     def scoring(self, body: bytes) -> Work:
         """A /score body checked and tokenised (CPU work: run it off the event loop)."""
@@ -217,6 +246,9 @@ def _decoder(translator: Any, budget: int, share: bool = False) -> Decode:
     def decode(items: list[Any], options: Hashable, keys: list[int], slots: int) -> list[Any]:
         if isinstance(options, AttentionQuery):
             return attention_records(translator, items, options)
+        target = options.token if isinstance(options, Target) else None
+        if isinstance(options, Target):
+            options = options.how
         terms: dict[str, Any] = {}
         if isinstance(options, Terms):
             terms = {"constraints": [list(p) for _, p in items], "glossary": options.glossary}
@@ -235,7 +267,7 @@ def _decoder(translator: Any, budget: int, share: bool = False) -> Decode:
         out = translate_lines(
             translator, items, options, segmenter=segmenter if split else None,
             several=split is not None and split.several, tgt_lang=translator.languages[1], on_warning=log.warning, keys=sampled,
-            batch_tokens=budget, **parts, **terms,
+            batch_tokens=budget, target_lang=target, **parts, **terms,
         )  # fmt: skip
         return [tr.to_json(options.with_attention) for tr in out]
 
@@ -257,6 +289,8 @@ def model_info(translator: Any, settings: Settings, budget: int, name: str) -> d
         "checkpoint": settings.checkpoint,
         "ensemble": [model_name(d) for d in settings.members] or None,
         "languages": languages,
+        "target_languages": [language_name(t) for t in source_languages(translator.src_tok)],
+        "target_lang": settings.target_lang,
         **translator.describe(),
         "decoding": dataclasses.asdict(translator.decoding),
         "sampling": {"max_samples": MAX_SAMPLES} if translator.capabilities.sampling else None,
@@ -271,12 +305,14 @@ def model_info(translator: Any, settings: Settings, budget: int, name: str) -> d
     }
 
 
-def _lengths(translator: Any, lines: list[str], tokenizer: Any = None) -> list[int]:
-    """Tokens per line as the model will see them (eos included, truncation applied), by the
-    source tokenizer unless another is given."""
+def _lengths(
+    translator: Any, lines: list[str], tokenizer: Any = None, reserve: bool = False
+) -> list[int]:
+    """Tokens per line as the model will see them (eos included, a target-language token too
+    with `reserve`, truncation applied), by the source tokenizer unless another is given."""
     limit = translator.max_source
     ids = (tokenizer or translator.src_tok).encode_batch(lines, threads=1)
-    return [1 + (min(len(x), limit) if limit > 0 else len(x)) for x in ids]
+    return [1 + reserve + (min(len(x), limit) if limit > 0 else len(x)) for x in ids]
 
 
 def _pair_lengths(translator: Any, pairs: list[tuple[str, str]]) -> list[int]:

@@ -70,25 +70,32 @@ def beam_search(
     start = start_search(model, src, src_lengths, opts)
     rows = beam_rows(start.max_len, k, k if start.forced_free else nbest, alpha)
     norm = LengthNorm(alpha, start.forced_free, opts.forced_eos)
-    bsz = src.size(0)
+    bsz, ranked = src.size(0), start.forced_free  # ranked: transformers' bookkeeping
     loop = BeamLoop.begin(model, start, k)
     finished: list[list[Hypothesis]] = [[] for _ in range(bsz)]
+    slots: list[list[Hypothesis | None]] = [[] for _ in range(bsz)]  # transformers' k kept
     prev, t = start.prev, 0
     while True:
         lp, loop.state, attn = model.decode_step(prev, loop.enc, loop.state, need_attn=need_attn)
         if t == 0:
             lp, attn = loop.widen(lp, attn, bsz, k)
         mask_step(lp, t, opts.min_len, start, rows.at_max(t, k))
-        cands = _rank(lp, rows.scores, k, start.eos)
+        cands = _rank(lp, rows.scores, k, start.eos, exact=ranked)
         loop.hyps.attn = append_attention(loop.hyps.attn, attn if need_attn else None)
         t += 1
-        _collect_beam(finished, rows, cands, loop.hyps, t, norm, start.src_len)
-        _next_beam(rows, cands, k)
+        if ranked:
+            _collect_ranked(slots, rows, cands, loop.hyps, t, norm, start.src_len)
+            _next_ranked(rows, cands, k)
+        else:
+            _collect_beam(finished, rows, cands, loop.hyps, t, norm, start.src_len)
+            _next_beam(rows, cands, k)
         done = rows.retired | rule.done(rows, t, alpha) | (rows.max_len < t)  # (n,)
         if bool(done.all()):
             break
         rows, _ = loop.advance(rows, done, k)
         prev = rows.next_tok.reshape(-1)
+    if ranked:  # in transformers' order, equal scores included
+        return [[h for h in kept if h is not None][:nbest] for kept in slots]
     return [sorted(sent, key=lambda h: -h.score)[:nbest] for sent in finished]
 
 
@@ -158,12 +165,15 @@ def beam_rows(max_len: torch.Tensor, k: int, nbest: int, alpha: float) -> BeamRo
     )
 
 
-def _rank(lp: torch.Tensor, scores: torch.Tensor, k: int, eos: int) -> _Candidates:
-    """The 2k best (hypothesis, token) pairs per sentence; lp (n*k, V) is spent."""
+def _rank(
+    lp: torch.Tensor, scores: torch.Tensor, k: int, eos: int, exact: bool = False
+) -> _Candidates:
+    """The 2k best (hypothesis, token) pairs per sentence; lp (n*k, V) is spent. `exact`: one
+    torch.topk, as transformers ranks (equal values then come out in its order)."""
     vsize = lp.size(1)
     n = scores.size(0)
     cand = lp.add_(scores.view(-1, 1)).view(n, k * vsize)  # (n, k*V)
-    top_s, top_i = topk_rows(cand, 2 * k)  # (n, 2k)
+    top_s, top_i = cand.topk(2 * k, dim=1) if exact else topk_rows(cand, 2 * k)  # (n, 2k)
     top_beam = torch.div(top_i, vsize, rounding_mode="floor")  # (n, 2k)
     top_tok = top_i - top_beam * vsize  # (n, 2k)
     return _Candidates(top_s, top_beam, top_tok, (top_tok == eos) & (top_s > NEG_INF))
@@ -253,3 +263,53 @@ def _collect_beam(
         finished[i].append(
             make_hypothesis(tokens, raw[j][c], lps[j], hyps.attn, row, t, src_len[i])
         )
+
+
+MASKED = -1.0e9  # transformers' additive mask for candidates that may not be chosen
+
+
+def _next_ranked(rows: BeamRows, cands: _Candidates, k: int) -> None:
+    """transformers' next beam: the k best candidates with the finished ones masked, in rank
+    order (the next step's ranking then breaks ties as transformers does)."""
+    masked = cands.scores + cands.is_eos.float() * MASKED
+    top, sel = masked.topk(k, dim=1)  # (n, k)
+    pos = torch.arange(k, device=sel.device)
+    rows.scores = top
+    rows.next_beam = torch.where(rows.retired.unsqueeze(1), pos, cands.beam.gather(1, sel))
+    rows.next_tok = cands.tok.gather(1, sel)
+
+
+def _collect_ranked(
+    finished: list[list[Hypothesis | None]],
+    rows: BeamRows,
+    cands: _Candidates,
+    hyps: Hyps,
+    t: int,
+    norm: LengthNorm,
+    src_len: list[int],
+) -> None:
+    """transformers' finished list: the k best of the kept ones and the candidates among the
+    top k that just ended (the others masked), merged by one torch.topk; `finished[i]` holds
+    sentence i's k slots in that order (None: a masked placeholder)."""
+    k = cands.beam.size(1) // 2
+    fin = cands.is_eos[:, :k] & ~rows.retired.unsqueeze(1)  # (n, k)
+    if not bool(fin.any()):
+        return
+    lp_now = norm(t, rows.max_len)  # (n, 1)
+    new = cands.scores[:, :k] / lp_now + (~fin).float() * MASKED
+    rows.top_fin, pick = torch.cat([rows.top_fin, new], 1).topk(k, dim=1)
+    raw, beams, ended = cands.scores.tolist(), cands.beam.tolist(), fin.tolist()
+    lps, origin = lp_now.squeeze(1).tolist(), rows.origin.tolist()
+    for j, order in enumerate(pick.tolist()):
+        i = origin[j]
+        kept = finished[i] + [None] * (k - len(finished[i]))
+        slots: list[Hypothesis | None] = []
+        for p in order:
+            c = p - k
+            if c < 0 or not ended[j][c]:
+                slots.append(kept[p] if c < 0 else None)
+                continue
+            row = j * k + beams[j][c]
+            tokens = hyps.tokens[row].tolist()
+            slots.append(make_hypothesis(tokens, raw[j][c], lps[j], hyps.attn, row, t, src_len[i]))
+        finished[i] = slots
