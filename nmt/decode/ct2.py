@@ -1,23 +1,32 @@
 """`CT2Translator`: translate with an `nmt export` directory through `ctranslate2.Translator`,
 with the results and options of `nmt.decode.translator.Translator`, so `nmt translate -m EXPORT_DIR`
-keeps the same command line.
+keeps the same command line. Pieces, ids and special tokens are the model's own (an imported
+Marian model's `</s>`, `<unk>` and vocabulary; `nmt.decode.exported`).
 
 How the options map (CTranslate2 has no per-sentence maximum and its own length penalty):
 - max_len_a / max_len_b: exact. Beam search: sentences are grouped by their own maximum
   floor(a*|src| + b) (capped so the eos position fits max_positions), one
   `max_decoding_length` per group; greedy: one call, each result cut to its own maximum. At that
-  length our search forces eos and counts its log-prob; CTranslate2 stops without it, so we add
-  that term with `score_batch` (scores exact; inside CTranslate2's beam such a hypothesis still
-  competed without it).
+  length our search forces eos and counts its log-prob (0 under transformers' rule); CTranslate2
+  stops without it, so we add that term with `score_batch` (scores exact; inside CTranslate2's
+  beam such a hypothesis still competed without it, and its last step keeps the beam_size best
+  candidates, eos ones included, where ours forces eos on the beam_size best others too).
 - min_len: exact tokens (eos forbidden before `min_len` tokens), but CTranslate2 masks eos before
   its softmax, so log-probs of those first steps are renormalized (ours are not).
-- pad and bos are not banned as our search bans them: CTranslate2 would renormalize every step's
-  scores, and a trained model never predicts them.
+- banned ids: the manifest's `suppress` ids (an imported model's <pad>, its decoder start and bad
+  words) are CTranslate2's `suppress_sequences`, masked before its softmax, so every step's
+  log-probs are renormalized over the rest (ours are not: about 1e-5 a step for OPUS-MT's <pad>).
+  nmt's own models ban none: pad and bos are never predicted by a trained model.
 - length_penalty: our GNMT penalty ((5 + L) / 6) ** alpha. Greedy: exact (the score only).
-  Beam: CTranslate2 searches with its own L ** alpha normalization and returns its `beam_size`
-  finished hypotheses; we rescore those with the GNMT penalty and keep the best `nbest`.
-- stop: CTranslate2 has one stopping rule (a sentence ends once `beam_size` hypotheses are
-  finished); `--stop` is checked and otherwise ignored.
+  Beam: CTranslate2 searches with its own L ** alpha normalization (L counting eos, as we ask
+  for the end token) and returns its `beam_size` finished hypotheses; we rescore those with the
+  GNMT penalty, or under transformers' rule with L ** alpha (a forced eos counted in L with
+  `forced_eos`), and keep the best `nbest`.
+- stop: CTranslate2 has one stopping rule: a sentence ends once `beam_size` hypotheses are
+  finished (transformers' early_stopping=True). Our `exact` and `early` rules, and transformers'
+  default (`stop: transformers`, which searches on while a live hypothesis might still win), can
+  find a better hypothesis that finishes later; CTranslate2 cannot, so `--stop` is checked and
+  otherwise ignored, and beam results differ where that later hypothesis wins.
 - with_attention: the last layer's attention averaged over heads (what the JSONL shows);
   `TextHypothesis.attention` is (T + 1, 1, 1, S), not every layer and head.
 """
@@ -32,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from nmt.data.vocab import EOS_PIECE, Tokenizer
+from nmt.data.vocab import Tokenizer
 from nmt.decode.constraints import CONSTRAINTS_REFUSED
 from nmt.decode.engine import (
     FORCED_FLOOR,
@@ -42,7 +51,7 @@ from nmt.decode.engine import (
     gnmt_length_penalty,
     translate_chunks,
 )
-from nmt.decode.exported import PAD_PIECE, ExportDir, export_decoding, require_ctranslate2
+from nmt.decode.exported import ExportDir, export_decoding, export_pieces, require_ctranslate2
 from nmt.decode.options import (
     DecodeOptions,
     OptionError,
@@ -79,11 +88,13 @@ class CT2Translator:
         self.max_positions = int(manifest["max_positions"])
         self.max_source = self.max_positions - 1  # eos included
         self.languages = (manifest.get("src_lang"), manifest.get("tgt_lang"))  # (source, target)
-        self.src_pieces = [src_tok.id_to_piece(i) for i in range(src_tok.vocab_size)]
-        self.src_pieces[0] = PAD_PIECE
-        self.tgt_pieces = [tgt_tok.id_to_piece(i) for i in range(tgt_tok.vocab_size)]
-        self.tgt_pieces[0] = PAD_PIECE
+        self.src_pieces = export_pieces(src_tok)  # the export's vocabularies, as it was given them
+        self.tgt_pieces = export_pieces(tgt_tok)
         self.tgt_ids = {p: i for i, p in enumerate(self.tgt_pieces)}
+        self.src_eos, self.tgt_eos = src_tok.eos_piece, tgt_tok.eos_piece
+        # target ids never emitted (an imported model's <pad>, its bad words), one-token sequences
+        banned = [[self.tgt_pieces[int(i)]] for i in manifest.get("suppress", [])]
+        self.suppress: list[list[str]] | None = banned or None
 
     @classmethod
     def from_dir(
@@ -108,9 +119,12 @@ class CT2Translator:
         intra = threads if workers == 1 else max(1, cores // workers)
         try:
             translator = ct2.Translator(
-                str(export_dir), device=dev, device_index=index, intra_threads=intra,
+                str(export_dir),
+                device=dev,
+                device_index=index,
+                intra_threads=intra,
                 inter_threads=workers,
-            )  # fmt: skip
+            )
         except (RuntimeError, ValueError) as e:
             raise NmtError(f"{export_dir}: cannot load the CTranslate2 model ({e})") from None
         return cls(translator, manifest, src_tok, tgt_tok)
@@ -170,7 +184,9 @@ class CT2Translator:
             if ids:
                 groups.setdefault(opts.output_limit(len(ids), self.max_positions), []).append(i)
             else:
-                results[i] = Translation(lines[i], [TextHypothesis("", [], 0.0, 0.0)], [EOS_PIECE])
+                results[i] = Translation(
+                    lines[i], [TextHypothesis("", [], 0.0, 0.0)], [self.src_eos]
+                )
         if progress and len(lines) > sum(map(len, groups.values())):
             progress(len(lines) - sum(map(len, groups.values())))
         k = opts.rows
@@ -219,7 +235,7 @@ class CT2Translator:
         if not src:
             return []
         results = self.ct2.score_batch(
-            [[self.src_pieces[t] for t in ids] + [EOS_PIECE] for ids in src],
+            self._sources(src),
             [[self.tgt_pieces[t] for t in ids] for ids in tgt],
             max_batch_size=batch_tokens or self.decoding.batch_tokens,
             batch_type="tokens",
@@ -244,6 +260,10 @@ class CT2Translator:
 
     # ---- internals ------------------------------------------------------------------------
 
+    def _sources(self, batch: list[list[int]]) -> list[list[str]]:
+        """Source ids as the export's pieces, each line ended by eos."""
+        return [[self.src_pieces[t] for t in ids] + [self.src_eos] for ids in batch]
+
     def _collect(
         self,
         lines: list[str],
@@ -258,12 +278,12 @@ class CT2Translator:
         `results`: forced eos added, attention completed, hypotheses rescored and cut."""
         batch = [encoded[i] for i in todo]
         own = [opts.output_limit(len(ids), self.max_positions) for ids in batch]
-        forced = self._forced_eos(batch, outs, own, scored)
+        forced = self._forced_eos(batch, outs, own, opts, scored)
         rows = self._forced_attention(batch, outs, forced) if opts.with_attention else None
         for j, (i, out) in enumerate(zip(todo, outs, strict=True)):
             extra = rows[j] if rows else {}
             hyps = self._hypotheses(out, forced[j], opts, extra)
-            source_tokens = [self.src_pieces[t] for t in encoded[i]] + [EOS_PIECE]
+            source_tokens = [self.src_pieces[t] for t in encoded[i]] + [self.src_eos]
             texts = [TextHypothesis(*h, at_limit=len(h[1]) >= own[j]) for h in hyps]
             results[i] = Translation(lines[i], texts, source_tokens)
 
@@ -273,7 +293,7 @@ class CT2Translator:
         """One translate_batch call over sentences that share a maximum length, queued: each
         result's `.result()` waits for it."""
         return self.ct2.translate_batch(
-            [[self.src_pieces[t] for t in ids] + [EOS_PIECE] for ids in batch],
+            self._sources(batch),
             beam_size=opts.rows,
             num_hypotheses=opts.rows,
             length_penalty=0.0 if opts.rows == 1 else opts.length_penalty,
@@ -285,38 +305,47 @@ class CT2Translator:
             return_scores=scores,
             return_end_token=True,
             return_attention=opts.with_attention,
+            suppress_sequences=self.suppress,
             asynchronous=True,
         )
 
     def _forced_eos(
-        self, batch: list[list[int]], outs: list[Any], own: list[int], scores: bool = True
+        self,
+        batch: list[list[int]],
+        outs: list[Any],
+        own: list[int],
+        opts: ResolvedOptions,
+        scores: bool = True,
     ) -> list[dict[int, tuple[list[str], float]]]:
         """Per sentence, {hypothesis: (tokens, log-prob)} for hypotheses that reach their own
         maximum length `own`: cut there, with eos forced and counted as our search does
         (CTranslate2 stops without it), scored by CTranslate2's `score_batch` (NaN without
-        `scores`)."""
-        wanted = []
+        `scores`). Under transformers' rule the forced eos scores 0, so a hypothesis that
+        CTranslate2 stopped at that very length keeps its own log-prob."""
+        wanted, free = [], opts.stop == "transformers"
+        found: list[dict[int, tuple[list[str], float]]] = [{} for _ in outs]
         for j, out in enumerate(outs):
             for r, pieces in enumerate(out.hypotheses):
-                ended = bool(pieces) and pieces[-1] == EOS_PIECE
+                ended = bool(pieces) and pieces[-1] == self.tgt_eos
                 body = list(pieces[:-1] if ended else pieces)
-                if len(body) > own[j] or not ended:
+                if ended and len(body) <= own[j]:
+                    continue
+                if not scores:
+                    found[j][r] = (body[: own[j]], math.nan)
+                elif free and len(body) == own[j]:
+                    found[j][r] = (body, _log_prob(out, r, opts))
+                else:
                     wanted.append((j, r, body[: own[j]]))
-        found: list[dict[int, tuple[list[str], float]]] = [{} for _ in outs]
         if not wanted:
             return found
-        if not scores:
-            for j, r, body in wanted:
-                found[j][r] = (body, math.nan)
-            return found
         scored = self.ct2.score_batch(
-            [[self.src_pieces[t] for t in batch[j]] + [EOS_PIECE] for j, _, _ in wanted],
+            self._sources([batch[j] for j, _, _ in wanted]),
             [body for _, _, body in wanted],
             max_input_length=0,
         )
         for (j, r, body), res in zip(wanted, scored, strict=True):
             lps = [float(x) for x in res.log_probs]  # the tokens', then eos's
-            found[j][r] = (body, sum(lps[:-1]) + max(lps[-1], FORCED_FLOOR))
+            found[j][r] = (body, sum(lps[:-1]) + (0.0 if free else max(lps[-1], FORCED_FLOOR)))
         return found
 
     def _forced_attention(
@@ -335,7 +364,7 @@ class CT2Translator:
         if not short:
             return found
         more = self.ct2.translate_batch(
-            [[self.src_pieces[t] for t in batch[j]] + [EOS_PIECE] for j, _, _ in short],
+            self._sources([batch[j] for j, _, _ in short]),
             target_prefix=[body for _, _, body in short],
             beam_size=1,
             max_decoding_length=max(len(body) for _, _, body in short) + 1,
@@ -354,29 +383,42 @@ class CT2Translator:
         opts: ResolvedOptions,
         attention: dict[int, np.ndarray] | None = None,
     ) -> list[tuple[str, list[str], float, float, np.ndarray | None]]:
-        """(text, tokens, score, log_prob, attention) best first under the GNMT penalty
-        (`attention`: rows that replace CTranslate2's, by hypothesis)."""
+        """(text, tokens, score, log_prob, attention) best first under the GNMT penalty, or
+        beam search under transformers' rule L ** alpha, L counting eos (a forced one only with
+        `forced_eos`), as our searches score them (`attention`: rows that replace CTranslate2's,
+        by hypothesis)."""
         k, alpha = opts.rows, opts.length_penalty
+        plain = k > 1 and opts.stop == "transformers"
         found = []
         for r, pieces in enumerate(out.hypotheses):
             if r in forced:
                 body, log_prob = forced[r]
-            else:  # ended by eos; CTranslate2's score is normalized by L ** alpha (beam)
-                body = list(pieces[:-1])
-                log_prob = math.nan
-                if out.scores:
-                    log_prob = out.scores[r] * (1.0 if k == 1 else float(len(pieces)) ** alpha)
-            ids = [self.tgt_ids.get(p, 1) for p in body]
+            else:  # ended by eos
+                body, log_prob = list(pieces[:-1]), _log_prob(out, r, opts)
+            ids = [self.tgt_ids.get(p, self.tgt_tok.unk_id) for p in body]
             att = None
             if out.attention:
                 rows = (attention or {}).get(r)
                 if rows is None:
                     rows = np.asarray(out.attention[r], dtype=np.float32)  # (T', S)
                 att = rows[: len(body) + 1, None, None, :]  # (T + 1, 1, 1, S)
-            score = log_prob / gnmt_length_penalty(len(body) + 1, alpha)
+            if plain:
+                length = len(body) + (0 if r in forced and not opts.forced_eos else 1)
+                score = log_prob / float(length) ** alpha
+            else:
+                score = log_prob / gnmt_length_penalty(len(body) + 1, alpha)
             found.append((self.tgt_tok.decode(ids), body, score, log_prob, att))
         found.sort(key=lambda h: -h[2])
         return found[: opts.nbest]
+
+
+def _log_prob(out: Any, r: int, opts: ResolvedOptions) -> float:
+    """The log-prob of CTranslate2's hypothesis r (NaN without scores): its score, which beam
+    search divides by L ** length_penalty (L: its tokens, eos included)."""
+    if not out.scores:
+        return math.nan
+    norm = 1.0 if opts.rows == 1 else float(len(out.hypotheses[r])) ** opts.length_penalty
+    return float(out.scores[r]) * norm
 
 
 def _warn(message: str) -> None:

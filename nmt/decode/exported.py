@@ -1,5 +1,12 @@
-"""What an `nmt export` directory is: its manifest, how to recognise one, and the optional
-ctranslate2 import. Torch-free, so the deployment path can read an export without torch."""
+"""What an `nmt export` directory is: its manifest, how to recognise one, its tokenizers and
+vocabulary pieces, and the optional ctranslate2 import. Torch-free, so the deployment path can
+read an export without torch.
+
+An export of an imported (Marian) model carries what its model directory tokenizes with: both
+SentencePiece models, the piece -> id vocabularies and the special pieces, named in the manifest
+under the keys of the model's vocab.json (TOKENIZER_KEYS), so that `ExportDir.tokenizers` builds
+the same `VocabTokenizer` pair as `ModelDir.tokenizers`. Exports of nmt's own models (and those
+written before imports existed) hold only the SentencePiece models, with nmt's fixed ids."""
 
 from __future__ import annotations
 
@@ -10,12 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from nmt.config import DecodingConfig
+from nmt.data.marian_vocab import VocabTokenizer, imported_pair
 from nmt.data.vocab import Tokenizer
 from nmt.errors import NmtError, check_format_version, install_hint
 
 EXPORT_MANIFEST = "nmt-export.json"
 EXPORT_FORMAT = 1  # the manifest's "format_version": the layout this nmt writes (absent: 1)
-PAD_PIECE = "<blank>"  # CTranslate2's name for padding; our id 0
+PAD_PIECE = "<blank>"  # CTranslate2's name for padding; id 0 of nmt's own models
+# manifest keys an imported model's tokenizer is built from (as in its vocab.json)
+TOKENIZER_KEYS = ("pieces", "target_pieces", "special_pieces")
 
 
 def require_ctranslate2() -> Any:
@@ -68,9 +78,23 @@ class ExportDir:
 
     @functools.cached_property
     def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
-        """Its source and target SentencePiece models (one object when they are one file)."""
+        """Its source and target tokenizers: SentencePiece models (one object when they are one
+        file), or an imported model's pieces mapped through its vocabularies."""
         m, lc = self.manifest, self.manifest.get("lowercase", False) is True
+        if m.get("pieces"):
+            return imported_pair(self.path, m)
         return Tokenizer.pair(self.path / m["src_spm"], self.path / m["tgt_spm"], lc)
+
+
+def export_pieces(tok: Tokenizer) -> list[str]:
+    """The vocabulary CTranslate2 is given: every id's piece, in id order. nmt's own models name
+    their id 0 (padding) `<blank>`, CTranslate2's padding; pieces must be unique."""
+    pieces = [tok.id_to_piece(i) for i in range(tok.vocab_size)]
+    if not isinstance(tok, VocabTokenizer):
+        pieces[0] = PAD_PIECE
+    if len(set(pieces)) != len(pieces):
+        raise NmtError(f"{tok.path}: SentencePiece pieces are not unique (is {PAD_PIECE} a piece?)")
+    return pieces
 
 
 def export_decoding(manifest: dict[str, Any]) -> DecodingConfig:

@@ -2,13 +2,19 @@
 
 OUT_DIR/model.bin, config.json, shared_vocabulary.json   CTranslate2's files (or source_/target_)
 OUT_DIR/spm*.model                                         the SentencePiece model(s), copied
+OUT_DIR/pieces.json (target_pieces.json)                   an imported model's piece -> id maps
 OUT_DIR/nmt-export.json                                    where it came from (EXPORT_MANIFEST)
 
 The conversion is CTranslate2's documented route: a `Converter` whose `_load` fills a
-`TransformerSpec`. Token ids are kept: the vocabularies are the SentencePiece pieces in id order,
-id 0 named `<blank>` (CTranslate2's padding), `<unk>`, `<s>`, `</s>` at ids 1, 2, 3. We pass our
-own position table, layer-norm epsilon and sqrt(d) embedding scaling, so the exported model
-computes what ours does. `ctranslate2` is imported only when an export runs (the `ct2` extra).
+`TransformerSpec`. Token ids are kept: the vocabularies are the model's pieces in id order
+(`export_pieces`; for nmt's own models id 0 is named `<blank>`, CTranslate2's padding, beside
+`<unk>`, `<s>`, `</s>` at ids 1, 2, 3), and the unknown, end and decoder start tokens are the
+model's own (an imported Marian model starts from `<pad>` and ends with its `</s>`, wherever they
+are). We pass our own position table (interleaved or Marian's sin|cos halves), activation,
+layer-norm epsilon, embedding scaling and fixed output bias, so the exported model computes what
+ours does. What CTranslate2's model cannot hold, the manifest does: the target ids never emitted
+(`suppress`, passed as `suppress_sequences`) and the tokenizer's files and special pieces.
+`ctranslate2` is imported only when an export runs (the `ct2` extra).
 """
 
 from __future__ import annotations
@@ -16,10 +22,21 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nmt.decode.exported import EXPORT_FORMAT, EXPORT_MANIFEST, PAD_PIECE, require_ctranslate2
+from nmt.decode.exported import (
+    EXPORT_FORMAT,
+    EXPORT_MANIFEST,
+    TOKENIZER_KEYS,
+    export_pieces,
+    require_ctranslate2,
+)
 from nmt.errors import NmtError
+
+if TYPE_CHECKING:  # the export's modules load when it runs
+    from nmt.config import TransformerConfig
+    from nmt.data.vocab import VocabInfo
+    from nmt.modeldir import ModelDir
 
 FORMATS = ("ctranslate2",)
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16")
@@ -58,10 +75,10 @@ def export_ctranslate2(
         for item in (tmp / "ct2").iterdir():
             item.rename(tmp / item.name)
         (tmp / "ct2").rmdir()
-        for name in {meta["src_spm"], meta["tgt_spm"]}:
+        for name in _tokenizer_files(meta):
             shutil.copyfile(model_dir / name, tmp / name)
         step = weights_step(weights)
-        manifest = _manifest(model_dir, cfg, meta, weights.stem, step, quantization)
+        manifest = _manifest(opened, weights.stem, step, quantization)
         (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     if not quiet:
         import sys
@@ -100,19 +117,30 @@ def _holds_weights(folder: Path) -> bool:
     return any(p.suffix in (".safetensors", ".pt") for p in folder.rglob("*") if p.is_file())
 
 
+def _tokenizer_files(meta: dict) -> list[str]:
+    """The files of MODEL_DIR's tokenizer: SentencePiece model(s), an imported model's
+    piece -> id vocabularies."""
+    names = [meta["src_spm"], meta["tgt_spm"], meta.get("pieces"), meta.get("target_pieces")]
+    return sorted({n for n in names if n})
+
+
 def _manifest(
-    model_dir: Path, cfg: Any, meta: dict, checkpoint: str, step: int | None, quantization: str
+    opened: ModelDir, checkpoint: str, step: int | None, quantization: str
 ) -> dict[str, Any]:
-    """What the export came from and how to decode with it (read by nmt.decode.ct2)."""
+    """What the export came from and how to decode with it (read by nmt.decode.ct2): the
+    model's special ids (`vocab`), the target ids CTranslate2 must never emit (`suppress`), and
+    for an imported model what builds its tokenizer (`pieces`, `target_pieces`, `special_pieces`)."""
     import dataclasses
 
     from nmt import __version__
 
+    cfg, meta, vocab = opened.config, opened.meta, opened.vocab
+    imported = bool(meta.get("pieces"))
     return {
         "format": "ctranslate2",
         "format_version": EXPORT_FORMAT,
         "nmt_version": __version__,
-        "source_model_dir": str(model_dir.resolve()),
+        "source_model_dir": str(opened.path.resolve()),
         "checkpoint": checkpoint,
         "step": step,
         "quantization": quantization,
@@ -120,8 +148,14 @@ def _manifest(
         "tgt_lang": meta["tgt_lang"],
         "src_spm": meta["src_spm"],
         "tgt_spm": meta["tgt_spm"],
+        **{key: meta.get(key) for key in TOKENIZER_KEYS if imported},
         "lowercase": meta.get("lowercase", False) is True,  # lowercase input before SentencePiece
         "max_positions": cfg.model.max_positions,
+        "vocab": dataclasses.asdict(vocab) | {"never": list(vocab.never)},
+        # nmt's own models never predict pad or bos (CTranslate2 would renormalize around them);
+        # an imported one gives its <pad> (the decoder start) some probability: banned, as
+        # transformers' bad_words_ids and nmt's search ban it
+        "suppress": list(vocab.banned if imported else vocab.never),
         "model": dataclasses.asdict(cfg.model),
         "decoding": dataclasses.asdict(cfg.decoding),
     }
@@ -146,49 +180,49 @@ def _converter_class(ct2: Any) -> type:
     return NmtConverter
 
 
+ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}  # CTranslate2's names
+
+
 def build_spec(model_dir: Path, checkpoint: str) -> Any:
-    """The TransformerSpec of MODEL_DIR's checkpoint, weights and vocabularies set."""
+    """The TransformerSpec of MODEL_DIR's checkpoint, weights, vocabularies and special tokens set."""
     from ctranslate2.specs import common_spec, transformer_spec
 
     from nmt.config import TransformerConfig
-    from nmt.data.vocab import Tokenizer
-    from nmt.modeldir import load_model
+    from nmt.modeldir import ModelDir, load_model
 
-    model, cfg, _, meta = load_model(model_dir, checkpoint=checkpoint, device="cpu")
+    opened = ModelDir(model_dir)
+    model, cfg, vocab, _ = load_model(opened, checkpoint=checkpoint, device="cpu")
     m = cfg.model
     assert isinstance(m, TransformerConfig)  # export_ctranslate2 refused other types
-    act = common_spec.Activation.GELU if m.activation == "gelu" else common_spec.Activation.RELU
     spec = transformer_spec.TransformerSpec.from_config(
         (m.encoder_layers, m.decoder_layers),
         m.heads,
         pre_norm=m.norm == "pre",
-        activation=act,
+        activation=getattr(common_spec.Activation, ACTIVATIONS[m.activation]),
         alignment_heads=m.heads,  # return_attention: the last layer's mean over all heads
     )
     w = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
     positions = _positions(model)
-    _set_encoder(spec.encoder, w, positions["src"], m.norm == "pre")
-    _set_decoder(spec.decoder, w, positions["tgt"], m.norm == "pre")
+    _set_encoder(spec.encoder, w, positions["src"], m)
+    _set_decoder(spec.decoder, w, positions["tgt"], m)
     spec.config.layer_norm_epsilon = float(model.encoder_layers[0].norms[0].eps)
-    spec.config.add_source_eos = (
-        False  # sources are ids + [eos]: nmt.decode.ct2 passes the eos itself,
-    )
-    # so that return_attention has its column (CTranslate2 leaves an added one out)
-    for side, register in (
-        ("src_spm", spec.register_source_vocabulary),
-        ("tgt_spm", spec.register_target_vocabulary),
-    ):
-        register(vocabulary(Tokenizer.load(Path(model_dir) / meta[side])))
+    # sources are ids + [eos]: nmt.decode.ct2 passes the eos itself, so that return_attention
+    # has its column (CTranslate2 leaves an added one out)
+    spec.config.add_source_eos = False
+    src_tok, tgt_tok = opened.tokenizers
+    spec.register_source_vocabulary(export_pieces(src_tok))
+    target = export_pieces(tgt_tok)
+    spec.register_target_vocabulary(target)
+    _set_special_tokens(spec.config, vocab, target)
     return spec
 
 
-def vocabulary(tok: Any) -> list[str]:
-    """Pieces in id order, id 0 renamed to CTranslate2's padding name; pieces must be unique."""
-    pieces = [tok.id_to_piece(i) for i in range(tok.vocab_size)]
-    pieces[0] = PAD_PIECE
-    if len(set(pieces)) != len(pieces):
-        raise NmtError(f"{tok.path}: SentencePiece pieces are not unique (is {PAD_PIECE} a piece?)")
-    return pieces
+def _set_special_tokens(config: Any, vocab: VocabInfo, target: list[str]) -> None:
+    """The model's own unknown, end and decoder start tokens (nmt's own: <unk>, </s>, <s>; a
+    Marian model starts its decoder from <pad>), named by their target pieces."""
+    config.unk_token = target[vocab.unk_id]
+    config.eos_token = target[vocab.eos_id]
+    config.bos_token = config.decoder_start_token = target[vocab.bos_id]
 
 
 def _positions(model: Any) -> dict[str, Any]:
@@ -198,18 +232,18 @@ def _positions(model: Any) -> dict[str, Any]:
     return {"src": arr, "tgt": arr}
 
 
-def _set_inputs(spec: Any, emb: Any, positions: Any) -> None:
-    """Embedding matrix, its sqrt(d) scaling, and the position table."""
+def _set_inputs(spec: Any, emb: Any, positions: Any, scale: bool) -> None:
+    """Embedding matrix, its sqrt(d) scaling (or none), and the position table."""
     spec_emb = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     spec_emb.weight = emb
-    spec.scale_embeddings = True  # our embeddings are multiplied by sqrt(d_model)
+    spec.scale_embeddings = scale  # True: multiplied by sqrt(d_model), as ours are
     spec.position_encodings.encodings = positions
 
 
-def _set_encoder(spec: Any, w: dict, positions: Any, pre: bool) -> None:
+def _set_encoder(spec: Any, w: dict, positions: Any, m: TransformerConfig) -> None:
     """Encoder layers; pre-norm has a final layer norm."""
-    _set_inputs(spec, w["src_embed.weight"], positions)
-    if pre:
+    _set_inputs(spec, w["src_embed.weight"], positions, m.scale_embeddings)
+    if m.norm == "pre":
         _set_norm(spec.layer_norm, w, "encoder_norm")
     for i, layer in enumerate(spec.layer):
         p = f"encoder_layers.{i}"
@@ -218,12 +252,15 @@ def _set_encoder(spec: Any, w: dict, positions: Any, pre: bool) -> None:
         _set_ffn(layer.ffn, w, p, 1)
 
 
-def _set_decoder(spec: Any, w: dict, positions: Any, pre: bool) -> None:
-    """Decoder layers, final norm (pre-norm) and the output projection (no bias)."""
-    _set_inputs(spec, w["tgt_embed.weight"], positions)
-    if pre:
+def _set_decoder(spec: Any, w: dict, positions: Any, m: TransformerConfig) -> None:
+    """Decoder layers, final norm (pre-norm) and the output projection, whose bias is the
+    model's fixed output bias (Marian's final_logits_bias) where it has one."""
+    _set_inputs(spec, w["tgt_embed.weight"], positions, m.scale_embeddings)
+    if m.norm == "pre":
         _set_norm(spec.layer_norm, w, "decoder_norm")
     spec.projection.weight = w["output.weight"]
+    if m.output_bias:
+        spec.projection.bias = w["output_bias"]
     for i, layer in enumerate(spec.layer):
         p = f"decoder_layers.{i}"
         _set_self_attention(layer.self_attention, w, f"{p}.self_attn")

@@ -14,7 +14,7 @@ from nmt.data.marian_vocab import VocabTokenizer, load_vocab_pair
 from nmt.errors import NmtError
 from nmt.modeldir import CHECKPOINTS, CONFIG, MODEL_FORMAT, ModelDir
 from nmt.pretrained.marian import MarianDir, model_config, nmt_config, open_marian, special_ids
-from nmt.pretrained.weights import read_checkpoint, to_nmt
+from nmt.pretrained.weights import embedding_rows, read_checkpoint, to_nmt
 from nmt.textio import atomic_write, building_dir, check_out_dir
 
 PIECES, TARGET_PIECES = "pieces.json", "target_pieces.json"
@@ -38,7 +38,11 @@ def resolve_source(source: str) -> Path:
     try:
         return Path(snapshot_download(source, local_files_only=_offline()))
     except Exception as e:  # noqa: BLE001 - the hub's many errors all mean "not reachable here"
-        why = "offline (HF_HUB_OFFLINE)" if _offline() else type(e).__name__
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        why = f"offline (HF_HUB_OFFLINE) and not in the cache {HF_HUB_CACHE}"
+        if not _offline():
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no answer'}"
         raise NmtError(f"{source}: cannot fetch this hub id: {why}; {HUB_HINT}") from None
 
 
@@ -51,12 +55,12 @@ def _copy(src: Path, dst: Path) -> None:
         shutil.copyfileobj(f, out)
 
 
-def _check_sizes(m: MarianDir, src: VocabTokenizer, tgt: VocabTokenizer, c: dict) -> None:
-    """The vocabularies must fit the embeddings the config declares."""
-    shared = c.get("share_encoder_decoder_embeddings", True) is not False
-    src_rows = int(c["vocab_size"])
-    tgt_rows = src_rows if shared else int(c.get("decoder_vocab_size") or src_rows)
-    for name, tok, rows in ((m.vocab, src, src_rows), (m.target_vocab or m.vocab, tgt, tgt_rows)):
+def _check_sizes(m: MarianDir, src: VocabTokenizer, tgt: VocabTokenizer, state: dict) -> None:
+    """The vocabularies must fit the checkpoint's embeddings, row for row."""
+    for name, tok, rows in (
+        (m.vocab, src, embedding_rows(state, m.weights, "encoder")),
+        (m.target_vocab or m.vocab, tgt, embedding_rows(state, m.weights, "decoder")),
+    ):
         if tok.vocab_size != rows:
             raise NmtError(
                 f"{name}: {tok.vocab_size} pieces, but the model's embeddings have {rows} rows"
@@ -91,10 +95,12 @@ def import_marian(source: str, out_dir: Path, force: bool = False) -> ModelDir:
     src_tok, tgt_tok = load_vocab_pair(
         m.source_spm, m.target_spm, m.vocab, m.target_vocab, m.specials
     )
-    _check_sizes(m, src_tok, tgt_tok, m.config)
+    shared = m.config.get("share_encoder_decoder_embeddings", True) is not False
+    checkpoint = read_checkpoint(m.weights)
+    _check_sizes(m, src_tok, tgt_tok, checkpoint)
+    state = to_nmt(checkpoint, m.weights, cfg, shared)
     vocab = special_ids(m, src_tok.vocab_size, tgt_tok.vocab_size)
     vocab = type(vocab)(**{**vars(vocab), "unk_id": tgt_tok.unk_id})
-    state = to_nmt(read_checkpoint(m.weights), m.weights, cfg, vocab.joint)
     with building_dir(out_dir, force) as tmp:
         _save_weights(tmp, cfg, vocab, state, m.weights)
         for src, name in (

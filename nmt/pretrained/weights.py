@@ -6,6 +6,7 @@ and a zero `final_logits_bias`."""
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -52,17 +53,18 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except (SafetensorError, OSError) as e:
-        raise NmtError(f"{path}: damaged or not a safetensors file ({e})") from None
+        raise NmtError(f"{path}: damaged, truncated or not a safetensors file ({e})") from None
 
 
 def _read_pickle(path: Path) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        found = re.search(r"GLOBAL (\S+)", str(e))
+        what = f"it would call {found.group(1)}" if found else "it holds more than tensors"
         raise NmtError(
-            f"{path}: refused: loading it would run code it carries, not only read tensors "
-            f"({first[:200]}); convert it to model.safetensors"
+            f"{path}: refused, not loaded: unpickling it would run code ({what}); "
+            "convert it to model.safetensors where it came from"
         ) from None
     except (RuntimeError, EOFError, OSError, ValueError) as e:
         raise NmtError(f"{path}: damaged or not a PyTorch weights file ({e})") from None
@@ -109,6 +111,12 @@ def _layers(state: dict[str, Any], path: Path, cfg: TransformerConfig) -> dict[s
         w, b = _fused(state, path, f"{src}.encoder_attn", ("k", "v"))
         out[f"{dst}.cross_attn.kv_proj.weight"], out[f"{dst}.cross_attn.kv_proj.bias"] = w, b
     return out
+
+
+def embedding_rows(state: dict[str, torch.Tensor], path: Path, side: str) -> int:
+    """Rows of the encoder's or the decoder's token embeddings (the shared matrix if any)."""
+    names = ["model.shared.weight", f"model.{side}.embed_tokens.weight"]
+    return int(_take(state, path, *(names[::-1] if side == "decoder" else names)).shape[0])
 
 
 def to_nmt(
