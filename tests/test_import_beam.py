@@ -12,7 +12,7 @@ from marian_fixtures import parity_lines, small_marian
 from test_import_parity import _generate, _ours
 
 pytestmark = pytest.mark.slow
-NEW_TOKENS = 40
+NEW_TOKENS = 24
 SETTINGS = [  # (model, beams, alpha): each setting once, the models taking turns
     ("opus-mt-en-mg", 4, 0.6),
     ("opus-mt-tc-big-fr-en", 4, 1.0),

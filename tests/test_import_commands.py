@@ -480,3 +480,25 @@ def test_serve_takes_a_target_language_per_request(imported, src):
             422,
             "'target_lang' must be a string such as \"fra\", got number",
         )
+
+
+def test_rescore_of_the_search_output_is_its_log_prob(imported):
+    """Forced decoding uses the model's own ids (eos, pad, the decoder's start token): scoring
+    greedy search's output ids gives the log-probability the search found."""
+    from nmt.decode.translator import Translator
+
+    with Translator.from_dir(imported.model, device="cpu", workers=1) as tr:
+        found = [
+            t.hypotheses[0] for t in tr.translate(LINES, greedy=True, max_len_a=0, max_len_b=30)
+        ]
+        src = [tr.src_tok.encode(line) for line in LINES]
+        tgt = [[tr.tgt_tok.piece_to_id(p) for p in h.tokens] for h in found]
+        scored = tr.score_ids(src, tgt)
+    ended = [
+        (h, lp)
+        for h, lp, ids in zip(found, scored, src, strict=True)
+        if ids and not h.at_limit  # a blank line is not translated
+    ]
+    assert ended
+    for h, lp in ended:
+        assert sum(lp) == pytest.approx(h.log_prob, abs=1e-3)

@@ -98,8 +98,11 @@ def test_greedy_matches_generate(pair):
     # forced eos: transformers ends at NEW_TOKENS tokens with eos the last of them
     ours = _ours(tr, lines, greedy=True, max_len_a=0, max_len_b=NEW_TOKENS - 1)
     same = sum(a == b for a, b in zip(ours, theirs, strict=True))
+    ended = sum(len(o) < NEW_TOKENS - 1 for o in ours)
+    distinct = len({tuple(o) for o in ours})
+    print(f"{name} greedy: {same}/{len(lines)} identical, {ended} ended, {distinct} distinct")
     assert same == len(lines), f"{name}: greedy {same}/{len(lines)} identical"
-    _not_degenerate(ours, sum(len(o) < NEW_TOKENS - 1 for o in ours))
+    _not_degenerate(ours, ended)
 
 
 def test_greedy_at_the_configs_max_length(pair):

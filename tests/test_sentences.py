@@ -103,7 +103,9 @@ def test_fit_cuts_at_punctuation_then_spaces_until_every_piece_fits():
 
 
 class Words:
-    """A stand-in tokenizer: one piece per word."""
+    """A stand-in tokenizer: one piece per word; not multilingual."""
+
+    languages: list[str] = []
 
     def encode(self, text):
         return text.split()

@@ -58,9 +58,11 @@ StopOpt = Annotated[
     str | None,
     typer.Option(
         "--stop",
-        help="Beam stopping rule: early (a sentence ends when its best live hypothesis, ended "
-        "at the next step, could not win) or exact (no live hypothesis can still win under the "
-        "length penalty; slower, docs/benchmarks.md). Default: model config, early.",
+        help="Beam rule: early (a sentence ends when its best live hypothesis, ended at the "
+        "next step, could not win), exact (no live hypothesis can still win under the length "
+        "penalty; slower, docs/benchmarks.md), or transformers (generate's ranking by "
+        "log-prob / length ** penalty and its stop; an imported model's default). "
+        "Default: model config, early.",
     ),
 ]
 NbestOpt = Annotated[

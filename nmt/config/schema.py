@@ -245,7 +245,11 @@ class DecodingConfig:
 
     beam_size: int = num(5, 1, 200, doc="beam width; 1: greedy")
     length_penalty: float = num(  # ((5 + L) / 6) ** alpha stays finite
-        1.0, 0, 10, doc="GNMT length penalty exponent for finished hypotheses"
+        1.0,
+        0,
+        10,
+        doc="length penalty exponent alpha for finished hypotheses: GNMT's ((5 + L) / 6) ** alpha "
+        "(stop early or exact) or L ** alpha (stop transformers)",
     )
     max_len_a: float = num(1.2, 0, doc="output length limit: a * source length + b (subwords)")
     max_len_b: int = num(10, 0, doc="output length limit: a * source length + b (subwords)")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, VocabInfo
 
 
 @dataclass
@@ -175,28 +175,36 @@ def epoch_batches(
 
 
 def collate(
-    src: Any, tgt: Any, indices: Sequence[int] | np.ndarray, max_positions: int = 0
+    src: Any,
+    tgt: Any,
+    indices: Sequence[int] | np.ndarray,
+    max_positions: int = 0,
+    ids: VocabInfo | None = None,
 ) -> Batch:
-    """Pad sentences into tensors: src = ids+eos, tgt_in = bos+ids, tgt_out = ids+eos.
+    """Pad sentences into tensors: src = ids+eos, tgt_in = bos+ids, tgt_out = ids+eos, with
+    the special ids of `ids` (a model's vocabulary; nmt's fixed ones when None).
 
     `max_positions` > 0 cuts longer sentences so each side fits (validation never crashes)."""
+    pad, bos, eos = (
+        (PAD_ID, BOS_ID, EOS_ID) if ids is None else (ids.pad_id, ids.bos_id, ids.eos_id)
+    )
     cut = max_positions - 1 if max_positions > 0 else None
     srcs = [s[:cut] for s in _rows(src, indices)]
     tgts = [t[:cut] for t in _rows(tgt, indices)]
     s_lens = np.fromiter((len(s) + 1 for s in srcs), dtype=np.int64, count=len(srcs))
     t_lens = np.fromiter((len(t) + 1 for t in tgts), dtype=np.int64, count=len(tgts))
     n = len(indices)
-    src_arr = np.full((n, int(s_lens.max())), PAD_ID, dtype=np.int64)
-    tin = np.full((n, int(t_lens.max())), PAD_ID, dtype=np.int64)
-    tout = np.full_like(tin, PAD_ID)
+    src_arr = np.full((n, int(s_lens.max())), pad, dtype=np.int64)
+    tin = np.full((n, int(t_lens.max())), pad, dtype=np.int64)
+    tout = np.full_like(tin, pad)
     for r, (s, t) in enumerate(zip(srcs, tgts, strict=True)):
         ls, lt = len(s), len(t)
         src_arr[r, :ls] = s
-        src_arr[r, ls] = EOS_ID
-        tin[r, 0] = BOS_ID
+        src_arr[r, ls] = eos
+        tin[r, 0] = bos
         tin[r, 1 : lt + 1] = t
         tout[r, :lt] = t
-        tout[r, lt] = EOS_ID
+        tout[r, lt] = eos
     return Batch(
         torch.from_numpy(src_arr),
         torch.from_numpy(s_lens),

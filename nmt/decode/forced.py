@@ -44,7 +44,7 @@ def _score_batch(
     batch: list[int],
 ) -> list[list[float]]:
     """Per pair of the batch, the log-probability of each target token and of eos."""
-    b = collate(src, tgt, batch).to(device)  # the layout training and validation use
+    b = collate(src, tgt, batch, ids=model.vocab).to(device)  # training's layout, the model's ids
     with torch.inference_mode(), autocast():
         logits = model.forward(b.src, b.src_lengths, b.tgt_in).float()  # (B, T, V)
         gold = logits.gather(2, b.tgt_out.unsqueeze(2)).squeeze(2)  # (B, T)

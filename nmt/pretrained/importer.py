@@ -36,7 +36,8 @@ def resolve_source(source: str) -> Path:
             f"(pip install 'nmt[hub]'), or {HUB_HINT}"
         ) from None
     try:
-        return Path(snapshot_download(source, local_files_only=_offline()))
+        files = ["*.json", "*.spm", "model.safetensors", "pytorch_model.bin"]
+        return Path(snapshot_download(source, local_files_only=_offline(), allow_patterns=files))
     except Exception as e:  # noqa: BLE001 - the hub's many errors all mean "not reachable here"
         from huggingface_hub.constants import HF_HUB_CACHE
 
