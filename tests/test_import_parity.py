@@ -123,3 +123,32 @@ def test_imported_defaults_are_the_models(pair, pretrained_root):
     assert tr.model.vocab.eos_id == real["eos_token_id"]
     assert tr.model.vocab.bos_id == real["decoder_start_token_id"] == tr.model.vocab.pad_id
     assert Path(tr.src_tok.path).name == "source.spm"
+
+
+def test_tensors_a_checkpoint_leaves_out_are_rebuilt(pretrained_root, tmp_path):
+    """A checkpoint without positions, tied copies (lm_head, the embed_tokens copies) or
+    final_logits_bias imports as transformers loads it: positions and ties rebuilt, a zero bias."""
+    require("transformers")
+    from safetensors.torch import load_file, save_file
+    from transformers import MarianMTModel
+
+    from nmt.modeldir import load_model
+    from nmt.pretrained.importer import import_marian
+
+    hf_dir = small_marian(pretrained_root / "opus-mt-en-mg", tmp_path / "hf")
+    state = load_file(str(hf_dir / "model.safetensors"))
+    dropped = ("final_logits_bias", "lm_head", "embed_positions", "embed_tokens")
+    save_file(
+        {k: v for k, v in state.items() if not any(d in k for d in dropped)},
+        str(hf_dir / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    hf = MarianMTModel.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    assert not hf.final_logits_bias.any()
+    model, *_ = load_model(import_marian(str(hf_dir), tmp_path / "nmt"))
+    assert model.output_bias is not None and not model.output_bias.any()
+    src, tgt_in = torch.tensor([[5, 6, 7, 0]]), torch.tensor([[54687, 9, 10]])
+    with torch.no_grad():
+        theirs = hf(input_ids=src, decoder_input_ids=tgt_in).logits
+        ours = model(src, torch.tensor([4]), tgt_in)
+    assert (theirs - ours).abs().max().item() <= 1e-4

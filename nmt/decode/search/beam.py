@@ -227,13 +227,20 @@ class LengthNorm:
     plain: bool = False
     forced_eos: bool = False
 
-    def __call__(self, t: int, max_len: torch.Tensor) -> torch.Tensor:
-        """(n, 1) divisors for hypotheses ending at step t (t tokens, eos included)."""
+    def __call__(self, t: int, max_len: torch.Tensor) -> list[float]:
+        """Per row, the divisor of a hypothesis ending at step t (t tokens, eos included)."""
         if not self.plain:
-            return torch.full((max_len.numel(), 1), gnmt_length_penalty(t, self.alpha))
+            return [gnmt_length_penalty(t, self.alpha)] * max_len.numel()
         cut = (max_len < t).tolist() if not self.forced_eos else [False] * max_len.numel()
-        lengths = [float(t - c) ** self.alpha for c in cut]  # as transformers: a float power
-        return torch.tensor(lengths, device=max_len.device).unsqueeze(1)
+        return [float(t - c) ** self.alpha for c in cut]  # as transformers: a float power
+
+
+def _normalized(scores: torch.Tensor, divisors: list[float]) -> torch.Tensor:
+    """scores (n, k) divided row by row; by one Python number when the rows share it, as the
+    scores always were (a scalar divisor rounds as its reciprocal times, not as a division)."""
+    if len(set(divisors)) == 1:
+        return scores / divisors[0]
+    return scores / torch.tensor(divisors, device=scores.device).unsqueeze(1)
 
 
 def _collect_beam(
@@ -251,12 +258,11 @@ def _collect_beam(
     fin_mask = cands.is_eos[:, :k] & ~rows.retired.unsqueeze(1)  # (n, k)
     if not bool(fin_mask.any()):
         return
-    lp_now = norm(t, rows.max_len)  # (n, 1)
-    scored = torch.where(fin_mask, cands.scores[:, :k] / lp_now, NEG_INF)  # (n, k)
+    lps = norm(t, rows.max_len)
+    scored = torch.where(fin_mask, _normalized(cands.scores[:, :k], lps), NEG_INF)  # (n, k)
     kept = rows.top_fin.size(1)
     rows.top_fin = torch.cat([rows.top_fin, scored], 1).topk(kept, dim=1).values  # (n, kept)
     raw, beams, origin = cands.scores.tolist(), cands.beam.tolist(), rows.origin.tolist()
-    lps = lp_now.squeeze(1).tolist()
     for j, c in fin_mask.nonzero().tolist():  # (sentence row, candidate rank)
         row, i = j * k + beams[j][c], origin[j]
         tokens = hyps.tokens[row].tolist()
@@ -295,11 +301,11 @@ def _collect_ranked(
     fin = cands.is_eos[:, :k] & ~rows.retired.unsqueeze(1)  # (n, k)
     if not bool(fin.any()):
         return
-    lp_now = norm(t, rows.max_len)  # (n, 1)
-    new = cands.scores[:, :k] / lp_now + (~fin).float() * MASKED
+    lps = norm(t, rows.max_len)
+    new = _normalized(cands.scores[:, :k], lps) + (~fin).float() * MASKED
     rows.top_fin, pick = torch.cat([rows.top_fin, new], 1).topk(k, dim=1)
     raw, beams, ended = cands.scores.tolist(), cands.beam.tolist(), fin.tolist()
-    lps, origin = lp_now.squeeze(1).tolist(), rows.origin.tolist()
+    origin = rows.origin.tolist()
     for j, order in enumerate(pick.tolist()):
         i = origin[j]
         kept = finished[i] + [None] * (k - len(finished[i]))
