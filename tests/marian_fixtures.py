@@ -106,10 +106,11 @@ def parity_lines(corpora: Path, name: str) -> tuple[list[str], list[str]]:
     return [ln for i, ln in enumerate(lines) if i % 5 != 4], lines[4::5]
 
 
-def small_marian(real: Path, out: Path) -> Path:
-    """The shrunk random model of `real` that the parity tests use (SETTINGS)."""
+def small_marian(real: Path, out: Path, **over) -> Path:
+    """The shrunk random model of `real` that the parity tests use (SETTINGS), with config.json
+    keys `over` changed."""
     seed, lift = SETTINGS[real.name]
-    return random_marian(real, out, seed=seed, lift=lift)
+    return random_marian(real, out, seed=seed, lift=lift, **over)
 
 
 def corpus_lines(corpora: Path, rel: str, n: int, longest: int = 60) -> list[str]:

@@ -152,3 +152,42 @@ def test_tensors_a_checkpoint_leaves_out_are_rebuilt(pretrained_root, tmp_path):
         theirs = hf(input_ids=src, decoder_input_ids=tgt_in).logits
         ours = model(src, torch.tensor([4]), tgt_in)
     assert (theirs - ours).abs().max().item() <= 1e-4
+
+
+def test_separate_vocabularies_and_embeddings(pretrained_root, repo_root, tmp_path):
+    """share_encoder_decoder_embeddings false with separate vocabularies (target_vocab.json,
+    decoder_vocab_size): encoder and decoder embeddings apart, the output tied to the decoder's;
+    logits and greedy search as transformers computes them."""
+    require("transformers")
+    import json
+    import shutil
+
+    from transformers import MarianMTModel
+
+    from nmt.decode.translator import Translator
+    from nmt.pretrained.importer import import_marian
+
+    real = tmp_path / "opus-mt-en-mg"
+    shutil.copytree(pretrained_root / "opus-mt-en-mg", real)
+    shutil.copy(real / "vocab.json", real / "target_vocab.json")
+    tc = json.loads((real / "tokenizer_config.json").read_text()) | {"separate_vocabs": True}
+    (real / "tokenizer_config.json").write_text(json.dumps(tc))
+    hf_dir = small_marian(
+        real, tmp_path / "hf", share_encoder_decoder_embeddings=False, decoder_vocab_size=54688
+    )
+    shutil.copy(real / "target_vocab.json", hf_dir / "target_vocab.json")
+    hf = MarianMTModel.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    assert hf.model.encoder.embed_tokens.weight.data_ptr() != hf.lm_head.weight.data_ptr()
+    imported = import_marian(str(hf_dir), tmp_path / "nmt")
+    assert not imported.vocab.joint
+    lines = parity_lines(repo_root.parent / "shared/corpora", "opus-mt-en-mg")[0][:50]
+    with Translator.from_dir(imported.path, workers=1) as tr:
+        assert tr.model.src_embed is not tr.model.tgt_embed
+        batch = _hf_batch(tr, lines)
+        tgt_in = torch.tensor([[tr.model.vocab.bos_id, 9, 10]] * len(lines))
+        with torch.no_grad():
+            theirs = hf(**batch, decoder_input_ids=tgt_in).logits
+            ours = tr.model(batch["input_ids"], batch["attention_mask"].sum(1), tgt_in)
+        assert (theirs - ours).abs().max().item() <= 1e-4
+        want = _generate(hf, tr, lines, num_beams=1, max_new_tokens=NEW_TOKENS)
+        assert _ours(tr, lines, greedy=True, max_len_a=0, max_len_b=NEW_TOKENS - 1) == want
