@@ -1,6 +1,6 @@
 """nmt: neural machine translation from a parallel corpus to a measured translator."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "__version__",

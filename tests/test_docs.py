@@ -191,13 +191,16 @@ def test_no_work_process_words_in_tracked_files():
 
 
 def test_citation_and_changelog_name_the_current_version():
-    """CITATION.cff's version is the package's; CHANGELOG.md has a section for unreleased work."""
+    """`nmt --version` is the CHANGELOG's newest released version (the first numbered heading,
+    below the section for unreleased work) and CITATION.cff's."""
     import nmt
 
     citation = (REPO / "CITATION.cff").read_text(encoding="utf-8")
     assert f"\nversion: {nmt.__version__}\n" in citation
     changelog = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
-    assert "\n## Unreleased\n" in changelog and f"\n## {nmt.__version__}\n" in changelog
+    headings = re.findall(r"^## (.+)$", changelog, flags=re.M)
+    assert headings[0] == "Unreleased"
+    assert headings[1] == nmt.__version__, "the newest release heading is not nmt.__version__"
 
 
 # ---- the commands ------------------------------------------------------------------------------
