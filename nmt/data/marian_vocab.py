@@ -37,7 +37,7 @@ from typing import Any
 
 import sentencepiece as spm
 
-from nmt.data.vocab import Tokenizer
+from nmt.data.vocab import Tokenizer, load_processor
 from nmt.errors import NmtError
 
 WORD_MARK = "\u2581"  # SentencePiece's word boundary
@@ -301,19 +301,6 @@ class VocabTokenizer(Tokenizer):
         return f"VocabTokenizer({self.path}, vocab_size={self.vocab_size})"
 
 
-def _load_spm(path: Path) -> spm.SentencePieceProcessor:
-    """A SentencePiece model; a missing or unreadable one is a one-line NmtError."""
-    if not path.is_file():
-        raise NmtError(f"{path}: SentencePiece model not found")
-    sp = spm.SentencePieceProcessor()
-    try:
-        sp.load(str(path))
-    except (OSError, RuntimeError) as e:
-        first = (str(e).splitlines() or [type(e).__name__])[0]
-        raise NmtError(f"{path}: not a SentencePiece model ({first})") from None
-    return sp
-
-
 def _read_vocab(path: Path, specials: SpecialPieces) -> list[str]:
     """vocab.json as its pieces in id order; the ids must be 0 to n-1, the special pieces present."""
     if not path.is_file():
@@ -350,7 +337,7 @@ def load_vocab_pair(
     `vocab` is vocab.json; `target_vocab` is target_vocab.json for a model with separate vocabularies
     (tokenizer_config.json's `"separate_vocabs": true`). A shared vocabulary decodes with the source
     SentencePiece model on both sides, as MarianTokenizer does."""
-    src_sp, tgt_sp = _load_spm(Path(src_spm)), _load_spm(Path(tgt_spm))
+    src_sp, tgt_sp = load_processor(Path(src_spm)), load_processor(Path(tgt_spm))
     src_pieces = _read_vocab(Path(vocab), specials)
     if target_vocab is None:
         return (

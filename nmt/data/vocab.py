@@ -236,6 +236,19 @@ def train_spm(
     return model_prefix.with_name(model_prefix.name + ".model")
 
 
+def load_processor(path: Path) -> spm.SentencePieceProcessor:
+    """A SentencePiece model file; a missing or unreadable one is a one-line NmtError."""
+    if not path.is_file():
+        raise NmtError(f"{path}: SentencePiece model not found")
+    sp = spm.SentencePieceProcessor()
+    try:
+        sp.load(str(path))
+    except (OSError, RuntimeError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise NmtError(f"{path}: not a SentencePiece model ({first})") from None
+    return sp
+
+
 T = TypeVar("T", str, list[str])  # one sentence or a batch
 
 
@@ -264,15 +277,7 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | Path, lowercase: bool = False) -> Tokenizer:
         """Load a `.model` file; a missing or corrupt file is a user error, not a crash."""
-        path = Path(path)
-        if not path.is_file():
-            raise NmtError(f"{path}: SentencePiece model not found")
-        sp = spm.SentencePieceProcessor()
-        try:
-            sp.load(str(path))
-        except (OSError, RuntimeError) as e:
-            raise NmtError(f"{path}: not a SentencePiece model ({e})") from None
-        return cls(sp, path, lowercase)
+        return cls(load_processor(Path(path)), Path(path), lowercase)
 
     @classmethod
     def pair(cls, src: Path, tgt: Path, lowercase: bool = False) -> tuple[Tokenizer, Tokenizer]:

@@ -140,24 +140,14 @@ def _check_expressible(where: Path, c: dict[str, Any]) -> None:
                 "is not supported (Marian models are post-norm "
                 "with fixed sinusoidal positions and no extra norms)",
             )
-    for side in ("encoder", "decoder"):
-        for key in (f"{side}_layerdrop",):
-            if float(c.get(key) or 0.0) != 0.0:
-                raise _refuse(where, key, c[key], "is not supported")
-    if c.get("encoder_attention_heads") != c.get("decoder_attention_heads"):
-        raise _refuse(
-            where,
-            "decoder_attention_heads",
-            c.get("decoder_attention_heads"),
-            "differs from encoder_attention_heads (nmt uses one head count)",
-        )
-    if c.get("encoder_ffn_dim") != c.get("decoder_ffn_dim"):
-        raise _refuse(
-            where,
-            "decoder_ffn_dim",
-            c.get("decoder_ffn_dim"),
-            "differs from encoder_ffn_dim (nmt uses one size)",
-        )
+    for key in ("encoder_layerdrop", "decoder_layerdrop"):
+        if float(c.get(key) or 0.0) != 0.0:
+            raise _refuse(where, key, c[key], "is not supported")
+    for size, what in (("attention_heads", "head count"), ("ffn_dim", "size")):
+        ours, theirs = f"encoder_{size}", f"decoder_{size}"
+        if c.get(ours) != c.get(theirs):
+            why = f"differs from {ours} (nmt uses one {what})"
+            raise _refuse(where, theirs, c.get(theirs), why)
 
 
 def model_config(where: Path, c: dict[str, Any]) -> TransformerConfig:

@@ -93,21 +93,22 @@ def _fused(state: dict[str, Any], path: Path, attn: str, parts: tuple[str, ...])
     return [w, b]
 
 
+def _fill(out: dict, state: dict, path: Path, src: str, dst: str, names: dict[str, str]) -> None:
+    """One layer's plain linears and norms, and its fused self-attention projection."""
+    for ours, theirs in names.items():
+        _linear(out, f"{dst}.{ours}", state, f"{src}.{theirs}", path)
+    w, b = _fused(state, path, f"{src}.self_attn", ("q", "k", "v"))
+    out[f"{dst}.self_attn.qkv_proj.weight"], out[f"{dst}.self_attn.qkv_proj.bias"] = w, b
+
+
 def _layers(state: dict[str, Any], path: Path, cfg: TransformerConfig) -> dict[str, torch.Tensor]:
     """Every encoder and decoder layer's tensors under nmt's names."""
     out: dict[str, torch.Tensor] = {}
     for i in range(cfg.encoder_layers):
-        src, dst = f"{_ENC}.{i}", f"encoder_layers.{i}"
-        for ours, theirs in _ENCODER_LAYER.items():
-            _linear(out, f"{dst}.{ours}", state, f"{src}.{theirs}", path)
-        w, b = _fused(state, path, f"{src}.self_attn", ("q", "k", "v"))
-        out[f"{dst}.self_attn.qkv_proj.weight"], out[f"{dst}.self_attn.qkv_proj.bias"] = w, b
+        _fill(out, state, path, f"{_ENC}.{i}", f"encoder_layers.{i}", _ENCODER_LAYER)
     for i in range(cfg.decoder_layers):
         src, dst = f"{_DEC}.{i}", f"decoder_layers.{i}"
-        for ours, theirs in _DECODER_LAYER.items():
-            _linear(out, f"{dst}.{ours}", state, f"{src}.{theirs}", path)
-        w, b = _fused(state, path, f"{src}.self_attn", ("q", "k", "v"))
-        out[f"{dst}.self_attn.qkv_proj.weight"], out[f"{dst}.self_attn.qkv_proj.bias"] = w, b
+        _fill(out, state, path, src, dst, _DECODER_LAYER)
         w, b = _fused(state, path, f"{src}.encoder_attn", ("k", "v"))
         out[f"{dst}.cross_attn.kv_proj.weight"], out[f"{dst}.cross_attn.kv_proj.bias"] = w, b
     return out

@@ -243,6 +243,19 @@ def _normalized(scores: torch.Tensor, divisors: list[float]) -> torch.Tensor:
     return scores / torch.tensor(divisors, device=scores.device).unsqueeze(1)
 
 
+def _just_ended(
+    rows: BeamRows, cands: _Candidates, t: int, norm: LengthNorm
+) -> tuple[int, torch.Tensor, list[float], torch.Tensor] | None:
+    """The candidates among the top k that just produced eos in a sentence still searching:
+    (k, their mask (n, k), each row's divisor, the top k's normalized scores); None if none."""
+    k = cands.beam.size(1) // 2
+    fin = cands.is_eos[:, :k] & ~rows.retired.unsqueeze(1)  # (n, k)
+    if not bool(fin.any()):
+        return None
+    lps = norm(t, rows.max_len)
+    return k, fin, lps, _normalized(cands.scores[:, :k], lps)
+
+
 def _collect_beam(
     finished: list[list[Hypothesis]],
     rows: BeamRows,
@@ -254,12 +267,11 @@ def _collect_beam(
 ) -> None:
     """Move the hypotheses that just produced eos among the top k into their sentence's
     finished list, and update its n best normalized scores."""
-    k = cands.beam.size(1) // 2
-    fin_mask = cands.is_eos[:, :k] & ~rows.retired.unsqueeze(1)  # (n, k)
-    if not bool(fin_mask.any()):
+    ended = _just_ended(rows, cands, t, norm)
+    if ended is None:
         return
-    lps = norm(t, rows.max_len)
-    scored = torch.where(fin_mask, _normalized(cands.scores[:, :k], lps), NEG_INF)  # (n, k)
+    k, fin_mask, lps, normalized = ended
+    scored = torch.where(fin_mask, normalized, NEG_INF)  # (n, k)
     kept = rows.top_fin.size(1)
     rows.top_fin = torch.cat([rows.top_fin, scored], 1).topk(kept, dim=1).values  # (n, kept)
     raw, beams, origin = cands.scores.tolist(), cands.beam.tolist(), rows.origin.tolist()
@@ -297,12 +309,11 @@ def _collect_ranked(
     """transformers' finished list: the k best of the kept ones and the candidates among the
     top k that just ended (the others masked), merged by one torch.topk; `finished[i]` holds
     sentence i's k slots in that order (None: a masked placeholder)."""
-    k = cands.beam.size(1) // 2
-    fin = cands.is_eos[:, :k] & ~rows.retired.unsqueeze(1)  # (n, k)
-    if not bool(fin.any()):
+    ended = _just_ended(rows, cands, t, norm)
+    if ended is None:
         return
-    lps = norm(t, rows.max_len)
-    new = _normalized(cands.scores[:, :k], lps) + (~fin).float() * MASKED
+    k, fin, lps, normalized = ended
+    new = normalized + (~fin).float() * MASKED
     rows.top_fin, pick = torch.cat([rows.top_fin, new], 1).topk(k, dim=1)
     raw, beams, ended = cands.scores.tolist(), cands.beam.tolist(), fin.tolist()
     origin = rows.origin.tolist()
