@@ -1,5 +1,5 @@
 """`nmt serve` and `nmt export`: a model over HTTP (nmt.serve), or as a CTranslate2 directory
-(nmt.export.ctranslate2)."""
+(nmt.export.ctranslate2) or a transformers one (nmt.export.huggingface)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,11 @@ def export_cmd(
     *,
     model_dir: ModelDirOpt,
     out_dir: str = typer.Option(..., "--output", "-o", help="EXPORT_DIR to create."),
-    fmt: str = typer.Option("ctranslate2", "--format", help="Export format: ctranslate2."),
+    fmt: str = typer.Option(
+        "ctranslate2",
+        "--format",
+        help="Export format: ctranslate2, or huggingface (a transformers from_pretrained directory).",
+    ),
     quantization: str = typer.Option(
         "float32", "--quantization", help="Weights: float32, int8, int8_float32 or bfloat16."
     ),
@@ -77,8 +81,16 @@ def export_cmd(
     from nmt.errors import NmtError
     from nmt.export.ctranslate2 import FORMATS, export_ctranslate2
 
+    if fmt == "huggingface":
+        from nmt.export.huggingface import export_huggingface
+
+        export_huggingface(model_dir, out_dir, checkpoint, force=force, quiet=quiet)
+        return
     if fmt not in FORMATS:
-        raise NmtError(f"--format must be {' or '.join(FORMATS)}, got {fmt!r}")
+        # tests/test_export.py matches the first part of this line
+        raise NmtError(
+            f"--format must be {' or '.join(FORMATS)}, got {fmt!r} (the other format: huggingface)"
+        )
     export_ctranslate2(model_dir, out_dir, quantization, checkpoint, force=force, quiet=quiet)
 
 

@@ -1,6 +1,7 @@
-"""A Hugging Face Marian directory (what OPUS-MT publishes) read as nmt's config, special ids and
-decoding defaults: every key that changes what the model computes is read, and a value nmt
-cannot express exactly is refused in one line naming the key and the value."""
+"""A Hugging Face Marian directory (what OPUS-MT publishes), or a Pegasus one (the pre-norm class
+`nmt export --format huggingface` writes), read as nmt's config, special ids and decoding
+defaults: every key that changes what the model computes is read, and a value nmt cannot express
+exactly is refused in one line naming the key and the value."""
 
 from __future__ import annotations
 
@@ -32,6 +33,18 @@ MARIAN_DEFAULTS: dict[str, Any] = {
     "num_beams": 1,
     "length_penalty": 1.0,
 }
+# Pegasus: the same layers, pre-norm with final encoder and decoder norms, one shared embedding
+PEGASUS_DEFAULTS: dict[str, Any] = MARIAN_DEFAULTS | {
+    "decoder_start_token_id": 0,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "forced_eos_token_id": 1,
+}
+DEFAULTS = {"marian": MARIAN_DEFAULTS, "pegasus": PEGASUS_DEFAULTS}
+NORMS = {"marian": "post", "pegasus": "pre"}
+# config.json of an nmt export: the weights' channels were reordered from nmt's interleaved
+# sinusoids to the halves table; importing puts them back
+NMT_POSITIONS = "nmt_positions"
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 # Keys transformers' Marian ignores (it is always post-norm with fixed sinusoids): a value it
 # would silently drop is refused, since the weights were trained with it.
@@ -100,11 +113,13 @@ def _needed(path: Path, name: str) -> Path:
 
 def open_marian(path: Path) -> MarianDir:
     """The files of a Marian directory, each required one present, the JSON ones parsed."""
-    config = MARIAN_DEFAULTS | read_json(_needed(path, "config.json"))
-    if config.get("model_type") != "marian":
+    raw = read_json(_needed(path, "config.json"))
+    if raw.get("model_type") not in DEFAULTS:
         raise NmtError(
-            f"{path / 'config.json'}: model_type {config.get('model_type')!r} is not 'marian'"
+            f"{path / 'config.json'}: model_type {raw.get('model_type')!r} is not 'marian' "
+            "(or 'pegasus', as nmt export --format huggingface writes)"
         )
+    config = DEFAULTS[raw["model_type"]] | raw
     weights = next((path / n for n in WEIGHT_FILES if (path / n).is_file()), None)
     if weights is None:
         raise NmtError(f"{path}: no weights (model.safetensors or pytorch_model.bin)")
@@ -169,6 +184,7 @@ def model_config(where: Path, c: dict[str, Any]) -> TransformerConfig:
     d, heads = int(c["d_model"]), int(c["encoder_attention_heads"])
     if d % heads:
         raise _refuse(where, "d_model", d, f"is not divisible by {heads} heads")
+    positions = "sinusoidal" if c.get(NMT_POSITIONS) == "sinusoidal" else "sinusoidal-halves"
     return TransformerConfig(
         encoder_layers=int(c["encoder_layers"]),
         decoder_layers=int(c["decoder_layers"]),
@@ -178,8 +194,8 @@ def model_config(where: Path, c: dict[str, Any]) -> TransformerConfig:
         d_model=d,
         heads=heads,
         ff_dim=int(c["encoder_ffn_dim"]),
-        norm="post",
-        positions="sinusoidal-halves",
+        norm=NORMS[c["model_type"]],
+        positions=positions,
         activation=ACTIVATIONS[act],
         attention_dropout=float(c.get("attention_dropout", 0.0)),
         scale_embeddings=c.get("scale_embedding", False) is True,

@@ -1,7 +1,9 @@
-"""A Marian checkpoint's tensors as nmt's Transformer names them. The file is read without running
-code (safetensors, or `torch.load(weights_only=True)`), float16 is upcast to float32, and what a
-transformers checkpoint leaves out is rebuilt: positions (nmt computes its table), tied copies
-and a zero `final_logits_bias`."""
+"""A Marian (or Pegasus) checkpoint's tensors as nmt's Transformer names them, and back. The file
+is read without running code (safetensors, or `torch.load(weights_only=True)`), float16 is upcast
+to float32, and what a transformers checkpoint leaves out is rebuilt: positions (nmt computes its
+table), tied copies and a zero `final_logits_bias`. Pegasus adds the pre-norm model's final
+encoder and decoder layer norms. `residual_order` / `permute_residual` move between nmt's
+interleaved sinusoids and the sin|cos halves table that transformers' classes compute."""
 
 from __future__ import annotations
 
@@ -133,4 +135,76 @@ def to_nmt(
     bias = state.get("final_logits_bias")
     out["output_bias"] = torch.zeros(dec.size(0)) if bias is None else bias.reshape(-1)
     out.update(_layers(state, path, cfg))
+    if cfg.norm == "pre":  # Pegasus: the encoder's and decoder's final layer norms
+        _linear(out, "encoder_norm", state, "model.encoder.layer_norm", path)
+        _linear(out, "decoder_norm", state, "model.decoder.layer_norm", path)
+    if cfg.positions == "sinusoidal":  # an nmt export: its channels back in nmt's order
+        out = permute_residual(out, torch.argsort(residual_order(cfg.d_model)))
     return out
+
+
+def residual_order(d: int) -> torch.Tensor:
+    """The channel order that turns nmt's interleaved table (sin on even, cos on odd channels)
+    into the sin|cos halves one: halves channel k is interleaved channel order[k]."""
+    return torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+
+
+# nmt's tensors whose rows (outputs) or columns (inputs) are channels of the residual stream
+_ROWS = re.compile(r"(norms\.\d+|encoder_norm|decoder_norm|out_proj|ff\.fc2)\.(weight|bias)$")
+_COLUMNS = re.compile(r"(embed|output|qkv_proj|q_proj|kv_proj|ff\.fc1)\.weight$")
+
+
+def permute_residual(
+    state: dict[str, torch.Tensor], order: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """nmt's state dict with the residual stream's channels reordered (channel k := channel
+    order[k]) through every tensor that touches it: the same function, other channel order."""
+    out = {}
+    for name, value in state.items():
+        if _ROWS.search(name):
+            value = value[order]
+        elif _COLUMNS.search(name):
+            value = value[:, order]
+        out[name] = value.contiguous()
+    return out
+
+
+def _unfuse(out: dict, w: torch.Tensor, b: torch.Tensor, attn: str, parts: str) -> None:
+    """A fused projection split into transformers' separate q / k / v ones."""
+    for p, wp, bp in zip(parts, w.chunk(len(parts)), b.chunk(len(parts)), strict=True):
+        out[f"{attn}.{p}_proj.weight"], out[f"{attn}.{p}_proj.bias"] = wp, bp
+
+
+def _unfill(out: dict, state: dict, src: str, dst: str, names: dict[str, str]) -> None:
+    """One layer back under transformers' names."""
+    for ours, theirs in names.items():
+        for kind in ("weight", "bias"):
+            out[f"{dst}.{theirs}.{kind}"] = state[f"{src}.{ours}.{kind}"]
+    w, b = state[f"{src}.self_attn.qkv_proj.weight"], state[f"{src}.self_attn.qkv_proj.bias"]
+    _unfuse(out, w, b, f"{dst}.self_attn", "qkv")
+
+
+def from_nmt(state: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, torch.Tensor]:
+    """transformers' Marian / Pegasus tensors for nmt's state dict (channels already in the
+    halves order): shared or separate embeddings, layers, final norms, output layer and bias."""
+    enc, tgt = state["src_embed.weight"], state["tgt_embed.weight"]
+    if torch.equal(enc, tgt):
+        out = {"model.shared.weight": tgt}
+    else:  # Marian's separate embeddings (share_encoder_decoder_embeddings false)
+        out = {"model.encoder.embed_tokens.weight": enc, "model.decoder.embed_tokens.weight": tgt}
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = state["output.weight"]
+    bias = state.get("output_bias")
+    out["final_logits_bias"] = torch.zeros(1, tgt.size(0)) if bias is None else bias.reshape(1, -1)
+    for i in range(cfg.encoder_layers):
+        _unfill(out, state, f"encoder_layers.{i}", f"{_ENC}.{i}", _ENCODER_LAYER)
+    for i in range(cfg.decoder_layers):
+        src, dst = f"decoder_layers.{i}", f"{_DEC}.{i}"
+        _unfill(out, state, src, dst, _DECODER_LAYER)
+        w, b = state[f"{src}.cross_attn.kv_proj.weight"], state[f"{src}.cross_attn.kv_proj.bias"]
+        _unfuse(out, w, b, f"{dst}.encoder_attn", "kv")
+    if cfg.norm == "pre":
+        for ours, side in (("encoder_norm", "encoder"), ("decoder_norm", "decoder")):
+            for kind in ("weight", "bias"):
+                out[f"model.{side}.layer_norm.{kind}"] = state[f"{ours}.{kind}"]
+    return {k: v.contiguous() for k, v in out.items()}

@@ -315,7 +315,7 @@ def _collect_ranked(
     k, fin, lps, normalized = ended
     new = normalized + (~fin).float() * MASKED
     rows.top_fin, pick = torch.cat([rows.top_fin, new], 1).topk(k, dim=1)
-    raw, beams, ended = cands.scores.tolist(), cands.beam.tolist(), fin.tolist()
+    raw, beams, done = cands.scores.tolist(), cands.beam.tolist(), fin.tolist()
     origin = rows.origin.tolist()
     for j, order in enumerate(pick.tolist()):
         i = origin[j]
@@ -323,7 +323,7 @@ def _collect_ranked(
         slots: list[Hypothesis | None] = []
         for p in order:
             c = p - k
-            if c < 0 or not ended[j][c]:
+            if c < 0 or not done[j][c]:
                 slots.append(kept[p] if c < 0 else None)
                 continue
             row = j * k + beams[j][c]
