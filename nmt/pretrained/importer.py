@@ -8,12 +8,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
+
+import torch
 
 from nmt.data.marian_vocab import VocabTokenizer, load_vocab_pair
 from nmt.errors import NmtError
 from nmt.modeldir import CHECKPOINTS, CONFIG, MODEL_FORMAT, ModelDir
 from nmt.pretrained.marian import MarianDir, model_config, nmt_config, open_marian, special_ids
+from nmt.pretrained.npz import as_marian_dir, is_release
 from nmt.pretrained.weights import embedding_rows, read_checkpoint, to_nmt
 from nmt.textio import atomic_write, building_dir, check_out_dir
 
@@ -89,15 +93,26 @@ def _write_meta(out: Path, m: MarianDir, vocab_fields: dict, languages: list[str
 
 
 def import_marian(source: str, out_dir: Path, force: bool = False) -> ModelDir:
-    """Import a Marian model (directory or hub id) into `out_dir`; returns it opened."""
+    """Import a Marian model (a Hugging Face directory, a hub id, or an original Marian release:
+    an .npz, or a directory with decoder.yml or an .npz) into `out_dir`; returns it opened."""
     check_out_dir(out_dir, force)
+    if is_release(Path(source)):
+        with tempfile.TemporaryDirectory(prefix="nmt-import-") as scratch:
+            m, checkpoint = as_marian_dir(Path(source), Path(scratch))
+            return _import(m, checkpoint, m.weights, out_dir, force)
     m = open_marian(resolve_source(source))
-    cfg = model_config(m.path / "config.json", m.config)
+    return _import(m, read_checkpoint(m.weights), m.path / "config.json", out_dir, force)
+
+
+def _import(
+    m: MarianDir, checkpoint: dict[str, torch.Tensor], where: Path, out_dir: Path, force: bool
+) -> ModelDir:
+    """Write the model directory of a Marian model read as its config and tensors."""
+    cfg = model_config(where, m.config)
     src_tok, tgt_tok = load_vocab_pair(
         m.source_spm, m.target_spm, m.vocab, m.target_vocab, m.specials
     )
     shared = m.config.get("share_encoder_decoder_embeddings", True) is not False
-    checkpoint = read_checkpoint(m.weights)
     _check_sizes(m, src_tok, tgt_tok, checkpoint)
     state = to_nmt(checkpoint, m.weights, cfg, shared)
     vocab = special_ids(m, src_tok.vocab_size, tgt_tok.vocab_size)
