@@ -99,8 +99,9 @@ def export_cmd(
 def import_cmd(
     source: str = typer.Argument(
         ...,
-        help="A Hugging Face Marian directory (OPUS-MT), or a hub id such as "
-        "Helsinki-NLP/opus-mt-en-de (an existing local directory of that name wins).",
+        help="A Hugging Face Marian directory (OPUS-MT), an original Marian release (.npz, "
+        "decoder.yml, vocabulary, .spm), a directory nmt export --format huggingface wrote, or a "
+        "hub id such as Helsinki-NLP/opus-mt-en-de (an existing local directory of that name wins).",
     ),
     out_dir: str = typer.Option(..., "--output", "-o", help="MODEL_DIR to create."),
     force: bool = typer.Option(False, "--force", help="Replace an existing non-empty MODEL_DIR."),
