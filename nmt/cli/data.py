@@ -84,6 +84,13 @@ def preprocess_cmd(
         help="Reuse the SentencePiece models of this MODEL_DIR or DATA_DIR instead of learning "
         "new ones (for nmt train --init-from); --vocab-size, --spm-type and --joint are theirs.",
     ),
+    tokenizer_from: str = typer.Option(
+        None,
+        "--tokenizer-from",
+        help="Encode with this MODEL_DIR's own tokenizer (an imported model's vocabulary and "
+        "special ids, or an nmt model's SentencePiece) for nmt train --init-from it; no "
+        "SentencePiece is learnt.",
+    ),
     extend_vocab: int = typer.Option(
         0,
         "--extend-vocab",
@@ -120,6 +127,7 @@ def preprocess_cmd(
         extend_all=extend_all, lowercase=lowercase,
         columns=None if columns is None else parse_columns(columns), split_valid=split_valid,
         split_test=split_test, valid_sample=valid_sample, seed=seed,
+        tokenizer_from=tokenizer_from,
     )  # fmt: skip
     with contextlib.ExitStack() as stack:
         progress = None if quiet else step_progress(stack)

@@ -33,7 +33,8 @@ def train_cmd(
         None,
         "--init-from",
         help="Fine-tune: start from this MODEL_DIR's weights (training.init_from; its config is "
-        "the base without CONFIG/--preset). DATA_DIR must be preprocessed with --spm-from it.",
+        "the base without CONFIG, and --preset is laid over it). DATA_DIR must be preprocessed "
+        "with --spm-from it (--tokenizer-from for an imported model).",
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue from MODEL_DIR's last state."),
     force: bool = typer.Option(False, "--force", help="Discard MODEL_DIR's checkpoints."),
@@ -61,7 +62,12 @@ def train_cmd(
     }  # fmt: skip
     opened = open_existing([model_dir if resume else None, init_from])  # each read once
     read = {(d.path / CONFIG).resolve(): d.config for d in opened}
-    cfg = resolve_train_config(config, preset, overrides or [], model_dir, resume, flags, read)
+    if init_from and preset and not config:  # the preset laid over the initial model's config
+        from nmt.train.finetune import preset_over_initial
+
+        cfg = preset_over_initial(preset, overrides or [], model_dir, flags, read)
+    else:
+        cfg = resolve_train_config(config, preset, overrides or [], model_dir, resume, flags, read)
     summary = train(
         cfg, data_dir, model_dir, device, resume=resume, force=force, quiet=quiet, opened=opened
     )

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from nmt.data.vocab import Tokenizer, VocabInfo
+from nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, VocabInfo
 from nmt.errors import NmtError, check_format_version
 
 DATA_FORMAT = 1  # the manifest's "format" is nmt-data/<this>: the layout this nmt writes
@@ -242,18 +242,38 @@ class DataDir:
 
     @functools.cached_property
     def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
-        """(source, target) tokenizers; the same object twice for a joint vocabulary."""
+        """(source, target) tokenizers; the same object twice for a joint vocabulary (an
+        imported model's pair for `nmt preprocess --tokenizer-from` of one)."""
+        files = self.manifest.get("tokenizer_from", {}).get("files")
+        if files:
+            from nmt.data.marian_vocab import imported_pair
+
+            return imported_pair(self.path, files)
         return Tokenizer.pair(*self.spm_paths, self.lowercase)
 
     @property
+    def tokenizer_from(self) -> dict[str, Any] | None:
+        """Which model's tokenizer encoded the corpus (`--tokenizer-from`): its directory,
+        kind and vocabulary facts; None when it was not."""
+        entry = self.manifest.get("tokenizer_from")
+        return entry if isinstance(entry, dict) else None
+
+    @property
     def vocab_info(self) -> VocabInfo:
-        """What a model needs to know about the vocabulary."""
+        """What a model needs to know about the vocabulary: its sizes and special ids (a
+        `--tokenizer-from` model's own, else nmt's fixed ones)."""
         m = self.manifest
+        ids = m.get("special_ids") or {}
         return VocabInfo(
             src_size=m["vocab_size"]["src"],
             tgt_size=m["vocab_size"]["tgt"],
             joint=m["joint"],
+            pad_id=ids.get("pad", PAD_ID),
+            unk_id=ids.get("unk", UNK_ID),
+            bos_id=ids.get("bos", BOS_ID),
+            eos_id=ids.get("eos", EOS_ID),
             lowercase=self.lowercase,
+            never=tuple(m.get("never", ())),
         )
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nmt.data.cleaning import Chunk, read_pairs
+from nmt.data.model_tokenizer import imported_tokenizers, unknown_lines
 from nmt.data.vocab import Tokenizer
 from nmt.errors import NmtError
 from nmt.textio import decode_line
@@ -40,6 +41,7 @@ class ChunkJob:
     max_len: int
     max_ratio: float
     threads: int = 1  # SentencePiece's encoding threads (its default is every core, not --threads)
+    imported: tuple[str, str] | None = None  # --tokenizer-from an imported model: (folder, files)
 
 
 @functools.lru_cache(maxsize=4)
@@ -66,14 +68,20 @@ def seq_lengths(seqs: Sequence[Sequence[int]]) -> np.ndarray:
     return np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
 
 
+def job_tokenizers(job: ChunkJob) -> tuple[Tokenizer, Tokenizer]:
+    """The (source, target) tokenizers a job encodes with (loaded once per process)."""
+    if job.imported is not None:
+        return imported_tokenizers(*job.imported)
+    return _tokenizer(job.models[0]), _tokenizer(job.models[1])
+
+
 def encode_chunk(job: ChunkJob) -> Encoded:
-    """Encode one chunk of cleaned train pairs and apply the length and ratio filters (in a worker)."""
-    s_ids = _tokenizer(job.models[0]).encode_batch(
-        _read_range(job.clean[0], job.chunk.src), threads=job.threads
-    )
-    t_ids = _tokenizer(job.models[1]).encode_batch(
-        _read_range(job.clean[1], job.chunk.tgt), threads=job.threads
-    )
+    """Encode one chunk of cleaned train pairs and apply the length and ratio filters (in a
+    worker); an imported model's tokenizer also counts the kept lines with unknown pieces."""
+    toks = job_tokenizers(job)
+    texts = _read_range(job.clean[0], job.chunk.src), _read_range(job.clean[1], job.chunk.tgt)
+    s_ids = toks[0].encode_batch(texts[0], threads=job.threads)
+    t_ids = toks[1].encode_batch(texts[1], threads=job.threads)
     ls, lt = seq_lengths(s_ids), seq_lengths(t_ids)
     empty = (ls == 0) | (lt == 0)
     too_long = ~empty & ((ls > job.max_len) | (lt > job.max_len))
@@ -82,6 +90,10 @@ def encode_chunk(job: ChunkJob) -> Encoded:
     counts = {"empty": int(empty.sum()), "too_long": int(too_long.sum()), "ratio": int(ratio.sum())}
     kept_s = list(itertools.compress(s_ids, keep))
     kept_t = list(itertools.compress(t_ids, keep))
+    if job.imported is not None:
+        for side, kept in (("src", kept_s), ("tgt", kept_t)):
+            lines = list(itertools.compress(texts[side == "tgt"], keep))
+            counts[f"unknown_{side}"] = unknown_lines(toks[side == "tgt"], lines, kept)
     return (
         flatten(kept_s, ls[keep], job.dtype),
         flatten(kept_t, lt[keep], job.dtype),
@@ -176,7 +188,7 @@ def encode_train(
         writers[0].append(fs, ls)
         writers[1].append(ft, lt)
         for k, v in c.items():
-            counts[k] += v
+            counts[k] = counts.get(k, 0) + v
         report(next(done))
 
     _run_jobs(jobs, threads, consume)
@@ -224,10 +236,12 @@ def encode_eval(
     block: int,
     lowercase: bool = False,
     keep: Collection[int] | None = None,
+    unknown: list[int] | None = None,
 ) -> tuple[int, tuple[np.ndarray, np.ndarray]]:
     """Encode a valid/test split without dropping lines (or only the lines numbered in `keep`,
     a sample), keeping its raw lines for scoring (lowercased with `lowercase`, so validation
-    BLEU compares like with like)."""
+    BLEU compares like with like); `unknown` [source, target] counts the lines with pieces an
+    imported model's vocabulary lacks."""
     writers = [SplitWriter(tmp, split, lang, dtype) for lang in langs]
     texts = [open(tmp / f"{split}.{lang}.txt", "w", encoding="utf-8") for lang in langs]
     try:
@@ -237,7 +251,10 @@ def encode_eval(
                 if lowercase:
                     raw = [line.lower() for line in raw]
                 texts[side].write("".join(line + "\n" for line in raw))
-                ids = toks[side].encode_batch([line.strip() for line in raw], threads=threads)
+                stripped = [line.strip() for line in raw]
+                ids = toks[side].encode_batch(stripped, threads=threads)
+                if unknown is not None:
+                    unknown[side] += unknown_lines(toks[side], stripped, ids)
                 lengths = seq_lengths(ids)
                 writers[side].append(flatten(ids, lengths, dtype), lengths)
     finally:

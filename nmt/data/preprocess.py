@@ -11,7 +11,6 @@ processes over byte ranges of the cleaned files.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,8 +34,15 @@ from nmt.data.corpus import sha256_file
 from nmt.data.dataset import FORMAT, MANIFEST
 from nmt.data.encoding import ChunkJob, check_eval, encode_eval, encode_train
 from nmt.data.holdout import Held, HoldOut, ValidSample, hold_out
-from nmt.data.split_entry import over_limits, split_entry
-from nmt.data.spm_source import SpmSource, spm_source
+from nmt.data.model_tokenizer import (
+    ModelTokenizer,
+    copy_tokenizer,
+    imported_tokenizers,
+    manifest_fields,
+    tokenizer_from,
+)
+from nmt.data.split_entry import check_inputs_outside, over_limits, split_entry, test_names
+from nmt.data.spm_source import SpmSource, copy_models, lowercase_mismatch, spm_source
 from nmt.data.tsv import column_order, is_tsv, train_pairs
 from nmt.data.vocab import SPECIAL_IDS, Tokenizer, train_spm
 from nmt.errors import NmtError
@@ -80,6 +86,7 @@ class PreprocessConfig:
     split_test: int = 0  # ... and this many as test, whose sources train then never contains
     seed: int = 1  # draws the held-out pairs and the valid sample
     valid_sample: int = 0  # keep a seeded sample of this many valid lines (0: all of them)
+    tokenizer_from: str | Path | None = None  # encode with this MODEL_DIR's own tokenizer
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tests", tuple(self.tests))
@@ -93,7 +100,12 @@ class PreprocessConfig:
             raise NmtError(f"--threads must be >= 1, got {self.threads}")
         if self.spm_type not in SPM_TYPES:
             raise NmtError(f"--spm-type must be unigram or bpe, got {self.spm_type!r}")
-        if self.spm_from is None and self.vocab_size < MIN_VOCAB:  # else --spm-from's size
+        if self.tokenizer_from is not None and (self.spm_from is not None or self.extend_vocab):
+            raise NmtError(
+                "--tokenizer-from keeps a model's vocabulary: drop --spm-from/--extend-vocab"
+            )
+        reused = self.spm_from is not None or self.tokenizer_from is not None
+        if not reused and self.vocab_size < MIN_VOCAB:  # else the reused model's size
             raise NmtError(f"vocabulary size must be at least {MIN_VOCAB}, got {self.vocab_size}")
         if not COVERAGE[0] <= self.character_coverage <= COVERAGE[1]:
             raise NmtError(
@@ -173,28 +185,9 @@ class PreprocessConfig:
             inputs = {"train": files(self.train)}
         if self.valid is not None:
             inputs["valid"] = files(self.valid)
-        for name, prefix in zip(_test_names(self.tests), self.tests, strict=True):
+        for name, prefix in zip(test_names(self.tests), self.tests, strict=True):
             inputs[name] = files(prefix)
         return inputs
-
-
-def _lowercase_mismatch(spm_dir: Path, lowercased: bool) -> str:
-    """Why --spm-from's pieces do not fit: they were learnt on text cased unlike this corpus."""
-    if lowercased:
-        return f"--spm-from {spm_dir} was preprocessed with --lowercase: add --lowercase"
-    return f"--spm-from {spm_dir} was preprocessed without --lowercase: drop --lowercase"
-
-
-def _test_names(tests: Sequence[str | Path]) -> list[str]:
-    """Split names from test prefixes' basenames; they must be distinct and not train/valid."""
-    names = [Path(t).name for t in tests]
-    for name in names:
-        if name in ("train", "valid") or names.count(name) > 1:
-            raise NmtError(
-                f"test prefix name {name!r} is ambiguous (test names must be distinct "
-                "and not 'train' or 'valid')"
-            )
-    return names
 
 
 def preprocess(
@@ -216,12 +209,15 @@ def preprocess(
         progress = stderr_progress()
     report: Progress = progress if progress is not None and not quiet else (lambda *_: None)
     inputs = cfg.split_inputs()
-    reused = spm_source(cfg.spm_from) if cfg.spm_from is not None else None
+    model = (
+        None if cfg.tokenizer_from is None else tokenizer_from(cfg.tokenizer_from, cfg.lowercase)
+    )
+    reused = spm_source(cfg.spm_from) if cfg.spm_from is not None else getattr(model, "spm", None)
     if reused is not None and reused.lowercase != cfg.lowercase:
-        raise NmtError(_lowercase_mismatch(reused.dir, reused.lowercase))
+        raise NmtError(lowercase_mismatch(reused.dir, reused.lowercase))
     check_out_dir(out_dir, force)
     if force:
-        _check_inputs_outside(out_dir, inputs)
+        check_inputs_outside(out_dir, inputs)
     # a bad valid/test file fails now, not after train
     lines = {
         split: check_eval(paths, CHUNK_PAIRS) for split, paths in inputs.items() if split != "train"
@@ -229,6 +225,7 @@ def preprocess(
     sample = ValidSample.draw(lines.get("valid", 0), cfg.valid_sample, cfg.seed)
     with building_dir(out_dir, force) as tmp:  # a full disk or a read-only folder names DATA_DIR
         run = _Run(cfg, tmp, inputs, cfg.threads or usable_cpus(), report, reused, sample=sample)
+        run.model = model
         return run.build()
 
 
@@ -246,6 +243,25 @@ class _Run:
     held: Held | None = None  # --split-valid / --split-test: the pairs drawn out of train
     sums: dict[Path, Future[str]] = field(default_factory=dict)  # train's input checksums
     sample: ValidSample | None = None  # --valid-sample: the valid lines kept
+    model: ModelTokenizer | None = None  # --tokenizer-from: the model whose tokenizer encodes
+    unknown: dict[str, dict[str, int]] = field(default_factory=dict)  # per split and language
+
+    @property
+    def imported(self) -> tuple[str, str] | None:
+        """--tokenizer-from an imported model: (folder, files) of its tokenizer copied here."""
+        if self.model is None or not self.model.imported:
+            return None
+        return str(self.tmp), json.dumps(self.model.files(), sort_keys=True)
+
+    def tokenizers(self, models: Pair) -> tuple[Tokenizer, Tokenizer]:
+        """The tokenizers that encode: the copied SentencePiece models, or the imported pair."""
+        imported = self.imported
+        return Tokenizer.pair(*models) if imported is None else imported_tokenizers(*imported)
+
+    def count_unknown(self, split: str, counts: list[int]) -> None:
+        """Record a split's lines holding pieces the model's vocabulary lacks."""
+        if self.imported is not None:
+            self.unknown[split] = dict(zip(self.cfg.langs, counts, strict=True))
 
     def build(self) -> dict[str, Any]:
         """All steps in order; returns the manifest, also written into `tmp`."""
@@ -254,12 +270,14 @@ class _Run:
             self.sums = {p: hasher.submit(sha256_file, p) for p in set(self.inputs["train"])}
             counts, chunks = self.clean_train(clean)
             models = self.learn_sentencepiece(clean)
-            toks = Tokenizer.pair(models[0], models[1])
+            toks = self.tokenizers(models)
             dtype = "<u2" if max(t.vocab_size for t in toks) <= 65535 else "<i4"
             splits = {"train": self.encode_train(clean, chunks, models, dtype, counts)}
         for split, paths in self.inputs.items():
             if split != "train":
                 splits[split] = self.encode_eval(split, paths, toks, dtype)
+        for split, unknown in self.unknown.items():
+            splits[split]["unknown_lines"] = unknown
         manifest = self.manifest(models, toks, dtype, splits)
         _write_manifest(self.tmp / MANIFEST, manifest)
         return manifest
@@ -298,8 +316,11 @@ class _Run:
         """Step 2: one joint SentencePiece model on both sides, or one per language (or a copy of
         --spm-from's, so a trained model's ids mean the same pieces here)."""
         cfg = self.cfg
+        if self.model is not None and self.model.imported:
+            files = copy_tokenizer(self.model, self.tmp)
+            return self.tmp / files["src_spm"], self.tmp / files["tgt_spm"]
         if self.reused is not None:
-            models = self.copy_sentencepiece(self.reused)
+            models = copy_models(self.reused, self.tmp, cfg.langs)
             if cfg.extend_vocab:
                 from nmt.data.vocab_extension import extend_copied
 
@@ -332,35 +353,23 @@ class _Run:
         self.report(step, 1, 1)
         return models
 
-    def copy_sentencepiece(self, source: SpmSource) -> Pair:
-        """Step 2 with --spm-from: copy its model(s) under this folder's names."""
-        src, tgt = self.cfg.langs
-        models: Pair = (
-            (self.tmp / "spm.model",) * 2
-            if source.joint
-            else (self.tmp / f"spm.{src}.model", self.tmp / f"spm.{tgt}.model")
-        )
-        for origin, dst in zip((source.src, source.tgt), models, strict=True):
-            for suffix in (".model", ".vocab"):  # the .vocab beside it is for people to read
-                if origin.with_suffix(suffix).is_file():
-                    shutil.copyfile(origin.with_suffix(suffix), dst.with_suffix(suffix))
-        return models
-
     def encode_train(
         self, clean: Pair, chunks: list[Chunk], models: Pair, dtype: str, counts: dict[str, int]
     ) -> dict[str, Any]:
         """Step 3: encode and length-filter cleaned train; its manifest entry with drop counts."""
-        step = "encode train"
+        step, cfg = "encode train", self.cfg
         remaining = sum(c.n for c in chunks)
         self.report(step, 0, remaining)
         names = (str(models[0]), str(models[1]))
         jobs = [
-            ChunkJob(clean, c, names, dtype, self.cfg.max_len, self.cfg.max_ratio) for c in chunks
+            ChunkJob(clean, c, names, dtype, cfg.max_len, cfg.max_ratio, imported=self.imported)
+            for c in chunks
         ]
         enc_counts, lengths = encode_train(
             self.tmp, self.cfg.langs, jobs, dtype, self.threads,
             lambda n: self.report(step, n, remaining),
         )  # fmt: skip
+        self.count_unknown("train", [enc_counts.pop(f"unknown_{k}", 0) for k in ("src", "tgt")])
         for k, v in enc_counts.items():
             counts[k] += v
         for c in clean:
@@ -370,7 +379,6 @@ class _Run:
             raise NmtError(no_pairs_message(self.inputs["train"], counts))
         sums = {path: future.result() for path, future in self.sums.items()}
         entry = split_entry(self.cfg.langs, self.inputs["train"], lengths, False, "train", sums)
-        cfg = self.cfg
         reasons = (
             DROP_REASONS
             + ("malformed",) * bool(cfg.tsv_order)
@@ -390,10 +398,12 @@ class _Run:
         step = f"encode {split}"
         self.report(step, 0, None)
         sample = self.sample if split == "valid" else None
+        unknown = [0, 0]
         n, lengths = encode_eval(
             self.tmp, split, self.cfg.langs, paths, toks, dtype, self.threads, CHUNK_PAIRS,
-            self.cfg.lowercase, None if sample is None else sample.lines,
+            self.cfg.lowercase, None if sample is None else sample.lines, unknown,
         )  # fmt: skip
+        self.count_unknown(split, unknown)
         self.report(step, n, n)
         held = self.held is not None and split in self.held.files
         inputs = self.inputs["train"] if held else paths  # what a held-out split was drawn from
@@ -410,6 +420,7 @@ class _Run:
     ) -> dict[str, Any]:
         """Step 5: what the data folder holds and how it was made (docs/formats.md)."""
         cfg, reused = self.cfg, self.reused
+        own = {} if self.model is None else manifest_fields(self.model)
         return {
             "format": FORMAT,
             "nmt_version": __version__,
@@ -417,7 +428,7 @@ class _Run:
             "src_lang": cfg.src_lang,
             "tgt_lang": cfg.tgt_lang,
             "joint": models[0] == models[1],
-            "spm_type": cfg.spm_type if reused is None else reused.spm_type,
+            "spm_type": None if self.imported else reused.spm_type if reused else cfg.spm_type,
             "spm": {"src": models[0].name, "tgt": models[1].name},
             "spm_from": None if reused is None else str(reused.dir),
             "vocab_extension": self.extension,
@@ -427,7 +438,7 @@ class _Run:
             "dtype": np.dtype(dtype).name,
             "options": cfg.manifest_options(),
             "splits": splits,
-        }
+        } | own
 
 
 def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
@@ -435,15 +446,3 @@ def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2, ensure_ascii=False)
         f.write("\n")
-
-
-def _check_inputs_outside(out_dir: Path, inputs: dict[str, Pair]) -> None:
-    """Refuse --force when replacing `out_dir` would delete an input file (the user's corpus)."""
-    root = out_dir.resolve()
-    for pair in inputs.values():
-        for path in pair:
-            if path.resolve().is_relative_to(root):
-                raise NmtError(
-                    f"--force would delete {out_dir}, which holds the input {path}; "
-                    "choose another --out"
-                )

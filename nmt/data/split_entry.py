@@ -3,13 +3,14 @@ statistics (the numbers `nmt preprocess` reports per split)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nmt.data.corpus import sha256_file
+from nmt.errors import NmtError
 
 PERCENTILES = (50, 90, 95, 99)
 _BLOCK = 1 << 16  # lengths counted per bincount call
@@ -94,3 +95,27 @@ def split_entry(
             lang: lengths_stats(x, c) for lang, x, c in zip(langs, lengths, counts, strict=True)
         },
     }
+
+
+def test_names(tests: Sequence[str | Path]) -> list[str]:
+    """Split names from test prefixes' basenames; they must be distinct and not train/valid."""
+    names = [Path(t).name for t in tests]
+    for name in names:
+        if name in ("train", "valid") or names.count(name) > 1:
+            raise NmtError(
+                f"test prefix name {name!r} is ambiguous (test names must be distinct "
+                "and not 'train' or 'valid')"
+            )
+    return names
+
+
+def check_inputs_outside(out_dir: Path, inputs: Mapping[str, tuple[Path, Path]]) -> None:
+    """Refuse --force when replacing `out_dir` would delete an input file (the user's corpus)."""
+    root = out_dir.resolve()
+    for pair in inputs.values():
+        for path in pair:
+            if path.resolve().is_relative_to(root):
+                raise NmtError(
+                    f"--force would delete {out_dir}, which holds the input {path}; "
+                    "choose another --out"
+                )

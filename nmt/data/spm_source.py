@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,3 +62,26 @@ def spm_source(directory: str | Path) -> SpmSource:
         d, src, tgt, str(meta.get("src_lang", "")), str(meta.get("tgt_lang", "")),
         kind if isinstance(kind, str) else None, lowercase is True,
     )  # fmt: skip
+
+
+def lowercase_mismatch(spm_dir: Path, lowercased: bool) -> str:
+    """Why --spm-from's pieces do not fit: they were learnt on text cased unlike this corpus."""
+    if lowercased:
+        return f"--spm-from {spm_dir} was preprocessed with --lowercase: add --lowercase"
+    return f"--spm-from {spm_dir} was preprocessed without --lowercase: drop --lowercase"
+
+
+def copy_models(source: SpmSource, out: Path, langs: tuple[str, str]) -> tuple[Path, Path]:
+    """Copy --spm-from's model(s) into `out` under a data folder's names (spm.model, or
+    spm.<lang>.model per side); returns their (source, target) paths."""
+    src, tgt = langs
+    models = (
+        (out / "spm.model",) * 2
+        if source.joint
+        else (out / f"spm.{src}.model", out / f"spm.{tgt}.model")
+    )
+    for origin, dst in zip((source.src, source.tgt), models, strict=True):
+        for suffix in (".model", ".vocab"):  # the .vocab beside it is for people to read
+            if origin.with_suffix(suffix).is_file():
+                shutil.copyfile(origin.with_suffix(suffix), dst.with_suffix(suffix))
+    return models[0], models[1]

@@ -65,6 +65,8 @@ def summary_notes(manifest: dict[str, Any]) -> list[str]:
         notes.append("every split lowercased (--lowercase): the model reads and writes lowercase")
     if manifest.get("spm_from"):
         notes.append(f"SentencePiece models copied from {manifest['spm_from']} (--spm-from)")
+    if source := manifest.get("tokenizer_from"):
+        notes.append(f"encoded with the tokenizer of {source['model']} (--tokenizer-from)")
     if ext := manifest.get("vocab_extension"):
         sides = [("", ext["src"])] if ext["src"] == ext["tgt"] else [
             (" (source)", ext["src"]), (" (target)", ext["tgt"])
@@ -96,6 +98,11 @@ def summary_notes(manifest: dict[str, Any]) -> list[str]:
             notes.append(
                 f"{name}: a sample of {sample['lines']:,} of its {sample['of']:,} lines "
                 f"(--valid-sample, --seed {sample['seed']}), in file order"
+            )
+        if unknown := {k: v for k, v in s.get("unknown_lines", {}).items() if v}:
+            counts = ", ".join(f"{lang} {n:,}" for lang, n in unknown.items())
+            notes.append(
+                f"{name}: lines with pieces the vocabulary lacks (read as <unk>): {counts}"
             )
         if any(s["dropped"].values()):
             reasons = ", ".join(f"{k} {v:,}" for k, v in s["dropped"].items() if v)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nmt.config import ModelConfig, TrainingConfig
+from nmt.config import Config, ModelConfig, TrainingConfig
 from nmt.data.dataset import DataDir
 from nmt.data.spm_source import MODEL_META, spm_source
 from nmt.data.vocab import vocabulary_difference
@@ -43,11 +43,69 @@ def check_same_vocabulary(initial: ModelDir, source: DataDir) -> tuple[int, int]
             f"the corpus with --spm-from {init_dir}{' --lowercase' if lowercase else ''})"
         )
     if differs is not None:
+        entry = source.tokenizer_from
+        whose = f" ({entry['model']}'s tokenizer)" if entry else ""
         raise NmtError(
-            f"{data_dir}: its {differs} vocabulary differs from {init_dir}'s (preprocess the "
-            f"corpus with --spm-from {init_dir})"
+            f"{data_dir}: its {differs} vocabulary{whose} differs from {init_dir}'s (preprocess "
+            f"the corpus with {_flag(initial)} {init_dir})"
         )
     return trained[0].vocab_size, trained[1].vocab_size
+
+
+def _flag(initial: ModelDir) -> str:
+    """The preprocess flag that encodes a corpus for `initial`: an imported model's tokenizer
+    maps pieces through its own vocabulary (--tokenizer-from); an nmt model's is SentencePiece."""
+    return "--tokenizer-from" if initial.meta.get("pieces") else "--spm-from"
+
+
+def check_special_ids(initial: ModelDir, source: DataDir) -> None:
+    """A corpus for an imported model must be encoded with its tokenizer (`--tokenizer-from`),
+    and one encoded so must have the initial model's sizes and special ids: else one line
+    naming both models."""
+    entry, init_dir = source.tokenizer_from, initial.path
+    if entry is None:
+        if initial.meta.get("pieces"):
+            raise NmtError(
+                f"{source.path}: not encoded with {init_dir}'s tokenizer (preprocess the "
+                f"corpus with --tokenizer-from {init_dir})"
+            )
+        return
+    ours, theirs = source.vocab_info, initial.vocab
+    keys = ("src_size", "tgt_size", "pad_id", "unk_id", "bos_id", "eos_id")
+    changes = [
+        f"{k} {getattr(ours, k)} vs {getattr(theirs, k)}"
+        for k in keys
+        if getattr(ours, k) != getattr(theirs, k)
+    ]
+    if changes or (entry.get("kind") == "imported") != bool(initial.meta.get("pieces")):
+        what = ", ".join(changes) or "another kind of tokenizer"
+        raise NmtError(
+            f"{source.path}: encoded with the tokenizer of {entry['model']}, which does not fit "
+            f"--init-from {init_dir} ({what}); preprocess the corpus with {_flag(initial)} "
+            f"{init_dir}"
+        )
+
+
+def write_tokenizer(model_dir: Path, source: DataDir) -> None:
+    """A run on a corpus encoded with an imported model's tokenizer: copy its vocabularies into
+    MODEL_DIR and name them in vocab.json, so the trained model tokenizes as the imported one."""
+    import json
+    import shutil
+
+    from nmt.textio import atomic_write, read_json_object
+
+    entry = source.tokenizer_from
+    files = entry.get("files") if entry else None
+    if not files:
+        return
+    for key in ("pieces", "target_pieces"):
+        if files.get(key):
+            with atomic_write(model_dir / files[key], "wb") as out:
+                with open(source.path / files[key], "rb") as src:
+                    shutil.copyfileobj(src, out)
+    meta = read_json_object(model_dir / MODEL_META) | files
+    with atomic_write(model_dir / MODEL_META) as f:
+        json.dump(meta, f, indent=2)
 
 
 def init_weights(
@@ -70,6 +128,7 @@ def init_weights(
             raise NmtError(f"{init_dir}: not a model directory (--init-from takes a MODEL_DIR)")
         initial = ModelDir(init_dir)  # read once
     init_dir = initial.path
+    check_special_ids(initial, source)
     sizes = check_same_vocabulary(initial, source)
     path = initial.checkpoint(checkpoint)
     added = extend_rows(model, path, sizes)
@@ -146,3 +205,26 @@ def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int
         state[key] = rows
     put_weights(module, state, path, THIS_RUN)
     return {k: own[k].shape[0] - sizes[side] for k, side in grown.items()}
+
+
+def preset_over_initial(
+    preset: str,
+    overrides: list[str],
+    model_dir: str | Path,
+    flags: dict[str, Any],
+    read: Any = None,
+) -> Config:
+    """`nmt train --init-from MODEL_DIR --preset NAME` without CONFIG: MODEL_DIR's config with
+    the preset laid over it (its training settings; an architecture key that differs is then
+    refused by `check_same_architecture`), then `--set` and the flags."""
+    from nmt.config import apply_overrides, load_preset, resolve_train_config, set_value
+    from nmt.config.strict import apply_sections
+
+    cfg = resolve_train_config(None, None, [], model_dir, False, flags, read)
+    apply_sections(cfg, load_preset(preset), f"preset {preset}")
+    apply_overrides(cfg, overrides)
+    for key, value in flags.items():
+        if value is not None:
+            set_value(cfg, f"training.{key}", value, f"--{key.replace('_', '-')}")
+    cfg.check()
+    return cfg

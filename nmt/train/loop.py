@@ -99,9 +99,10 @@ class Trainer:
             )
         self.state, self.valid_seconds = self.resumed.state, self.resumed.valid_seconds
         self.average = setup.weight_average(self.model, tc, self.resumed.average)
-        step_model = setup.wrap_for_training(
-            LossHead(self.model, tc.label_smoothing), tc, dist, device
-        )
+        ids = self.data.vocab  # a model's own special ids with --tokenizer-from data
+        keep_pad = self.data.source.tokenizer_from is not None
+        head = LossHead(self.model, tc.label_smoothing, ids.pad_id, keep_pad)
+        step_model = setup.wrap_for_training(head, tc, dist, device)
         self.update = Updater(
             step_model,
             self.optimizer,
@@ -271,7 +272,8 @@ class Trainer:
         t0 = time.monotonic()
         lr = self.current_lr()
         seg = self.segmentation
-        batches = [batching.collate(seg.src, seg.tgt, idx) for idx in group]
+        ids = self.data.vocab
+        batches = [batching.collate(seg.src, seg.tgt, idx, ids=ids) for idx in group]
         done = self.update(batches, lr, self.state, self.log.warn)
         world_tokens = done.tokens * self.dist.world_size
         self.state.tokens += world_tokens

@@ -107,14 +107,17 @@ class _LinearSmoothedNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, hidden, weight, target, eps, dtype
-    ):  # hidden (N, d); weight (V, d); target (N,)
+        ctx, hidden, weight, target, eps, dtype, bias, frozen
+    ):  # hidden (N, d); weight (V, d); target (N,); bias (V,) or None; frozen: a row or None
         with torch.autocast(hidden.device.type, enabled=False):
             h_all, w = hidden.to(dtype), weight.to(dtype)
+            b = None if bias is None else bias.to(dtype)
             vocab = weight.size(0)
             w_sum = weight.float().sum(0)  # (d,): sum_v w_v, for the rank-one terms
             h32 = hidden.float()  # (N, d); a no-op when hidden is already float32
             sum_logits = h32 @ w_sum if eps > 0 else None  # (N,): sum_v logits_v per row
+            if sum_logits is not None and bias is not None:
+                sum_logits += bias.float().sum()
             grad_h = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device)
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
             loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -124,6 +127,8 @@ class _LinearSmoothedNLL(torch.autograd.Function):
                 h, t = h_all[s : s + CHUNK_ROWS], target[s : s + CHUNK_ROWS, None]
                 logits, p, g = work.views(h.size(0))
                 torch.mm(h, w.t(), out=logits)  # (c, V) in the compute dtype
+                if b is not None:
+                    logits.add_(b)  # the fixed output bias (an imported model's)
                 top = logits.amax(dim=-1).float()  # (c,)
                 chunk_nll = -logits.gather(1, t).squeeze(1).float()  # (c,), lse added below
                 if p is not logits:
@@ -147,6 +152,8 @@ class _LinearSmoothedNLL(torch.autograd.Function):
             if eps > 0:  # the uniform eps / V part of q, rank one
                 grad_h -= eps / vocab * w_sum
                 grad_w -= eps / vocab * h32.sum(0)
+            if frozen is not None:  # the <pad> row: never a target, never emitted, kept as it is
+                grad_w[frozen] = 0.0
         ctx.save_for_backward(grad_h.to(hidden.dtype), grad_w.to(weight.dtype))
         ctx.done = False
         return loss, nll
@@ -157,7 +164,7 @@ class _LinearSmoothedNLL(torch.autograd.Function):
             raise RuntimeError("linear_smoothed_nll: backward through the same loss twice")
         ctx.done = True
         grad_h, grad_w = ctx.saved_tensors
-        return grad_h.mul_(grad_loss), grad_w.mul_(grad_loss), None, None, None
+        return grad_h.mul_(grad_loss), grad_w.mul_(grad_loss), None, None, None, None, None
 
 
 def compute_dtype_now(device_type: str, fallback: torch.dtype) -> torch.dtype:
@@ -173,25 +180,38 @@ def linear_smoothed_nll(
     target: torch.Tensor,
     eps: float,
     pad_id: int = PAD_ID,
+    bias: torch.Tensor | None = None,
+    freeze_pad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """`label_smoothed_nll(hidden @ weight.T, target, eps)` without the whole logits tensor.
+    """`label_smoothed_nll(hidden @ weight.T + bias, target, eps)` without the whole logits tensor.
 
-    hidden: (B, T, d) decoder features; weight: (V, d) output matrix; padding rows are skipped
-    before the projection (no FLOPs on them). Matmuls run in the autocast dtype, softmax in fp32.
+    hidden: (B, T, d) decoder features; weight: (V, d) output matrix; bias: a fixed (V,) output
+    bias (no gradient) or None; padding rows are skipped before the projection (no FLOPs on
+    them). `freeze_pad`: no gradient for weight's `pad_id` row, so a `<pad>` embedding tied to
+    the output stays zero. Matmuls run in the autocast dtype, softmax in fp32.
     """
     flat = hidden.reshape(-1, hidden.size(-1))
     target = target.reshape(-1)
     mask = target != pad_id
     rows = flat[mask]  # (N, d) non-pad rows only
     dtype = compute_dtype_now(hidden.device.type, weight.dtype)
-    loss, nll = _LinearSmoothedNLL.apply(rows, weight, target[mask], float(eps), dtype)
+    frozen = pad_id if freeze_pad else None
+    fixed = None if bias is None else bias.detach()
+    loss, nll = _LinearSmoothedNLL.apply(
+        rows, weight, target[mask], float(eps), dtype, fixed, frozen
+    )
     return loss, nll.detach(), int(rows.size(0))
 
 
 def chunked_nll(
-    hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, pad_id: int = PAD_ID
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    pad_id: int = PAD_ID,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, int]:
-    """Summed NLL of the non-pad targets and their count, CHUNK_ROWS rows of logits at a time:
+    """Summed NLL of the non-pad targets and their count, CHUNK_ROWS rows of logits at a time
+    (with a fixed output `bias`, an imported model's):
     validation's loss without gradients or the whole (B, T, V) logits (with their float32 copy
     and log-softmax, about 400 MB a batch of 4,096 tokens at 8k vocabulary)."""
     target = target.reshape(-1)
@@ -199,7 +219,8 @@ def chunked_nll(
     rows, gold = hidden.reshape(-1, hidden.size(-1))[mask], target[mask]
     total = torch.zeros((), dtype=torch.float32, device=hidden.device)
     for s in range(0, rows.size(0), CHUNK_ROWS):
-        logits = nn.functional.linear(rows[s : s + CHUNK_ROWS], weight).float()  # autocast dtype
+        logits = nn.functional.linear(rows[s : s + CHUNK_ROWS], weight)  # autocast dtype
+        logits = (logits if bias is None else logits + bias.to(logits.dtype)).float()
         picked = logits.gather(1, gold[s : s + CHUNK_ROWS, None]).squeeze(1)
         total += (torch.logsumexp(logits, dim=-1) - picked).sum()
     return total, int(rows.size(0))
@@ -208,14 +229,22 @@ def chunked_nll(
 class LossHead(nn.Module):
     """The training forward: model features -> fused projection + loss, in one module.
 
-    Wrapping the model (no copy of it) lets DDP and torch.compile see one forward that ends in
+    The model's pad id is ignored as a target, its fixed `output_bias` (an imported model's)
+    added to the logits. Wrapping the model (no copy of it) lets DDP and torch.compile see one forward that ends in
     the loss. Models without `features` (the Decoder Protocol's optional fast path) fall back
     to their logits and `label_smoothed_nll`.
     """
 
-    def __init__(self, model: nn.Module, eps: float) -> None:
+    def __init__(
+        self, model: nn.Module, eps: float, pad_id: int = PAD_ID, keep_pad: bool = False
+    ) -> None:
         super().__init__()
-        self.model, self.eps = model, eps
+        self.model, self.eps, self.pad_id = model, eps, pad_id
+        out, emb = getattr(model, "output", None), getattr(model, "tgt_embed", None)
+        # `keep_pad`: an output matrix tied to the embeddings keeps their <pad> row at zero
+        # (padding_idx gives it no gradient through the embeddings; the softmax would)
+        tied = out is not None and emb is not None and out.weight is emb.weight
+        self.freeze_pad = keep_pad and tied
 
     def forward(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, tgt_out: Any
@@ -224,5 +253,10 @@ class LossHead(nn.Module):
         model: Any = self.model
         if hasattr(model, "features"):
             hidden = model.features(src, src_lengths, tgt_in)  # (B, T, d)
-            return linear_smoothed_nll(hidden, model.output.weight, tgt_out, self.eps)
-        return label_smoothed_nll(model(src, src_lengths, tgt_in), tgt_out, self.eps)
+            bias = getattr(model, "output_bias", None)
+            extra: dict[str, Any] = {} if bias is None else {"bias": bias}
+            if self.freeze_pad:
+                extra["freeze_pad"] = True
+            weight = model.output.weight
+            return linear_smoothed_nll(hidden, weight, tgt_out, self.eps, self.pad_id, **extra)
+        return label_smoothed_nll(model(src, src_lengths, tgt_in), tgt_out, self.eps, self.pad_id)

@@ -38,7 +38,7 @@ from nmt.errors import NmtError
 from nmt.runtime import usable_cpus
 from nmt.train import checkpoint, distributed
 from nmt.train.ema import WeightAverage
-from nmt.train.finetune import check_init_outside, init_weights
+from nmt.train.finetune import check_init_outside, init_weights, write_tokenizer
 from nmt.train.log import Log, Metrics
 from nmt.train.schedule import Budget
 from nmt.train.state import (
@@ -245,6 +245,7 @@ def prepare_model_dir(
         modeldir.write_meta(
             run.model_dir, run.cfg, d.src_lang, d.tgt_lang, d.src_spm, d.tgt_spm, d.vocab
         )
+        write_tokenizer(run.model_dir, d.source)  # an imported model's vocabularies
 
 
 def set_rngs(

@@ -18,7 +18,7 @@ from torch import nn
 
 from nmt.data import batching
 from nmt.data.dataset import DataDir, Split
-from nmt.data.vocab import Tokenizer, VocabInfo
+from nmt.data.vocab import PAD_ID, Tokenizer, VocabInfo
 from nmt.decode.workers import decode_workers, map_batches
 from nmt.models.base import Decoder
 from nmt.train.loss import chunked_nll, label_smoothed_nll
@@ -31,6 +31,7 @@ class ValidSet:
     split: Split
     refs: list[str]  # raw lines, possibly capped at training.valid_max_sentences
     tgt_tok: Tokenizer
+    ids: VocabInfo | None = None  # the special ids batches are made with (None: nmt's own)
 
 
 @dataclass
@@ -78,7 +79,8 @@ def load_valid(source: DataDir, max_sentences: int = 0) -> ValidSet | None:
     refs = references(source, split, tgt_tok)
     if max_sentences > 0 and len(refs) > max_sentences:
         refs = refs[:max_sentences]
-    return ValidSet(split, refs, tgt_tok) if refs else None
+    ids = source.vocab_info if source.tokenizer_from else None  # a model's own special ids
+    return ValidSet(split, refs, tgt_tok, ids) if refs else None
 
 
 def references(source: DataDir, valid: Split, tgt_tok: Tokenizer) -> list[str]:
@@ -103,16 +105,20 @@ def over_limit(valid: ValidSet, max_positions: int) -> int:
     return int(((src > max_positions) | (tgt > max_positions)).sum())
 
 
-def teacher_forced_nll(model: nn.Module, batch: batching.Batch) -> tuple[torch.Tensor, int]:
+def teacher_forced_nll(
+    model: nn.Module, batch: batching.Batch, pad_id: int = PAD_ID
+) -> tuple[torch.Tensor, int]:
     """Summed NLL of a batch's targets and their count: through the model's features and chunks
     of logits where it has them (a whole (B, T, V) float32 logits tensor and its log-softmax
-    were most of validation's peak memory), else through its logits."""
+    were most of validation's peak memory), else through its logits; with the model's fixed
+    output bias, if any."""
     net: Any = model
     if hasattr(net, "features"):
         hidden = net.features(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, d)
-        return chunked_nll(hidden, net.output.weight, batch.tgt_out)
+        bias = getattr(net, "output_bias", None)
+        return chunked_nll(hidden, net.output.weight, batch.tgt_out, pad_id, bias)
     logits = net(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
-    _, nll, count = label_smoothed_nll(logits, batch.tgt_out, 0.0)
+    _, nll, count = label_smoothed_nll(logits, batch.tgt_out, 0.0, pad_id)
     return nll, count
 
 
@@ -139,6 +145,8 @@ def validate(
 
     n = len(valid.refs)
     src, tgt = valid.split.src, valid.split.tgt
+    pad = PAD_ID if valid.ids is None else valid.ids.pad_id
+    ids = {} if valid.ids is None else {"ids": valid.ids}
     # tokens only: BLEU needs no scores
     options = ResolvedOptions(max_len_a=max_len_a, max_len_b=max_len_b, scores=False)
     decoder = cast(Decoder, model)  # every registered model satisfies the decoding contract
@@ -154,10 +162,10 @@ def validate(
 
     def run(idx: np.ndarray) -> tuple[float, int, list[str]]:
         """One batch's summed NLL, its target tokens and its detokenized greedy outputs."""
-        batch = batching.collate(src, tgt, idx, limit).to(device)
+        batch = batching.collate(src, tgt, idx, limit, **ids).to(device)
         with torch.no_grad():  # grad mode and autocast are thread-local: set on this thread
             with autocast():
-                nll, count = teacher_forced_nll(model, batch)
+                nll, count = teacher_forced_nll(model, batch, pad)
                 out = greedy_search(decoder, batch.src, batch.src_lengths, options)
         return float(nll), count, [valid.tgt_tok.decode(h.tokens) for h in out]
 
