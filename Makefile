@@ -53,6 +53,7 @@ bench: fetch
 	$(BIN)/python scripts/bench_train.py
 	$(BIN)/python scripts/bench_length.py --precision fp32,bf16 --json work/bench/length.json --plot work/bench/length.png
 	$(BIN)/python scripts/bench_translate.py $(if $(wildcard $(WORK)/model/checkpoints/best.safetensors),-m $(WORK)/model)
+	$(BIN)/python scripts/bench_pretrained.py --json work/bench/pretrained.json
 
 clean:
 	rm -rf work build dist *.egg-info .pytest_cache
