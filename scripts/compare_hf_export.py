@@ -18,12 +18,17 @@ from pathlib import Path
 import torch
 
 
-def _nmt(model_dir: Path, lines: list[str], beam: int) -> tuple[list[list[int]], list[str]]:
-    """nmt's output ids and text per line (transformers' rule for beam search)."""
+def _nmt(
+    model_dir: Path, lines: list[str], beam: int, limit: int
+) -> tuple[list[list[int]], list[str]]:
+    """nmt's output ids and text per line (transformers' rule for beam search), with generate's
+    length limit: `limit` positions, the start token's included (forced eos: one token fewer)."""
     from nmt.decode.translator import Translator
 
     with Translator.from_dir(model_dir, workers=1) as tr:
-        opts = {"greedy": True} if beam == 1 else {"beam_size": beam, "stop": "transformers"}
+        forced = tr.decoding.forced_eos
+        opts: dict = {"max_len_a": 0, "max_len_b": limit - (2 if forced else 1)}
+        opts |= {"greedy": True} if beam == 1 else {"beam_size": beam, "stop": "transformers"}
         done = [t.hypotheses[0] for t in tr.translate(lines, **opts)]
         return [[tr.tgt_tok.piece_to_id(p) for p in h.tokens] for h in done], [h.text for h in done]
 
@@ -80,11 +85,11 @@ def main() -> None:
     limit = json.loads((export / "generation_config.json").read_text())["max_length"]
     report: dict = {"lines": len(lines)}
     for beam in sorted({1, args.beam}):
-        (ours, text), theirs = _nmt(args.model, lines, beam), _hf(export, lines, beam, limit)
+        (ours, text), theirs = _nmt(args.model, lines, beam, limit), _hf(export, lines, beam, limit)
         diff = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
         gaps = {i + 1: _gap(args.model, lines[i], ours[i], theirs[i]) for i in diff}
         report[f"beam{beam}"] = {"identical": len(lines) - len(diff), "differing": gaps}
-        again = _nmt(back, lines, beam)[1]
+        again = _nmt(back, lines, beam, limit)[1]
         report[f"beam{beam}_reimported_identical"] = sum(
             a == b for a, b in zip(text, again, strict=True)
         )
