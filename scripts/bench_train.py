@@ -25,7 +25,7 @@ model GFLOP/s and its ratio to that GEMM rate, which means the same on every mac
 each batch once an epoch, so kernels are cached only if the caches hold an epoch's shapes. It
 reports the last epoch's rate; the summary over rounds shows the first epoch's as "first use".
 
-On a shared or throttled machine one run's figures drift by 20% or more between minutes, which
+A CPU's speed can drift by 20% or more between minutes, which
 is larger than the effects being measured. `--rounds N` runs every configuration once per round,
 round after round (so each configuration sees the same stretches of machine time), then prints
 each configuration's median over rounds and, per model, the bf16 / fp32 ratio of every round
