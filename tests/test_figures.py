@@ -47,26 +47,21 @@ VERSION = re.compile(
 
 # Figures allowed on more than one page, each with its reason (at most 15 entries). Most are two
 # measurements that happen to share a value: hundreds of scores fall between 10 and 45.
-ALLOWED: dict[tuple[str, str], str] = {
-    (
-        "BLEU",
-        "1.1",
-    ): "a split-sentence gap in benchmarks; a floor score in the attention experiment",
-    (
-        "BLEU",
-        "20.4",
-    ): "a sampling row in benchmarks; a validation point in the attention experiment",
-    ("BLEU", "32.0"): "a K=4 RNN in the attention experiment; test_2017 lowercased in the recipe",
-    ("BLEU", "33.2"): "the toolkit comparison in benchmarks; a side-by-side run in the recipe",
-    ("BLEU", "39.1"): "the Canadian-law Transformer; a lowercased Multi30k score in the recipe",
-    ("BLEU", "39.4"): "the 25-minute Multi30k model in the recipe, measured again as the "
-    "baseline row of benchmarks' paragraph and terminology tables; a split oracle",
-    ("BLEU", "39.9"): "averaged Canadian-law checkpoints; a 90-minute Multi30k run",
-    ("BLEU pair", "39.1 / 61.5"): "the Canadian-law Transformer's best checkpoint: a system of "
-    "the attention experiment and the start of its recipe's averaging, both written by scripts",
-    ("chrF", "13.4"): "a vocabulary-extension BLEU in training; an RNN score in the experiment",
-    ("ratio", "1.13"): "tokens under subword sampling; a faster CPU step; a memory growth",
-    ("ratio", "1.34"): "tokens under subword sampling; bf16 against fp32 at beam 5",
+ALLOWED: dict[str, str] = {
+    "BLEU 1.1": "a split-sentence gap in benchmarks; a floor score in the attention experiment",
+    "BLEU 1.9": "a Czech child without new pieces in training; a gain from splitting",
+    "BLEU 20.4": "a sampling row in benchmarks; a validation point in the attention experiment",
+    "BLEU 32.0": "a K=4 RNN in the attention experiment; test_2017 lowercased in the recipe",
+    "BLEU 33.2": "the toolkit comparison in benchmarks; a side-by-side run in the recipe",
+    "BLEU 39.1": "the Canadian-law Transformer; a lowercased Multi30k score in the recipe",
+    "BLEU 39.4": "the 25-minute Multi30k model in the recipe, measured again as the baseline row "
+    "of benchmarks' paragraph and terminology tables; a split oracle",
+    "BLEU 39.9": "averaged Canadian-law checkpoints; a 90-minute Multi30k run",
+    "BLEU pair 39.1 / 61.5": "the Canadian-law Transformer's best checkpoint: a system of the "
+    "attention experiment and the start of its recipe's averaging, both written by scripts",
+    "chrF 13.4": "a vocabulary-extension BLEU in training; an RNN score in the experiment",
+    "ratio 1.13": "tokens under subword sampling; a faster CPU step; a memory growth",
+    "ratio 1.34": "tokens under subword sampling; bf16 against fp32 at beam 5",
 }
 
 
@@ -226,7 +221,7 @@ def repeated(repo: Path = REPO) -> list[str]:
     return [
         f"{value} ({unit}) on {', '.join(sorted(on))}"
         for (unit, value), on in sorted(where.items())
-        if restated(unit, on) and (unit, value) not in ALLOWED
+        if restated(unit, on) and f"{unit} {value}" not in ALLOWED
     ]
 
 
