@@ -276,3 +276,11 @@ def test_a_figure_restated_on_a_second_page_fails(unit: str, tmp_path: Path):
             page.write(f"\n{SEEDS[unit]}\n")
     new = set(repeated(copy)) - set(repeated(REPO))
     assert len(new) == 1 and "README.md, docs/troubleshooting.md" in new.pop(), new
+
+
+def test_make_test_fast_runs_this_test():
+    """`make test-fast` runs the tests not marked slow: this file has no slow mark."""
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile[makefile.index("\ntest-fast:") :].split("\n\n")[0]
+    assert '-m "not slow"' in recipe
+    assert "mark.slow" not in Path(__file__).read_text(encoding="utf-8").replace('"mark.slow"', "")
