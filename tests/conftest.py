@@ -87,3 +87,33 @@ def multi30k(repo_root, tmp_path_factory):
         why = "no mirror (NMT_CORPUS_MIRROR, ../shared/corpora/multi30k), no corpora/multi30k"
         pytest.skip(f"no Multi30k: {why} fetched by make demo")
     return fetch("multi30k", tmp_path_factory.mktemp("multi30k"), mirror=mirror, quiet=True)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--max-test-seconds",
+        type=float,
+        default=None,
+        help="fail a test not marked slow whose call takes longer than this (make test-fast: 5)",
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The budget of `make test-fast`: a passing test not marked slow that ran longer than
+    --max-test-seconds fails, naming its time, so the fast suite stays fast."""
+    outcome = yield
+    report = outcome.get_result()
+    limit = item.config.getoption("--max-test-seconds")
+    if (
+        limit is not None
+        and call.when == "call"
+        and report.passed
+        and item.get_closest_marker("slow") is None
+        and call.duration > limit
+    ):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {call.duration:.1f} s, over the {limit:g} s a test not marked "
+            "slow may take: make it faster or mark it @pytest.mark.slow"
+        )

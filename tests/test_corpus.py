@@ -288,9 +288,9 @@ def test_a_corpus_without_public_address_needs_a_mirror(tmp_path, monkeypatch, c
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.main(["wmt-news-de-en", "--dest", str(tmp_path / "w")]) == 2
+    assert module.main(["tatoeba-de-en", "--dest", str(tmp_path / "w")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: wmt-news-de-en has no public download address (")
+    assert err.startswith("error: tatoeba-de-en has no public download address (")
     assert err.endswith("): give --mirror DIR or set NMT_CORPUS_MIRROR\n") and err.count("\n") == 1
     assert not (tmp_path / "w").exists()
 
@@ -325,6 +325,87 @@ def test_download_from_a_loopback_server_is_verified_and_a_404_is_one_line(tmp_p
         ):
             corpus.fetch("tiny", tmp_path / "dest2", quiet=True)
         assert not (tmp_path / "dest2" / "missing.de").exists()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_every_manifest_names_its_public_source_by_url():
+    """A corpus either downloads from `url` or names where its public source lives
+    (`source_url`), beside the reason (`no_url`) its bytes cannot be fetched from there."""
+    manifests = sorted(corpus.CORPORA_DIR.glob("*.json"))
+    assert len(manifests) >= 4
+    for path in manifests:
+        m = json.loads(path.read_text(encoding="utf-8"))
+        address = m.get("url") or m.get("source_url")
+        assert address and address.startswith("https://"), f"{path.name}: no url or source_url"
+        if not m.get("url"):
+            assert m.get("no_url"), f"{path.name}: source_url without the reason (no_url)"
+
+
+SOURCES = corpus.CORPORA_DIR.parent.parent / "shared" / "corpus-sources"
+
+
+def _fetch_module():
+    path = corpus.CORPORA_DIR.parent / "scripts" / "fetch_corpus.py"
+    spec = importlib.util.spec_from_file_location("fetch_corpus", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _wmt_sources() -> Path:
+    """The local copy of wmt-news-de-en's public source files; skips on a machine without one."""
+    found = sorted(SOURCES.glob("OPUS-MT-testsets-*/testsets"))
+    if not found:
+        pytest.skip(f"no OPUS-MT-testsets copy in {SOURCES}")
+    return found[0].parent
+
+
+def _check_wmt(dest: Path) -> None:
+    names = {p.name for p in dest.iterdir() if not p.name.startswith(".")}
+    assert names == LOCAL["wmt-news-de-en"]
+    assert (dest / "train.de").read_bytes().count(b"\n") == LINES["wmt-news-de-en"][1]
+    assert (dest / "newstest2014.en").read_bytes().count(b"\n") == 3003
+
+
+def test_wmt_news_is_built_from_its_public_files_to_the_manifests_checksums(tmp_path, monkeypatch):
+    """`fetch_corpus.py wmt-news-de-en --sources DIR` builds train, newstest2013 and newstest2014
+    whose .gz bytes equal the manifest's (fetch verifies each before writing it)."""
+    monkeypatch.delenv("NMT_CORPUS_MIRROR", raising=False)
+    sources = _wmt_sources()
+    code = _fetch_module().main(
+        ["wmt-news-de-en", "--dest", str(tmp_path / "w"), "--sources", str(sources), "--quiet"]
+    )
+    assert code == 0
+    _check_wmt(tmp_path / "w")
+
+
+def test_wmt_news_sources_download_from_a_loopback_server(tmp_path, monkeypatch, capsys):
+    """The download path of the build: the same files served over HTTP on 127.0.0.1, each checked
+    against its SHA-256; a changed source is one line naming its URL."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    monkeypatch.delenv("NMT_CORPUS_MIRROR", raising=False)
+    served = tmp_path / "served"
+    shutil.copytree(_wmt_sources() / "testsets", served / "testsets")
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    module = _fetch_module()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{{path}}"
+        module.fetch_corpus("wmt-news-de-en", tmp_path / "w", url=url, quiet=True)
+        _check_wmt(tmp_path / "w")
+        changed = served / "testsets/deu-eng/newstest2013.eng"
+        changed.write_bytes(changed.read_bytes() + b"x\n")
+        with pytest.raises(NmtError, match=r"newstest2013\.eng: checksum mismatch \(expected"):
+            module.fetch_corpus("wmt-news-de-en", tmp_path / "w2", url=url, quiet=True)
+        assert not (tmp_path / "w2").exists()
     finally:
         server.shutdown()
         server.server_close()

@@ -25,6 +25,10 @@ DOC_PAGES = sorted((REPO / "docs").rglob("*.md"))
 PROCESS_WORDS = (
     r"[Ss]essions? [0-9]|[Ii]ssues? [0-9]|#1[0-9]\b|lent a GPU|left as is|these machines"
     r"|[Tt]he seed's|sandbox"
+    # the machines a figure was measured on, beyond a benchmark's CPU, threads and versions
+    r"|[Tt]hrottled|shared (and [a-z]+ )?machines|shared the machine"
+    r"|beside (other|another) (work|training|run|job)|other work beside|another training run"
+    r"|[Tt]oday's [0-9]+-minute"
 )
 SEPARATORS = {"|", "||", "&&", ";", "&"}
 OUTPUT_OPTIONS = {"-o", "--output", "--out", "--dest"}
@@ -224,6 +228,49 @@ def test_commands_name_real_subcommands_options_scripts_and_targets(page: Path):
     assert not problems, "\n".join(problems)
 
 
+# A subcommand that does nothing without one of these options errors as typed without them.
+NEEDS_ONE_OF = {"plot": {"-o", "--output", "--json"}}
+
+
+def inline_commands(text: str) -> list[list[str]]:
+    """The `nmt ...` code spans of a page's prose, as shell words; spans in bold are quoted
+    messages (a symptom), not commands."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    spans = re.findall(r"(?<!\*\*)`(nmt [^`\n]+)`", prose)
+    return [cmd for span in spans for cmd in simple_commands(span)]
+
+
+def one_of_problems(words: list[str]) -> list[str]:
+    """A subcommand run without any of the options it needs (NEEDS_ONE_OF)."""
+    if len(words) < 2 or words[0] != "nmt" or words[1] not in NEEDS_ONE_OF:
+        return []
+    needed = NEEDS_ONE_OF[words[1]]
+    given = {w.split("=", 1)[0] for w in words[2:]}
+    return [] if given & needed else [f"nmt {words[1]} needs one of {sorted(needed)}"]
+
+
+def test_troubleshooting_commands_run_as_typed():
+    """Troubleshooting gives its commands inline: each names a real subcommand and real options,
+    and carries what the subcommand needs to do anything."""
+    group, targets = cli_group(), make_targets()
+    text = (REPO / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    commands = inline_commands(text) + all_commands(text)
+    assert any(c[:2] == ["nmt", "plot"] for c in commands), "the page's commands were not found"
+    problems = [
+        f"{' '.join(words)}\n    {problem}"
+        for words in commands
+        for problem in static_problems(words, group, targets) + one_of_problems(words)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_inline_checker_finds_a_plot_without_output():
+    text = "Check **`nmt plot X`** it. Check the curve (`nmt plot MODEL_DIR`) and `nmt plot M -o a.png`."
+    commands = inline_commands(text)
+    assert commands == [["nmt", "plot", "MODEL_DIR"], ["nmt", "plot", "M", "-o", "a.png"]]
+    assert one_of_problems(commands[0]) and not one_of_problems(commands[1])
+
+
 def test_readme_reads_only_what_an_earlier_command_wrote():
     """README runs top to bottom in a fresh checkout: every input has to come from above."""
     written: set[str] = set()
@@ -299,37 +346,11 @@ def test_checker_parses_continuations_pipes_heredocs_and_redirects():
     assert nmt_problems(["torchrun", "-m", "nmt", "train", "--nproc", "2"], group) == []
 
 
-# ---- the numbers ---------------------------------------------------------------------------------
+# ---- README ------------------------------------------------------------------------------------
 
 
-def readme_tables() -> list[tuple[list[str], set[Path]]]:
-    """README's Markdown tables under Results: each table's cells and the docs pages its section
-    links to (a table restates figures whose home is one of those pages)."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("\n## Results\n") :]
-    section = section[: section.index("\n## ", 1)]
-    pages = {
-        (REPO / link.split("#")[0]).resolve()
-        for link in re.findall(r"\]\(((?:docs|corpora)/[^)#]+\.md)(?:#[^)]*)?\)", section)
-    }
-    tables, cells = [], []
-    for line in section.splitlines() + [""]:
-        if line.startswith("|"):
-            if not set(line) <= set("|-: "):
-                cells += [c.strip() for c in line.strip("|").split("|")]
-        elif cells:
-            tables.append((cells, pages))
-            cells = []
-    return tables
-
-
-def test_readme_result_numbers_appear_in_the_pages_they_come_from():
-    """README may copy its result tables from the docs, never hold a figure of its own."""
-    tables = readme_tables()
-    assert len(tables) >= 2
-    for cells, pages in tables:
-        assert pages, "a README results table without a linked docs page"
-        home = "\n".join(p.read_text(encoding="utf-8") for p in pages)
-        for cell in cells:
-            for number in re.findall(r"\d[\d,]*(?:\.\d+)?", cell):
-                assert number in home, f"README figure {number} ({cell!r}) is in none of {pages}"
+def test_readme_is_a_short_guide():
+    """README is a user's guide: results stay on their pages (tests/test_figures.py holds that)
+    and README links to them."""
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= 250, f"README.md has {lines} lines (at most 250)"

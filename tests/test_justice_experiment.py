@@ -96,6 +96,7 @@ def test_a_failed_step_ends_the_script_in_one_line_naming_it(tmp_path):
     assert script_line.endswith(f"--mirror {missing} exited with status 2")
 
 
+@pytest.mark.slow
 def test_smoke_run_end_to_end(tmp_path):
     if not (MIRROR / "SHA256SUMS").is_file():
         pytest.skip(f"no justice-laws-en-fr mirror in {MIRROR}")

@@ -207,6 +207,7 @@ def test_split_refuses_nbest_attention_and_sampling():
         )
 
 
+@pytest.mark.slow
 def test_cli_gives_line_n_for_line_n_from_files_and_pipes(tmp_path):
     """A real (tiny, random) model through `nmt translate`: with and without --split-sentences,
     from a file and from a pipe, as many output lines as input lines; without it, the same text
