@@ -77,9 +77,10 @@ def bucket_tables(by_length: list[dict[str, Any]], names: list[str]) -> str:
 
     def cell(system: str, bucket: str, metric: str) -> dict[str, Any]:
         return next(
-            r for r in by_length
+            r
+            for r in by_length
             if r["system"] == system and r["bucket"] == bucket and r["name"] == metric
-        )  # fmt: skip
+        )
 
     def fmt(x: float | None, spec: str) -> str:
         return "-" if x is None else format(x, spec)
@@ -152,8 +153,17 @@ def main() -> None:
         {r["name"]: r for r in whole[i * per_metric : (i + 1) * per_metric]}
         for i in range(len(names))
     ]
-    head = ["system", "parameters", "updates", "target tokens (epochs)", "tok/s",
-            "best valid BLEU (greedy)", "test BLEU", "test chrF2", "length ratio"]  # fmt: skip
+    head = [
+        "system",
+        "parameters",
+        "updates",
+        "target tokens (epochs)",
+        "tok/s",
+        "best valid BLEU (greedy)",
+        "test BLEU",
+        "test chrF2",
+        "length ratio",
+    ]
     rows = [run_row(n, m, s) for n, m, s in zip(names, args.models, scores, strict=True)]
     print(table(head, rows))
     print()

@@ -231,14 +231,23 @@ def run_child(
 ) -> dict:
     """Run one configuration in a fresh process and return its JSON line (its translations in
     hyp_path(engine, `label`: the row's precision or export type, mode))."""
-    cmd = [
-        sys.executable, __file__, "--child", mode, "--engine", engine, "--precision", precision,
-        "-m", str(model), "--input", str(test_file(args, args.src)), "--threads", str(args.threads),
-        "--repeats", str(args.repeats), "--sentences", str(args.sentences),
-        "--batch-tokens", str(args.batch_tokens), "--device", args.device,
-        "--workers", str(args.workers), "--hyp-out", str(hyp_path(args, engine, label or precision, mode)), *length_args(args),
-        *(["--gemm"] if gemm else []), *(["--stop", args.stop] if args.stop else []),
-    ]  # fmt: skip
+    options = {
+        "--child": mode,
+        "--engine": engine,
+        "--precision": precision,
+        "-m": model,
+        "--input": test_file(args, args.src),
+        "--threads": args.threads,
+        "--repeats": args.repeats,
+        "--sentences": args.sentences,
+        "--batch-tokens": args.batch_tokens,
+        "--device": args.device,
+        "--workers": args.workers,
+        "--hyp-out": hyp_path(args, engine, label or precision, mode),
+    }
+    cmd = [sys.executable, __file__, *(x for k, v in options.items() for x in (k, str(v)))]
+    cmd += [*length_args(args), *(["--gemm"] if gemm else [])]
+    cmd += ["--stop", args.stop] if args.stop else []
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env(args))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -395,8 +404,10 @@ def fmt(value: Any, spec: str = "") -> str:
 
 def print_table(results: dict) -> None:
     """The human-readable report."""
-    print(f"{'config':<20}{'sent/s':>9}{'tok/s':>9}{'median s':>10}{'RSS MB':>8}"
-          f"{'GFLOP/s':>9}{'%GEMM':>7}{'vs ct2':>8}{'BLEU':>7}")  # fmt: skip
+    print(
+        f"{'config':<20}{'sent/s':>9}{'tok/s':>9}{'median s':>10}{'RSS MB':>8}"
+        f"{'GFLOP/s':>9}{'%GEMM':>7}{'vs ct2':>8}{'BLEU':>7}"
+    )
     for name, r in results["runs"].items():
         pct = None if r["gemm_ratio"] is None else 100 * r["gemm_ratio"]
         print(
@@ -413,8 +424,10 @@ def print_table(results: dict) -> None:
     print(f"GEMM 4096x1024x1024 GFLOP/s, same run and threads: {gemm}{note}")
     for name, c in results.get("cli", {}).items():
         if isinstance(c, dict):
-            print(f"whole `nmt translate` {name}: {c['cli_s']} s, overhead over decoding "
-                  f"{c['overhead_s']} s (target <= 1.5 s)")  # fmt: skip
+            print(
+                f"whole `nmt translate` {name}: {c['cli_s']} s, overhead over decoding "
+                f"{c['overhead_s']} s (target <= 1.5 s)"
+            )
     if "cli" in results:
         print(f"one sentence end to end: {results['cli']['cli_one_sentence_s']} s")
         print(f"python -c 'import torch' alone: {results['cli']['import_torch_s']} s")
@@ -468,8 +481,8 @@ def precisions(args: argparse.Namespace) -> list[str]:
     if bad := [p for p in wanted if p not in PRECISIONS]:
         sys.exit(f"--precision: unknown {', '.join(bad)} (choose from {', '.join(PRECISIONS)})")
     if not supports_precision() and any(p != "fp32" for p in wanted):
-        print("note: Translator.from_dir takes no precision= yet; only fp32 is run",
-              file=sys.stderr)  # fmt: skip
+        note = "note: Translator.from_dir takes no precision= yet; only fp32 is run"
+        print(note, file=sys.stderr)
         wanted = ["fp32"]
     return wanted
 
@@ -604,9 +617,11 @@ def main() -> None:
         print(json.dumps(results))
         return
     print(results["machine"])
-    print(f"model {model}, {args.sentences} sentences of {test_name(args)}, "
-          f"median of {args.repeats * args.rounds} ({args.rounds} rounds of {args.repeats}); "
-          f"export {export or 'none'}")  # fmt: skip
+    print(
+        f"model {model}, {args.sentences} sentences of {test_name(args)}, "
+        f"median of {args.repeats * args.rounds} ({args.rounds} rounds of {args.repeats}); "
+        f"export {export or 'none'}"
+    )
     print_table(results)
 
 
