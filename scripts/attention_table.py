@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import struct
+import sys
 from pathlib import Path
 from typing import Any
 
-from nmt.plots.curves import read_events
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from expt_report import table  # noqa: E402
+from expt_score import cut_flags, read  # noqa: E402
+
+from nmt.plots.curves import read_events  # noqa: E402
 
 
 def parameters(model_dir: Path) -> int:
@@ -60,13 +64,6 @@ def run_row(name: str, model_dir: Path, scores: dict[str, dict[str, Any]]) -> li
     ]
 
 
-def table(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table."""
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
-
-
 def bucket_tables(by_length: list[dict[str, Any]], names: list[str]) -> str:
     """BLEU, BLEU relative to the first bucket, chrF and length ratio per bucket, one row each system."""
     buckets = list(dict.fromkeys(r["bucket"] for r in by_length))
@@ -77,9 +74,10 @@ def bucket_tables(by_length: list[dict[str, Any]], names: list[str]) -> str:
 
     def cell(system: str, bucket: str, metric: str) -> dict[str, Any]:
         return next(
-            r for r in by_length
+            r
+            for r in by_length
             if r["system"] == system and r["bucket"] == bucket and r["name"] == metric
-        )  # fmt: skip
+        )
 
     def fmt(x: float | None, spec: str) -> str:
         return "-" if x is None else format(x, spec)
@@ -108,31 +106,19 @@ def limit_table(
 ) -> str:
     """Per system and bucket, the % of translations whose length (re-encoded subwords) reaches
     the decoding length limit: such a translation ended because the limit cut it, not at eos."""
-    import yaml
-
-    from nmt.data.dataset import tokenizers
     from nmt.eval.bylength import assign, parse_buckets
 
-    src = source.read_text(encoding="utf-8").splitlines()
-    bks = parse_buckets(",".join(buckets))
-    groups, _ = assign([len(line.split()) for line in src], bks)
-    src_tok, tgt_tok = tokenizers(work / "data")
-    n_src = [len(src_tok.encode(line)) for line in src]
+    src = read(source)
+    groups, _ = assign([len(line.split()) for line in src], parse_buckets(",".join(buckets)))
     rows = []
     for name, model in zip(names, models, strict=True):
-        dec = yaml.safe_load((model / "config.yaml").read_text(encoding="utf-8"))["decoding"]
-        out = (model / hyp).read_text(encoding="utf-8").splitlines()
-        hit = [
-            len(tgt_tok.encode(h)) >= max(1, math.floor(dec["max_len_a"] * n + dec["max_len_b"]))
-            for n, h in zip(n_src, out, strict=True)
-        ]
+        hit = cut_flags(model, work / "data", src, read(model / hyp))
         rows.append(
             [name] + [f"{100 * sum(hit[i] for i in g) / max(1, len(g)):.0f}" for g in groups]
         )
     head = ["system"] + [f"{b} (n={len(g)})" for b, g in zip(buckets, groups, strict=True)]
-    return "Translations that run to the length limit, % of the bucket's lines:\n\n" + table(
-        head, rows
-    )
+    title = "Translations that run to the length limit, % of the bucket's lines"
+    return f"{title}:\n\n{table(head, rows)}"
 
 
 def main() -> None:
@@ -152,8 +138,17 @@ def main() -> None:
         {r["name"]: r for r in whole[i * per_metric : (i + 1) * per_metric]}
         for i in range(len(names))
     ]
-    head = ["system", "parameters", "updates", "target tokens (epochs)", "tok/s",
-            "best valid BLEU (greedy)", "test BLEU", "test chrF2", "length ratio"]  # fmt: skip
+    head = [
+        "system",
+        "parameters",
+        "updates",
+        "target tokens (epochs)",
+        "tok/s",
+        "best valid BLEU (greedy)",
+        "test BLEU",
+        "test chrF2",
+        "length ratio",
+    ]
     rows = [run_row(n, m, s) for n, m, s in zip(names, args.models, scores, strict=True)]
     print(table(head, rows))
     print()

@@ -100,8 +100,11 @@ def main(argv: list[str] | None = None) -> int:
                 chrf = CHRF().corpus_score(texts[n], [ref]).score
                 held = f"{coverage(texts[n], phrases[n]):.1f}%" if n else "-"
                 seconds = statistics.median(runs[n])
-                print(f"| {beam} | {n or 'none'} | {bleu:.1f} | {chrf:.1f} | {held} | "
-                      f"{seconds:.1f} | {seconds / base:.2f} |", flush=True)  # fmt: skip
+                print(
+                    f"| {beam} | {n or 'none'} | {bleu:.1f} | {chrf:.1f} | {held} | "
+                    f"{seconds:.1f} | {seconds / base:.2f} |",
+                    flush=True,
+                )
     return 0
 
 

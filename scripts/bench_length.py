@@ -97,10 +97,8 @@ def bench_train(preset: str, precision: str, device: Any, args: argparse.Namespa
     model = fresh_model(preset, device).train()
     optimizer = make_optimizer(model, tc, device)
     autocast = autocast_for(precision, device)
-    update = Updater(
-        LossHead(model, tc.label_smoothing), optimizer, None, None, autocast, tc.clip_norm,
-        DistInfo(), device,
-    )  # fmt: skip
+    head = LossHead(model, tc.label_smoothing)
+    update = Updater(head, optimizer, None, None, autocast, tc.clip_norm, DistInfo(), device)
     state = TrainState()
     lr = tc.lr / max(1, tc.warmup)  # the first warm-up step's: the same work, safely finite
 
@@ -221,10 +219,17 @@ def bench_config(preset: str, precision: str, device: Any, args: argparse.Namesp
     decode = bench_decode(preset, precision, device, args)
     free_memory(device)
     return [
-        {"preset": preset, "type": model_type, "precision": precision, "length": length,
-         "repeats": args.repeats, **t, **d}
+        {
+            "preset": preset,
+            "type": model_type,
+            "precision": precision,
+            "length": length,
+            "repeats": args.repeats,
+            **t,
+            **d,
+        }
         for length, t, d in zip(args.lengths, train, decode, strict=True)
-    ]  # fmt: skip
+    ]
 
 
 def ratios(rows: list[dict]) -> list[dict]:
@@ -237,10 +242,15 @@ def ratios(rows: list[dict]) -> list[dict]:
         if r["type"] != "transformer" or b is None:
             continue
         out.append(
-            {"preset": r["preset"], "baseline": rnn, "precision": r["precision"],
-             "length": r["length"], "train": round(r["train_tok_s"] / b["train_tok_s"], 3),
-             "decode": round(r["decode_tok_s"] / b["decode_tok_s"], 3)}
-        )  # fmt: skip
+            {
+                "preset": r["preset"],
+                "baseline": rnn,
+                "precision": r["precision"],
+                "length": r["length"],
+                "train": round(r["train_tok_s"] / b["train_tok_s"], 3),
+                "decode": round(r["decode_tok_s"] / b["decode_tok_s"], 3),
+            }
+        )
     return out
 
 
@@ -374,9 +384,11 @@ def check_args(args: argparse.Namespace) -> None:
     args.lengths = int_list(args.lengths, "--lengths", 2)
     args.presets = [p.strip() for p in args.presets.split(",") if p.strip()]
     for flag, value, low in (
-        ("--threads", args.threads, 0), ("--tokens", args.tokens, 1),
-        ("--warmup", args.warmup, 0), ("--repeats", args.repeats, 1),
-    ):  # fmt: skip
+        ("--threads", args.threads, 0),
+        ("--tokens", args.tokens, 1),
+        ("--warmup", args.warmup, 0),
+        ("--repeats", args.repeats, 1),
+    ):
         if value < low:
             raise NmtError(f"{flag} {value}: expected at least {low}")
     if args.plot and Path(args.plot).suffix.lower() != ".png":

@@ -33,7 +33,7 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,13 @@ from nmt.plots.curves import read_events  # noqa: E402
 NMT = Path(sys.executable).parent / "nmt"
 LIMIT_MB = 2048
 QUICK = {
-    "sizes": [20_000, 50_000], "vocab_size": 1000, "spm_type": "bpe", "preset": "transformer-tiny",
-    "steps": 5, "translate_lines": 200,
-}  # fmt: skip
+    "sizes": [20_000, 50_000],
+    "vocab_size": 1000,
+    "spm_type": "bpe",
+    "preset": "transformer-tiny",
+    "steps": 5,
+    "translate_lines": 200,
+}
 QUICK_HELP = "20k and 50k pairs, BPE 1000, transformer-tiny, 5 updates, 200 lines: that it runs"
 TARGETS = {"pairs_per_s": 50_000, "first_update_s": 60.0, "train_growth": 1.2, "long_growth": 1.1}
 
@@ -197,11 +201,15 @@ def long_run(s: Settings, data: Path, model: Path, budget: str) -> dict[str, Any
     tenth = max(1, len(rss) // 10)
     first, last = float(np.median(rss[:tenth])), float(np.median(rss[-tenth:]))
     return {
-        "long_budget": budget, "long_s": m["seconds"], "long_events": len(rss),
+        "long_budget": budget,
+        "long_s": m["seconds"],
+        "long_events": len(rss),
         "long_steps": rows[-1].get("steps") or len(rss),
-        "long_peak_mb": m["largest_mb"], "long_rss_first10_mb": first,
-        "long_rss_last10_mb": last, "long_growth": last / first,
-    }  # fmt: skip
+        "long_peak_mb": m["largest_mb"],
+        "long_rss_first10_mb": first,
+        "long_rss_last10_mb": last,
+        "long_growth": last / first,
+    }
 
 
 def translate(s: Settings, prefix: Path, model: Path) -> dict[str, Any]:
@@ -278,13 +286,19 @@ def targets(
 
 
 COLUMNS = (
-    ("size", "size", "{}"), ("prep s", "preprocess_s", "{:.1f}"),
-    ("pairs/s", "pairs_per_s", "{:,.0f}"), ("prep MB", "preprocess_peak_mb", "{:,.0f}"),
-    ("prep PSS MB", "preprocess_tree_pss_mb", "{:,.0f}"), ("bytes/pair", "bytes_per_pair", "{:.0f}"),
-    ("1st update s", "train_first_update_s", "{:.1f}"), ("train MB", "train_peak_mb", "{:,.0f}"),
-    ("rss first/last", "train_rss", "{}"), ("transl s", "translate_s", "{:.1f}"),
-    ("lines/s", "lines_per_s", "{:,.0f}"), ("transl MB", "translate_peak_mb", "{:,.0f}"),
-)  # fmt: skip
+    ("size", "size", "{}"),
+    ("prep s", "preprocess_s", "{:.1f}"),
+    ("pairs/s", "pairs_per_s", "{:,.0f}"),
+    ("prep MB", "preprocess_peak_mb", "{:,.0f}"),
+    ("prep PSS MB", "preprocess_tree_pss_mb", "{:,.0f}"),
+    ("bytes/pair", "bytes_per_pair", "{:.0f}"),
+    ("1st update s", "train_first_update_s", "{:.1f}"),
+    ("train MB", "train_peak_mb", "{:,.0f}"),
+    ("rss first/last", "train_rss", "{}"),
+    ("transl s", "translate_s", "{:.1f}"),
+    ("lines/s", "lines_per_s", "{:,.0f}"),
+    ("transl MB", "translate_peak_mb", "{:,.0f}"),
+)
 
 
 def report(rows: list[dict[str, Any]], long: dict[str, Any] | None = None) -> list[str]:
@@ -326,7 +340,7 @@ def main() -> None:
     p.add_argument("--device", default="auto", help="for nmt train and translate")
     p.add_argument("--json", type=Path, default=None, help="write every row here")
     p.add_argument("--long", default=None, help="also train the largest size this long (e.g. 30m)")
-    args = p.parse_args()  # fmt: skip
+    args = p.parse_args()
     if args.quick:
         vars(args).update(QUICK)
     for name in ("threads", "steps", "translate_lines"):
@@ -336,11 +350,8 @@ def main() -> None:
     from nmt.runtime import usable_cpus
 
     threads = args.threads or usable_cpus()
-    s = Settings(
-        args.work, args.corpus, args.seed, args.noise, threads, args.vocab_size, args.spm_type,
-        args.spm_sample, args.preset, args.steps, 50 if args.quick else 200, args.translate_lines,
-        args.device,
-    )  # fmt: skip
+    given = {f.name: getattr(args, f.name) for f in fields(Settings) if hasattr(args, f.name)}
+    s = Settings(**{**given, "threads": threads, "valid_sentences": 50 if args.quick else 200})
     print(machine_line(threads), flush=True)
     rows = []
     for n in sorted(set(args.sizes)):

@@ -108,8 +108,8 @@ def start_server(
 ) -> tuple[subprocess.Popen, str]:
     """`nmt serve` on a free local port, once /health says ready (at most 180 s)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "nmt", "serve", "-m", model_dir, "--port", str(port), "--quiet",
-           "--device", "cpu", "--max-wait-ms", str(args.max_wait_ms)]  # fmt: skip
+    cmd = [sys.executable, "-m", "nmt", "serve", "-m", model_dir, "--port", str(port), "--quiet"]
+    cmd += ["--device", "cpu", "--max-wait-ms", str(args.max_wait_ms)]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
@@ -124,8 +124,9 @@ def start_server(
     sys.exit("the server did not become ready")
 
 
-def load(url: str, lines: list[str], want: dict[str, str], clients: int, seconds: float,
-         beam: int | None) -> Phase:  # fmt: skip
+def load(
+    url: str, lines: list[str], want: dict[str, str], clients: int, seconds: float, beam: int | None
+) -> Phase:
     """`clients` threads, each sending one sentence per request back to back for `seconds`."""
     phase, lock = Phase(clients), threading.Lock()
     stop_at = time.monotonic() + seconds
@@ -215,11 +216,15 @@ def main() -> None:
     else:
         for name in ("one_client", "concurrent"):
             s = report[name]
-            print(f"{s['clients']:>3} client(s): {s['requests_per_s']:7.1f} req/s "
-                  f"{s['sentences_per_s']:7.1f} sent/s  p50 {s['p50_ms']:7.1f} ms  "
-                  f"p99 {s['p99_ms']:7.1f} ms  errors {s['errors']}  mismatches {s['mismatches']}")  # fmt: skip
-        print(f"batching gain ({args.clients} clients vs 1): {report['batching_gain']}x, "
-              f"precision {precision}")  # fmt: skip
+            print(
+                f"{s['clients']:>3} client(s): {s['requests_per_s']:7.1f} req/s "
+                f"{s['sentences_per_s']:7.1f} sent/s  p50 {s['p50_ms']:7.1f} ms  "
+                f"p99 {s['p99_ms']:7.1f} ms  errors {s['errors']}  mismatches {s['mismatches']}"
+            )
+        print(
+            f"batching gain ({args.clients} clients vs 1): {report['batching_gain']}x, "
+            f"precision {precision}"
+        )
     for msg in (one.errors + many.errors + one.mismatches + many.mismatches)[:5]:
         print("  " + msg, file=sys.stderr)
     if one.errors or many.errors or one.mismatches or many.mismatches:

@@ -33,8 +33,8 @@ def run_tree(tree: Path, args: list[str], cwd: Path) -> float:
     """`python -m nmt ARGS` with `tree` first on the path; its wall seconds."""
     env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "nmt", *args], cwd=cwd, env=env, check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    cmd = [sys.executable, "-m", "nmt", *args]
+    subprocess.run(cmd, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
 
@@ -55,9 +55,9 @@ def translate(tree: Path, model: Path, src: Path, out: Path, greedy: bool, cwd: 
 
 def train(tree: Path, data: Path, out: Path, cwd: Path, steps: int = TRAIN_STEPS) -> float:
     """Training tokens a second of `tree` over `steps` updates (from its metrics.jsonl)."""
-    args = ["train", "--preset", "transformer-multi30k", "-d", str(data.resolve()), "-o", str(out),
-            "--force", "--quiet", "--set", f"training.max_steps={steps}",
-            "--set", "training.valid_every=0", "--set", "training.save_every=0"]  # fmt: skip
+    sets = [f"training.max_steps={steps}", "training.valid_every=0", "training.save_every=0"]
+    args = ["train", "--preset", "transformer-multi30k", "-d", str(data.resolve()), "-o", str(out)]
+    args += ["--force", "--quiet", *(x for s in sets for x in ("--set", s))]
     run_tree(tree, args, cwd)
     events = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
     return float(next(e for e in reversed(events) if e["event"] == "end")["tok_s"])
@@ -94,21 +94,28 @@ def main(argv: list[str] | None = None) -> int:
                     texts[name] = out.read_bytes()
                 same &= texts["old"] == texts["new"]
                 ratios[mode].append(secs["new"] / secs["old"])
-                print(f"round {r + 1} {mode}: old {secs['old']:.2f} s, new {secs['new']:.2f} s, "
-                      f"identical {texts['old'] == texts['new']}", flush=True)  # fmt: skip
+                print(
+                    f"round {r + 1} {mode}: old {secs['old']:.2f} s, new {secs['new']:.2f} s, "
+                    f"identical {texts['old'] == texts['new']}",
+                    flush=True,
+                )
             if args.no_train:
                 continue
             tok = {
                 name: train(trees[name], args.data, work / f"train-{name}", work) for name in order
             }
             ratios["train"].append(tok["new"] / tok["old"])
-            print(f"round {r + 1} train: old {tok['old']:.0f} tok/s, new {tok['new']:.0f} tok/s",
-                  flush=True)  # fmt: skip
+            print(
+                f"round {r + 1} train: old {tok['old']:.0f} tok/s, new {tok['new']:.0f} tok/s",
+                flush=True,
+            )
     for mode, values in ratios.items():
         if values:
             what = "tokens/s" if mode == "train" else "seconds"
-            print(f"{mode}: new / old {what}, median of {len(values)} rounds: "
-                  f"{statistics.median(values):.3f}")  # fmt: skip
+            print(
+                f"{mode}: new / old {what}, median of {len(values)} rounds: "
+                f"{statistics.median(values):.3f}"
+            )
     print("translations byte-identical" if same else "TRANSLATIONS DIFFER")
     return 0 if same else 1
 

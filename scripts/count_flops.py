@@ -66,9 +66,12 @@ def count(data_dir: str, preset: str, max_tokens: int, device: str = "meta") -> 
     with torch.device(device):  # built in place: moving to meta would untie shared weights
         model = build(cfg.model, vocab, init=device != "meta")
     trainer = SimpleNamespace(
-        data=SimpleNamespace(train=train), device=torch.device(device), model=model,
-        autocast=contextlib.nullcontext, tc=cfg.training,
-    )  # fmt: skip
+        data=SimpleNamespace(train=train),
+        device=torch.device(device),
+        model=model,
+        autocast=contextlib.nullcontext,
+        tc=cfg.training,
+    )
     tokens = sum(int((t[b] + 1).sum()) for b in batches)
     pending: list = []
     flops = 0

@@ -2,14 +2,23 @@
 experiment scripts (joined_experiment.py, justice_experiment.py) share.
 
 The flatness rule: after a chunk of updates ending at update S, the curve is flat when the best
-validation BLEU after 0.75 S is less than `margin` above the best up to 0.75 S. Each system trains
+validation BLEU after 0.75 S is within max(0.1, 2% of the best) of the best up to 0.75 S, and the
+validation loss has not improved by 1% in the last 3 validations (whichever stops later, so a weak
+system whose BLEU sits near the floor while its loss still falls trains on). Each system trains
 in chunks from `min_steps` on (`nmt train --resume` between chunks, bitwise equal to an
 uninterrupted run) on its preset's schedule, which is fixed in updates, so the budget never
 shapes the curve; one still rising at `max_steps` is reported as not flat. SIGTERM or Ctrl-C
-reaches every `nmt train` (which saves and stops), and running the script again resumes."""
+reaches every `nmt train` (which saves and stops), and running the script again resumes.
+
+Run on its own, it says where the earlier rule (the best after 0.75 S less than 0.5 BLEU above
+the best before, loss not looked at) and this one call finished runs flat:
+
+    python scripts/flatrun.py work/joined/noattn work/joined/bahdanau
+    python scripts/flatrun.py work/justice/noattn --chunk 800 --min-steps 4000 --max-steps 12000"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -19,7 +28,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from nmt.plots.curves import read_events
@@ -126,13 +135,23 @@ class Runner:
 
 @dataclass(frozen=True)
 class FlatRule:
-    """When a curve counts as flat, and how training gets there."""
+    """When a curve counts as flat, and how training gets there: validation every `valid_every`
+    updates, the rule checked every `chunk` from `min_steps` on, at most `max_steps`."""
 
     valid_every: int = 200
     chunk: int = 400
     min_steps: int = 2000
     max_steps: int = 16000
-    margin: float = 0.5
+    bleu_share: float = 0.02  # BLEU: within max(bleu_floor, bleu_share * best) of the best before
+    bleu_floor: float = 0.1
+    loss_share: float = 0.01  # loss: no gain of loss_share in the last loss_window validations
+    loss_window: int = 3  # 0: BLEU alone
+
+
+# Smoke runs: a few updates, checked often, to see that everything runs.
+SMOKE_RULE = FlatRule(valid_every=10, chunk=10, min_steps=20, max_steps=40)
+# The rule the first runs stopped by: 0.5 BLEU absolute, no loss.
+EARLIER = {"bleu_share": 0.0, "bleu_floor": 0.5, "loss_window": 0}
 
 
 @dataclass(frozen=True)
@@ -146,78 +165,106 @@ class Job:
     sets: tuple[str, ...] = ()
 
 
-def flat_at(points: Sequence[tuple[int, float]], step: int, margin: float) -> bool:
-    """Whether the validation curve up to `step` is flat: the best BLEU after 0.75 * step is less
-    than `margin` above the best up to it (both parts must hold a validation)."""
+Point = tuple[int, float, float | None]  # update, validation BLEU, validation loss (if logged)
+
+
+def bleu_flat(points: Sequence[Point], step: int, rule: FlatRule) -> bool:
+    """Whether BLEU has stopped rising at update S = `step`: the best after 0.75 S is within
+    max(bleu_floor, bleu_share of the best) of the best up to 0.75 S (both parts must hold a
+    validation), so a weak system is held to a margin its own size."""
     cut = 0.75 * step
-    before = [b for s, b in points if s <= cut]
-    after = [b for s, b in points if cut < s <= step]
-    return bool(before and after) and max(after) < max(before) + margin
+    before = [b for s, b, _ in points if s <= cut]
+    after = [b for s, b, _ in points if cut < s <= step]
+    if not (before and after):
+        return False
+    best = max(before + after)
+    return max(after) - max(before) < max(rule.bleu_floor, rule.bleu_share * best)
 
 
-def valid_points(model_dir: Path) -> list[tuple[int, float]]:
-    """(update, validation BLEU) of a run, one per update (a resumed run's last word kept)."""
+def loss_flat(points: Sequence[Point], step: int, rule: FlatRule) -> bool:
+    """Whether validation loss has stopped falling at `step`: none of the last `loss_window`
+    validations is `loss_share` below the best loss before them. A run that logs no loss, or a
+    rule with no loss window, is judged by BLEU alone."""
+    losses = [x for s, _, x in points if s <= step and x is not None]
+    if not losses or rule.loss_window == 0:
+        return True
+    if len(losses) <= rule.loss_window:
+        return False
+    best_before = min(losses[: -rule.loss_window])
+    return min(losses[-rule.loss_window :]) > (1 - rule.loss_share) * best_before
+
+
+def flat_at(points: Sequence[Point], step: int, rule: FlatRule) -> bool:
+    """Whether the curve up to `step` is flat: BLEU and loss both, whichever stops later."""
+    return bleu_flat(points, step, rule) and loss_flat(points, step, rule)
+
+
+def valid_points(model_dir: Path) -> list[Point]:
+    """(update, validation BLEU, validation loss) of a run, one per update (a resumed run's last
+    word kept)."""
     if not (model_dir / "metrics.jsonl").is_file():
         return []
-    points: dict[int, float] = {}
+    points: dict[int, Point] = {}
     for e in read_events(model_dir):
         if e.get("event") == "valid" and e.get("bleu") is not None:
-            points[int(e["step"])] = float(e["bleu"])
-    return sorted(points.items())
+            loss = e.get("valid_loss")
+            step = int(e["step"])
+            points[step] = (step, float(e["bleu"]), None if loss is None else float(loss))
+    return [points[s] for s in sorted(points)]
 
 
 def train_command(job: Job, rule: FlatRule, steps: int, resume: bool) -> list[object]:
     """`nmt train` for `job` up to `steps` updates (no time limit, no patience)."""
-    cmd: list[object] = [
-        BIN / "nmt",
-        "train",
-        "--preset",
-        job.preset,
-        "-d",
-        job.data,
-        "-o",
-        job.model,
-        "--max-time",
-        "0",
-        "--quiet",
-    ]
-    for o in (
-        f"training.valid_every={rule.valid_every}",
-        "training.patience=0",
-        f"training.max_steps={steps}",
-        *job.sets,
-    ):
+    cmd: list[object] = [BIN / "nmt", "train", "--preset", job.preset, "-d", job.data]
+    cmd += ["-o", job.model, "--max-time", "0", "--quiet"]
+    sets = [f"training.valid_every={rule.valid_every}", "training.patience=0"]
+    for o in [*sets, f"training.max_steps={steps}", *job.sets]:
         cmd += ["--set", o]
     return cmd + (["--resume"] if resume else ["--force"])
 
 
+def next_check(points: Sequence[Point], rule: FlatRule, steps: int) -> int:
+    """The first update from `steps` on, chunk by chunk, where the rule has to be checked: past
+    the curve so far, or where the curve so far is flat, or the cap."""
+    done = points[-1][0] if points else 0
+    while steps <= done and not flat_at(points, steps, rule) and steps < rule.max_steps:
+        steps = min(steps + rule.chunk, rule.max_steps)
+    return steps
+
+
+def train_chunk(runner: Runner, rule: FlatRule, job: Job, steps: int, log: Path) -> None:
+    """Train (or resume) `job` up to `steps` updates."""
+    resume = (job.model / "checkpoints" / "last.state.pt").exists()
+    runner.say(f"   {job.name}: training to update {steps:,}" + (" (resumed)" if resume else ""))
+    runner.run(train_command(job, rule, steps, resume), log)
+
+
 def train_to_flat(runner: Runner, rule: FlatRule, job: Job, log: Path) -> dict:
     """Train `job` in chunks until its curve is flat or max_steps is reached; return the outcome
-    (also written to MODEL/flat.json). Resumes where an earlier call stopped."""
+    (also written to MODEL/flat.json). Resumes where an earlier call stopped; an outcome found
+    under another rule is checked again on the curve, and training goes on where it is not flat."""
     outcome_file = job.model / "flat.json"
     if outcome_file.exists():
-        return json.loads(outcome_file.read_text(encoding="utf-8"))
+        outcome = json.loads(outcome_file.read_text(encoding="utf-8"))
+        if outcome.get("rule") == asdict(rule):
+            return outcome
     job.model.mkdir(parents=True, exist_ok=True)
     steps = min(rule.min_steps, rule.max_steps)
     while True:
         points = valid_points(job.model)
-        done = points[-1][0] if points else 0
-        while steps <= done and not flat_at(points, steps, rule.margin) and steps < rule.max_steps:
-            steps = min(steps + rule.chunk, rule.max_steps)
-        if steps > done:
-            resume = (job.model / "checkpoints" / "last.state.pt").exists()
-            runner.say(
-                f"   {job.name}: training to update {steps:,}" + (" (resumed)" if resume else "")
-            )
-            runner.run(train_command(job, rule, steps, resume), log)
+        steps = next_check(points, rule, steps)
+        if steps > (points[-1][0] if points else 0):
+            train_chunk(runner, rule, job, steps, log)
             points = valid_points(job.model)
-        flat = flat_at(points, steps, rule.margin)
+        flat = flat_at(points, steps, rule)
         if flat or steps >= rule.max_steps:
             break
-        best = max(b for _, b in points)
+        best = max(b for _, b, _ in points)
         runner.say(f"   {job.name}: not flat at update {steps:,} (best valid BLEU {best:.2f})")
         steps = min(steps + rule.chunk, rule.max_steps)
-    outcome = {"flat": flat, "steps": steps, "margin": rule.margin, "points": points}
+    trained = points[-1][0] if points else 0
+    outcome = {"flat": flat, "steps": steps, "trained": trained, "rule": asdict(rule)}
+    outcome["points"] = points
     outcome_file.write_text(json.dumps(outcome), encoding="utf-8")
     runner.say(f"   {job.name}: {'flat' if flat else 'NOT flat'} at update {steps:,}")
     return outcome
@@ -251,3 +298,48 @@ def run_all(runner: Runner, jobs: Mapping[str, Callable[[], object]], at_once: i
     for name, error in failed.items():
         print(f"error: {name}: {error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def first_flat(points: Sequence[Point], rule: FlatRule) -> int | None:
+    """The first check (min_steps, then every chunk, to max_steps) at which the curve so far is
+    flat, or None when it is not flat anywhere it reaches."""
+    last = points[-1][0] if points else 0
+    step = min(rule.min_steps, rule.max_steps)
+    while step <= last:
+        if flat_at(points, step, rule):
+            return step
+        if step >= rule.max_steps:
+            break
+        step = min(step + rule.chunk, rule.max_steps)
+    return None
+
+
+def compare(models: Sequence[Path], rule: FlatRule) -> list[str]:
+    """For each run, where the earlier rule and this one call its curve flat."""
+    earlier = replace(rule, **EARLIER)
+    lines = []
+    for model in models:
+        points = valid_points(model)
+        last = points[-1][0] if points else 0
+        at = [first_flat(points, r) for r in (earlier, rule)]
+        said = [f"flat at {s:,}" if s else f"not flat by {last:,}" for s in at]
+        change = "same" if at[0] == at[1] else "CHANGED"
+        lines.append(f"{model}: earlier rule {said[0]}, this rule {said[1]} ({change})")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Compare the rules on finished runs' curves."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("models", type=Path, nargs="+", help="MODEL_DIRs with a metrics.jsonl")
+    p.add_argument("--chunk", type=int, default=FlatRule.chunk, help="updates between checks")
+    p.add_argument("--min-steps", type=int, default=FlatRule.min_steps, help="the first check")
+    p.add_argument("--max-steps", type=int, default=FlatRule.max_steps, help="the cap")
+    args = p.parse_args(argv)
+    rule = FlatRule(chunk=args.chunk, min_steps=args.min_steps, max_steps=args.max_steps)
+    print("\n".join(compare(args.models, rule)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

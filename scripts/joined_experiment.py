@@ -22,11 +22,13 @@ Systems (--systems takes names, `core`, `all` or `extra`):
          training line)
   extra: noattn-seed2, bahdanau-seed2 (a second seed of the K=6 runs)
 
-Training to flat (scripts/flatrun.py): every system validates every 200 updates (greedy BLEU on
-the joined val set) and trains in chunks of 400 updates from 2,000 on, on its preset's
+Training to flat (scripts/flatrun.py): every system validates every 200 updates (greedy BLEU and
+loss on the joined val set) and trains in chunks of 400 updates from 2,000 on, on its preset's
 inverse-square-root schedule (fixed in updates, so the budget never shapes the curve). After a
-chunk ending at update S, the curve is flat when the best validation BLEU after 0.75 S is less than
-0.5 above the best up to 0.75 S; a system still rising at 16,000 updates is reported as not flat.
+chunk ending at update S, the curve is flat when the best validation BLEU after 0.75 S is within
+max(0.1, 2% of the best) of the best up to 0.75 S and the validation loss has not improved by 1%
+in the last 3 validations; a system still rising at 16,000 updates is reported as not flat. A run
+judged under an earlier rule is judged again on its curve, and trains on where it is not flat.
 Every stage is resumable: a finished system is reused, an interrupted one resumes from its last
 save (`nmt train --resume`, bitwise equal to an uninterrupted run), finished translations are
 kept, and SIGTERM stops the running systems after a save. Two systems train at once (--jobs), one
@@ -39,15 +41,17 @@ import dataclasses
 import functools
 import json
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import joined_report  # noqa: E402
+from expt_corpus import fetch, preprocess  # noqa: E402
 from flatrun import (  # noqa: E402
     BIN,
+    SMOKE_RULE,
     FlatRule,
     Job,
     Runner,
@@ -57,41 +61,16 @@ from flatrun import (  # noqa: E402
     train_to_flat,
     translate,
 )
-
-SRC, TGT = "en", "de"
-TEST_K = 6
-
-
-@dataclass(frozen=True)
-class System:
-    """One trained model: its name, preset, corpus (by K) and extra `--set` overrides."""
-
-    name: str
-    preset: str
-    corpus: str  # k6, k4 or k1
-    sets: tuple[str, ...] = ()
-    group: str = "core"
-    budget_of: str = ""  # a reference trains for this system's updates (the same budget)
-
-
-SYSTEMS = [
-    System("noattn", "seq2seq-noattn", "k6"),
-    System("bahdanau", "seq2seq-bahdanau", "k6"),
-    System("transformer", "transformer-multi30k", "k6"),
-    System("noattn-plain", "seq2seq-noattn", "k1", group="all", budget_of="noattn"),
-    System("bahdanau-plain", "seq2seq-bahdanau", "k1", group="all", budget_of="bahdanau"),
-    System("noattn-K4", "seq2seq-noattn", "k4", group="all"),
-    System("bahdanau-K4", "seq2seq-bahdanau", "k4", group="all"),
-    System("transformer-K4", "transformer-multi30k", "k4", group="all"),
-    System("noattn-seed2", "seq2seq-noattn", "k6", ("training.seed=2",), group="extra"),
-    System("bahdanau-seed2", "seq2seq-bahdanau", "k6", ("training.seed=2",), group="extra"),
-]
-SMOKE_PRESETS = {
-    "seq2seq-noattn": ("seq2seq-tiny", ("model.attention=none",)),
-    "seq2seq-bahdanau": ("seq2seq-tiny", ("model.attention=bahdanau",)),
-    "transformer-multi30k": ("transformer-tiny", ()),
-}
-CORPORA = {"k6": 6, "k4": 4, "k1": 1}
+from joined_systems import (  # noqa: E402
+    CORPORA,
+    SMOKE_PRESETS,
+    SRC,
+    SYSTEMS,
+    TEST_K,
+    TGT,
+    System,
+    choose,
+)
 
 
 @dataclass
@@ -108,61 +87,30 @@ class Settings:
     limit: int = 0  # smoke: the first N captions of each split
 
 
+def make_corpus(cfg: Settings, m30k: Path, corpus: str) -> None:
+    """One joined corpus (WORK/corpus-CORPUS) and its preprocessed data (WORK/data-CORPUS), one
+    SentencePiece model learnt on K=6 and reused by the others."""
+    data, text = cfg.work / f"data-{corpus}", cfg.work / f"corpus-{corpus}"
+    make: list[object] = [BIN / "python", ROOT / "scripts/make_joined_corpus.py", m30k]
+    make += ["--dest", text, "--max-k", CORPORA[corpus]]
+    cfg.runner.run(make + (["--limit", cfg.limit] if cfg.limit else []))
+    tests = [text / f"test.k{i}" for i in range(1, TEST_K + 1)]
+    vocab = ["--spm-from", cfg.work / "data-k6"] if corpus != "k6" else ["--vocab-size", 8000]
+    if cfg.smoke and corpus == "k6":
+        vocab = ["--vocab-size", 1000]
+    splits = {"train": text / "train", "valid": text / "val", "test": tests}
+    # --max-len 1000: no joined line is dropped (the longest is about 150 subwords)
+    preprocess(cfg.runner, (SRC, TGT), splits, data, *vocab, "--max-len", 1000)
+
+
 def prepare(cfg: Settings, corpora: set[str]) -> None:
-    """Fetch Multi30k, write the joined corpora and preprocess them with one SentencePiece model
-    (learnt on the K=6 corpus, reused by the others); only the corpora `corpora` names (and K=6)
-    are made. Each step is skipped when done."""
-    py, m30k = BIN / "python", cfg.work / "multi30k"
-    fetch: list[object] = [
-        py,
-        ROOT / "scripts/fetch_corpus.py",
-        "multi30k",
-        "--dest",
-        m30k,
-        "--quiet",
-    ]
-    cfg.runner.run(fetch + (["--mirror", cfg.mirror] if cfg.mirror else []))
-    for corpus, k in CORPORA.items():
-        data, text = cfg.work / f"data-{corpus}", cfg.work / f"corpus-{corpus}"
-        if corpus not in corpora | {"k6"} or (data / "manifest.json").exists():
-            continue
-        make: list[object] = [
-            py,
-            ROOT / "scripts/make_joined_corpus.py",
-            m30k,
-            "--dest",
-            text,
-            "--max-k",
-            k,
-        ]
-        cfg.runner.run(make + (["--limit", cfg.limit] if cfg.limit else []))
-        tests = [a for i in range(1, TEST_K + 1) for a in ("--test", text / f"test.k{i}")]
-        vocab = ["--spm-from", cfg.work / "data-k6"] if corpus != "k6" else ["--vocab-size", 8000]
-        if cfg.smoke and corpus == "k6":
-            vocab = ["--vocab-size", 1000]
-        # --max-len 1000: no joined line is dropped (the longest is about 150 subwords)
-        cfg.runner.run(
-            [
-                BIN / "nmt",
-                "preprocess",
-                "--src-lang",
-                SRC,
-                "--tgt-lang",
-                TGT,
-                "--train",
-                text / "train",
-                "--valid",
-                text / "val",
-                *tests,
-                "-o",
-                data,
-                *vocab,
-                "--max-len",
-                1000,
-                "--force",
-                "--quiet",
-            ]
-        )
+    """Fetch Multi30k and make the joined corpora `corpora` names (and K=6, whose SentencePiece
+    model the others reuse); each step is skipped when done."""
+    m30k = cfg.work / "multi30k"
+    fetch(cfg.runner, "multi30k", m30k, cfg.mirror)
+    for corpus in CORPORA:
+        if corpus in corpora | {"k6"} and not (cfg.work / f"data-{corpus}/manifest.json").exists():
+            make_corpus(cfg, m30k, corpus)
 
 
 def job_of(cfg: Settings, s: System) -> Job:
@@ -196,8 +144,8 @@ def rule_of(cfg: Settings, s: System) -> FlatRule:
         raise RuntimeError(
             f"{s.name} trains for {s.budget_of}'s updates: train {s.budget_of} first"
         )
-    steps = int(json.loads(outcome.read_text(encoding="utf-8"))["steps"])
-    return dataclasses.replace(cfg.rule, max_steps=steps)
+    done = json.loads(outcome.read_text(encoding="utf-8"))
+    return dataclasses.replace(cfg.rule, max_steps=int(done.get("trained", done["steps"])))
 
 
 def system_job(cfg: Settings, s: System) -> None:
@@ -205,21 +153,6 @@ def system_job(cfg: Settings, s: System) -> None:
     train_to_flat(cfg.runner, rule_of(cfg, s), job_of(cfg, s), cfg.work / f"{s.name}.log")
     translate_tests(cfg, s)
     cfg.runner.say(f"   {s.name}: translated test.k1 .. test.k{TEST_K}")
-
-
-def choose(names: Sequence[str]) -> list[System]:
-    """The systems --systems names, in the table's order."""
-    wanted: set[str] = set()
-    for n in names:
-        if n in ("core", "all", "extra"):
-            groups = {"core": {"core"}, "all": {"core", "all"}, "extra": {"extra"}}[n]
-            wanted |= {s.name for s in SYSTEMS if s.group in groups}
-        elif n in {s.name for s in SYSTEMS}:
-            wanted.add(n)
-        else:
-            known = ", ".join(s.name for s in SYSTEMS)
-            raise SystemExit(f"error: unknown system {n!r} (choose from core, all, extra, {known})")
-    return [s for s in SYSTEMS if s.name in wanted]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     default = ROOT.parent / "shared/corpora/multi30k"
     cfg = Settings(args.work, args.docs, corpus_mirror(args.mirror, default), Runner(args.threads))
     if args.smoke:
-        cfg.rule = FlatRule(valid_every=10, chunk=10, min_steps=20, max_steps=40)
+        cfg.rule = SMOKE_RULE
         cfg.smoke, cfg.limit, cfg.beam = True, 120, 2
     systems = choose(args.systems)
     cfg.work.mkdir(parents=True, exist_ok=True)
@@ -263,8 +196,6 @@ def main(argv: list[str] | None = None) -> int:
             status = max(status, run_all(cfg.runner, jobs, args.jobs))
             if cfg.runner.children.stopping.is_set():
                 return status
-    import joined_report
-
     print("== report", flush=True)
     joined_report.write_report(cfg.work, cfg.docs, [(s.name, s.corpus) for s in SYSTEMS])
     return status

@@ -3,15 +3,18 @@
 its WORK folder.
 
 For every system whose test.k1 .. test.k6 translations exist: BLEU and chrF on each test.kN with
-95% percentile intervals from a bootstrap over the lines (each line one group of captions; the
-same resampled lines for every system, so the intervals are paired), the split oracle (the
-system's own test.k1 translations joined in groups of k, scored on test.kN), the output/reference
-length ratio, the share of translations that ran to the decoder's length limit, and the run:
-updates, epochs, minutes, best validation BLEU, whether the curve was flat.
+95% percentile intervals from a bootstrap over the lines (each line one group of captions), the
+split oracle (the system's own test.k1 translations joined in groups of k, scored on test.kN), the
+output/reference length ratio, the share of translations that ran to the decoder's length limit,
+and the run: updates, epochs, minutes, best validation BLEU, whether the curve was flat. The
+bootstrap draws the same resampled lines for every system, so differences are paired: whole minus
+split oracle for each system, and Bahdanau minus noattn and the Transformer minus Bahdanau, at
+every k, each with its 95% interval.
 
-    python scripts/joined_report.py WORK [--docs DIR]
+    python scripts/joined_report.py WORK [--docs DIR] [--systems NAME ...]
 
-Writes WORK/joined_table.md and WORK/joined_results.json, and the figures of the K=6 systems
+Writes WORK/joined_table.md, WORK/joined_results.json (every system's numbers) and
+WORK/joined_pairs.json (the system-minus-system differences), and the figures of the K=6 systems
 DOCS/joined_bleu.png (BLEU against k, the oracle dashed), DOCS/joined_relative.png (BLEU as % of
 each system's k1) and DOCS/joined_length.png (length ratio against k), DOCS/joined_curves.png
 (every system's validation BLEU against updates) and, once K=4 systems are scored,
@@ -20,8 +23,8 @@ DOCS/joined_extrapolation.png (BLEU as % of the split oracle, K=4 beside K=6).""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import math
 import re
 import sys
 from collections.abc import Sequence
@@ -29,129 +32,96 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from sacrebleu.metrics import BLEU, CHRF
-
-from nmt.data.dataset import tokenizers
-from nmt.plots.curves import read_events
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from expt_report import (  # noqa: E402
+    RUN_HEAD,
+    ci,
+    data_row,
+    flat_text,
+    percent,
+    publish,
+    read_json,
+    run_info,
+    run_row,
+    sections,
+    signed,
+    table,
+)
+from expt_score import bootstrap, cut_share, line_weights, paired, read  # noqa: E402
 from joined_figures import figures  # noqa: E402
+from joined_systems import PAIRS, SRC, SYSTEMS, TEST_K, TGT  # noqa: E402
 from make_joined_corpus import fixed_groups, join  # noqa: E402
 
-SRC, TGT = "en", "de"
-TEST_K = 6
-SAMPLES = 1000
-SEED = 12345
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def resampled(metric: Any, hyps: Sequence[str], refs: Sequence[str]) -> tuple[Any, np.ndarray]:
-    """The corpus score, and the scores of SAMPLES resamplings of the lines in drawing order
-    (seeded, so equal-sized sets are resampled alike: two systems' i-th resamplings hold the
-    same lines, which pairs them)."""
-    stats = np.array(metric._extract_corpus_statistics(hyps, [refs]))
-    rng = np.random.RandomState(SEED)
-    idx = rng.randint(0, len(hyps), size=(SAMPLES, len(hyps)))
-    values = [metric._compute_score_from_stats(stats[i].sum(0)).score for i in idx]
-    return metric._compute_score_from_stats(stats.sum(0)), np.array(values)
+@functools.cache
+def weights(lines: int) -> np.ndarray:
+    """The resamples of a test set of `lines` lines: the same for every system."""
+    return line_weights(lines)
 
 
-def interval(values: np.ndarray) -> tuple[float, float]:
-    """The 95% percentile interval of SAMPLES resampled scores."""
-    ordered = np.sort(values)
-    return float(ordered[int(0.025 * SAMPLES)]), float(ordered[int(0.975 * SAMPLES) - 1])
-
-
-def bootstrap(metric: Any, hyps: Sequence[str], refs: Sequence[str]) -> dict[str, float]:
-    """The corpus score and its 95% percentile interval over SAMPLES resamplings of the lines."""
-    score, values = resampled(metric, hyps, refs)
-    lo, hi = interval(values)
-    out = {"score": score.score, "lo": lo, "hi": hi}
-    if hasattr(score, "sys_len"):
-        out["ratio"] = score.sys_len / score.ref_len
-    return out
-
-
-def read(path: Path) -> list[str]:
-    """A text file's lines."""
-    return path.read_text(encoding="utf-8").splitlines()
-
-
-def cut_share(model: Path, data: Path, sources: Sequence[str], hyps: Sequence[str]) -> float:
-    """% of translations at least as long (re-encoded subwords) as the decoder's length limit,
-    floor(max_len_a * source subwords + max_len_b): those ended at the limit, not at eos."""
-    dec = yaml.safe_load((model / "config.yaml").read_text(encoding="utf-8"))["decoding"]
-    src_tok, tgt_tok = tokenizers(data)
-    hit = 0
-    for s, h in zip(sources, hyps, strict=True):
-        limit = max(1, math.floor(dec["max_len_a"] * len(src_tok.encode(s)) + dec["max_len_b"]))
-        hit += len(tgt_tok.encode(h)) >= limit
-    return 100 * hit / len(hyps)
-
-
-def run_info(model: Path, data: Path) -> dict[str, Any]:
-    """Updates, epochs, minutes, best validation BLEU and flatness of one trained system."""
-    events = read_events(model)
-    valid = [e for e in events if e.get("event") == "valid" and e.get("bleu") is not None]
-    flat = json.loads((model / "flat.json").read_text(encoding="utf-8"))
-    manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
-    end = [e for e in events if e.get("event") == "end"][-1]
+def score_k(work: Path, name: str, corpus: str, k: int, k1: Sequence[str]) -> dict[str, Any]:
+    """One system's numbers on test.kK: scores with intervals, the split oracle and the paired
+    difference from it, the floor, the length-limit share."""
+    model, text = work / name, work / f"corpus-{corpus}"
+    src, ref = read(text / f"test.k{k}.{SRC}"), read(text / f"test.k{k}.{TGT}")
+    out, w = read(model / f"test.k{k}.hyp.{TGT}"), weights(len(ref))
+    oracle = join(k1, fixed_groups(len(k1), k))
+    bleu = BLEU()
     return {
-        "updates": flat["steps"],
-        "flat": flat["flat"],
-        "epochs": end["tgt_tokens"] / manifest["splits"]["train"]["tokens"][manifest["tgt_lang"]],
-        "minutes": max(e["elapsed"] for e in valid) / 60,
-        "best_valid": max(e["bleu"] for e in valid),
-        "curve": [(e["step"], e["bleu"]) for e in valid],
+        "k": k,
+        "lines": len(src),
+        "mean_words": sum(len(s.split()) for s in src) / len(src),
+        "bleu": bootstrap(bleu, out, ref, w),
+        "chrf": bootstrap(CHRF(), out, ref, w),
+        "oracle_bleu": bootstrap(bleu, oracle, ref, w),
+        "whole_minus_oracle": paired(bleu, out, oracle, ref, w),
+        "floor_bleu": floor(bleu, out, ref),
+        "cut": cut_share(model, work / f"data-{corpus}", src, out),
     }
 
 
 def score_system(work: Path, name: str, corpus: str) -> dict[str, Any] | None:
     """Every number of one system (trained on WORK/data-CORPUS), or None when its translations
     are not all there."""
-    model = work / name
+    model, text = work / name, work / f"corpus-{corpus}"
     hyp = {k: model / f"test.k{k}.hyp.{TGT}" for k in range(1, TEST_K + 1)}
     if not (model / "flat.json").exists() or not all(p.exists() for p in hyp.values()):
         return None
-    data, text = work / f"data-{corpus}", work / f"corpus-{corpus}"
-    bleu, chrf = BLEU(), CHRF()
     k1 = read(hyp[1])
-    rows = []
-    for k in range(1, TEST_K + 1):
-        src, ref, out = (
-            read(text / f"test.k{k}.{SRC}"),
-            read(text / f"test.k{k}.{TGT}"),
-            read(hyp[k]),
-        )
-        oracle = join(k1, fixed_groups(len(k1), k))
-        rows.append(
-            {
-                "k": k,
-                "lines": len(src),
-                "mean_words": sum(len(s.split()) for s in src) / len(src),
-                "bleu": bootstrap(bleu, out, ref),
-                "chrf": bootstrap(chrf, out, ref),
-                "oracle_bleu": bootstrap(bleu, oracle, ref),
-                "floor_bleu": floor(bleu, out, ref),
-                "cut": cut_share(model, data, src, out),
-            }
-        )
-    refs1 = read(text / f"test.k1.{TGT}")
-    position = by_position(k1, read(hyp[TEST_K]), refs1, TEST_K)
+    rows = [score_k(work, name, corpus, k, k1) for k in range(1, TEST_K + 1)]
+    refs = read(text / f"test.k{TEST_K}.{TGT}")
     split = model / f"test.k{TEST_K}.split.hyp.{TGT}"
     return {
         "name": name,
         "corpus": corpus,
-        "run": run_info(model, data),
+        "run": run_info(model, work / f"data-{corpus}"),
         "by_k": rows,
-        "by_position": position,
-        "split": bootstrap(bleu, read(split), read(text / f"test.k{TEST_K}.{TGT}"))
-        if split.exists()
-        else None,
+        "by_position": by_position(k1, read(hyp[TEST_K]), read(text / f"test.k1.{TGT}"), TEST_K),
+        "split": bootstrap(BLEU(), read(split), refs) if split.exists() else None,
     }
+
+
+def pair_differences(work: Path, results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """BLEU of each PAIRS system minus its partner's at every k, paired over the same resamples
+    of the lines (both scored, each on its own corpus's test sets: the same captions)."""
+    scored = {r["name"]: r for r in results}
+    out = []
+    for a, b in PAIRS:
+        if a not in scored or b not in scored:
+            continue
+        cells = []
+        for k in range(1, TEST_K + 1):
+            ref = read(work / f"corpus-{scored[a]['corpus']}" / f"test.k{k}.{TGT}")
+            hyp_a, hyp_b = (read(work / n / f"test.k{k}.hyp.{TGT}") for n in (a, b))
+            cells.append(paired(BLEU(), hyp_a, hyp_b, ref, weights(len(ref))))
+        out.append({"pair": f"{a} - {b}", "by_k": cells})
+    return out
 
 
 def floor(metric: Any, hyps: Sequence[str], refs: Sequence[str]) -> float:
@@ -186,23 +156,11 @@ def by_position(
     return {"aligned": len(whole[0]), "lines": full, "whole": scores(whole), "alone": scores(alone)}
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A Markdown table."""
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
-
-
-def ci(cell: dict[str, float]) -> str:
-    """'score [lo, hi]'."""
-    return f"{cell['score']:.1f} [{cell['lo']:.1f}, {cell['hi']:.1f}]"
-
-
 def flat_cell(r: dict[str, Any]) -> str:
     """Whether a run's curve was flat; a plain reference that is not flat stopped at its budget
     (its K=6 counterpart's updates)."""
-    if r["run"]["flat"]:
-        return "yes"
-    return "no (stopped at the K=6 run's updates)" if r["corpus"] == "k1" else "**no**"
+    stopped = "no (stopped at the K=6 run's updates)" if r["corpus"] == "k1" else "**no**"
+    return flat_text(r["run"], stopped)
 
 
 def reference_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
@@ -215,93 +173,83 @@ def reference_rows(results: Sequence[dict[str, Any]]) -> list[list[str]]:
         if joined is None:
             continue
         a, b = plain["by_k"][0]["bleu"], joined["by_k"][0]["bleu"]
-        rows.append(
-            [
-                joined["name"],
-                f"{plain['run']['updates']:,} / {joined['run']['updates']:,}",
-                ci(a),
-                ci(b),
-                f"{100 * b['score'] / max(a['score'], 1e-9):.0f}%",
-            ]
-        )
+        updates = f"{plain['run']['updates']:,} / {joined['run']['updates']:,}"
+        rows.append([joined["name"], updates, ci(a), ci(b), percent(b["score"], a["score"])])
     return rows
 
 
-def markdown(results: Sequence[dict[str, Any]]) -> str:
-    """The report's tables."""
-    first = results[0]["by_k"]
-    heads = ["system"] + [f"k{r['k']} (n={r['lines']}, {r['mean_words']:.0f} w)" for r in first]
-    run_rows = [
-        [
-            r["name"],
-            f"{r['run']['updates']:,}",
-            f"{r['run']['epochs']:.1f}",
-            f"{r['run']['minutes']:.0f}",
-            f"{r['run']['best_valid']:.2f}",
-            flat_cell(r),
-        ]
-        for r in results
-    ]
-    bleu = [[r["name"]] + [ci(c["bleu"]) for c in r["by_k"]] for r in results]
-    oracle = [[r["name"]] + [ci(c["oracle_bleu"]) for c in r["by_k"]] for r in results]
-    rel = [
-        [r["name"]]
-        + [f"{100 * c['bleu']['score'] / r['by_k'][0]['bleu']['score']:.0f}%" for c in r["by_k"]]
-        for r in results
-    ]
-    whole = [
-        [r["name"]]
-        + [f"{100 * c['bleu']['score'] / c['oracle_bleu']['score']:.0f}%" for c in r["by_k"]]
-        for r in results
-    ]
-    floors = [[r["name"]] + [f"{c['floor_bleu']:.1f}" for c in r["by_k"]] for r in results]
-    chrf = [[r["name"]] + [ci(c["chrf"]) for c in r["by_k"]] for r in results]
-    ratio = [[r["name"]] + [f"{c['bleu']['ratio']:.2f}" for c in r["by_k"]] for r in results]
-    cut = [[r["name"]] + [f"{c['cut']:.1f}" for c in r["by_k"]] for r in results]
-    pos_rows = [
-        [r["name"], f"{r['by_position']['aligned']} of {r['by_position']['lines']}"]
-        + [
-            "-" if w is None or a is None else f"{w:.1f} ({a:.1f})"
-            for w, a in zip(r["by_position"]["whole"], r["by_position"]["alone"], strict=True)
-        ]
-        for r in results
-    ]
-    pos_head = ["system", f"lines split into {TEST_K}"] + [
-        f"caption {j}" for j in range(1, TEST_K + 1)
-    ]
-    parts = [
-        (
-            "Training (updates and epochs to a flat curve; minutes on one thread)",
-            table(
-                ["system", "updates", "epochs", "minutes", "best valid BLEU (greedy)", "flat"],
-                run_rows,
-            ),
-        ),
-        ("BLEU on test.kN [95% bootstrap interval]", table(heads, bleu)),
+def by_k_tables(results: Sequence[dict[str, Any]], heads: list[str]) -> list[tuple[str, str]]:
+    """The tables with one column per k: scores, the oracle, shares, floor, length, cuts."""
+
+    def rows(cell: Any) -> list[list[str]]:
+        return [[r["name"]] + [cell(c, r) for c in r["by_k"]] for r in results]
+
+    specs = [
+        ("BLEU on test.kN [95% bootstrap interval]", lambda c, r: ci(c["bleu"])),
         (
             "Split oracle: the system's test.k1 translations joined in groups of k",
-            table(heads, oracle),
+            lambda c, r: ci(c["oracle_bleu"]),
         ),
-        ("BLEU as % of the split oracle (what joining cost)", table(heads, whole)),
-        ("BLEU as % of the system's k1", table(heads, rel)),
+        (
+            "BLEU as % of the split oracle (what joining cost)",
+            lambda c, r: percent(c["bleu"]["score"], c["oracle_bleu"]["score"]),
+        ),
+        (
+            "Whole minus split oracle, BLEU [95%, paired bootstrap; bold: the interval excludes 0]",
+            lambda c, r: signed(c["whole_minus_oracle"]),
+        ),
+        (
+            "BLEU as % of the system's k1",
+            lambda c, r: percent(c["bleu"]["score"], r["by_k"][0]["bleu"]["score"]),
+        ),
         (
             "Floor: BLEU against the next line's references (source ignored)",
-            table(heads, floors),
+            lambda c, r: f"{c['floor_bleu']:.1f}",
         ),
-        ("chrF2 on test.kN [95% bootstrap interval]", table(heads, chrf)),
-        ("Output / reference length (BLEU's ratio)", table(heads, ratio)),
-        ("Translations that ran to the length limit, %", table(heads, cut)),
-        (
-            f"BLEU by caption position in test.k{TEST_K}, on the lines whose output splits into "
-            f"{TEST_K} sentences (in brackets: the same captions translated alone)",
-            table(pos_head, pos_rows),
-        ),
+        ("chrF2 on test.kN [95% bootstrap interval]", lambda c, r: ci(c["chrf"])),
+        ("Output / reference length (BLEU's ratio)", lambda c, r: f"{c['bleu']['ratio']:.2f}"),
+        ("Translations that ran to the length limit, %", lambda c, r: f"{c['cut']:.1f}"),
     ]
+    return [(title, table(heads, rows(cell))) for title, cell in specs]
+
+
+def position_table(results: Sequence[dict[str, Any]]) -> tuple[str, str]:
+    """BLEU by caption position within test.kK's lines, beside the captions alone."""
+    rows = []
+    for r in results:
+        p = r["by_position"]
+        cells = [
+            "-" if w is None or a is None else f"{w:.1f} ({a:.1f})"
+            for w, a in zip(p["whole"], p["alone"], strict=True)
+        ]
+        rows.append([r["name"], f"{p['aligned']} of {p['lines']}", *cells])
+    head = ["system", f"lines split into {TEST_K}"] + [f"caption {j}" for j in range(1, TEST_K + 1)]
+    title = (
+        f"BLEU by caption position in test.k{TEST_K}, on the lines whose output splits into "
+        f"{TEST_K} sentences (in brackets: the same captions translated alone)"
+    )
+    return title, table(head, rows)
+
+
+def markdown(results: Sequence[dict[str, Any]], pairs: Sequence[dict[str, Any]] = ()) -> str:
+    """The report's tables."""
+    heads = ["system"] + [
+        f"k{r['k']} (n={r['lines']}, {r['mean_words']:.0f} w)" for r in results[0]["by_k"]
+    ]
+    runs = [run_row(r["name"], r["run"], flat_cell(r)) for r in results]
+    title = "Training (updates and epochs to a flat curve; minutes on one thread)"
+    parts = [(title, table(RUN_HEAD, runs)), *by_k_tables(results, heads)]
+    if pairs:
+        rows = [[p["pair"]] + [signed(c) for c in p["by_k"]] for p in pairs]
+        title = "System minus system, BLEU at every k [95%, paired bootstrap; bold: excludes 0]"
+        parts.insert(5, (title, table(["difference"] + heads[1:], rows)))
+    parts.append(position_table(results))
     if split := [r for r in results if r.get("split")]:
         head = ["system", "whole lines", "split into sentences", "split oracle"]
+        last = [r["by_k"][-1] for r in split]
         rows = [
-            [r["name"], ci(r["by_k"][-1]["bleu"]), ci(r["split"]), ci(r["by_k"][-1]["oracle_bleu"])]
-            for r in split
+            [r["name"], ci(c["bleu"]), ci(r["split"]), ci(c["oracle_bleu"])]
+            for r, c in zip(split, last, strict=True)
         ]
         title = (
             f"test.k{TEST_K} translated whole against split into sentences "
@@ -315,7 +263,7 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
             "for at most the K=6 run's updates, beside the K=6-trained system's"
         )
         parts.insert(2, (title, table(head, refs)))
-    return "\n\n".join(f"{title}:\n\n{body}" for title, body in parts) + "\n"
+    return sections(parts)
 
 
 def data_table(work: Path, corpora: Sequence[str]) -> str:
@@ -323,21 +271,9 @@ def data_table(work: Path, corpora: Sequence[str]) -> str:
     longest line in subwords (against max_positions 256: nothing is cut in training either)."""
     rows = []
     for corpus in corpora:
-        m = json.loads((work / f"data-{corpus}" / "manifest.json").read_text(encoding="utf-8"))
+        manifest = read_json(work / f"data-{corpus}" / "manifest.json")
         for split in ("train", "valid"):
-            e = m["splits"][split]
-            dropped = {k: v for k, v in e.get("dropped", {}).items() if v}
-            longest = max(e["lengths"][lang]["max"] for lang in (SRC, TGT))
-            rows.append(
-                [
-                    corpus,
-                    split,
-                    f"{e['lines_read']:,}",
-                    f"{e['kept']:,}",
-                    ", ".join(f"{k} {v}" for k, v in dropped.items()) or "none",
-                    str(longest),
-                ]
-            )
+            rows.append([corpus, split, *data_row(manifest["splits"][split], (SRC, TGT))])
     head = ["corpus", "split", "lines", "kept", "dropped", "longest (subwords)"]
     return "Data (K=6 joined, K=4 joined, plain):\n\n" + table(head, rows) + "\n"
 
@@ -351,21 +287,18 @@ def write_report(
     if not results:
         print(f"no finished system in {work}")
         return []
+    pairs = pair_differences(work, results)
     scored = {r["name"] for r in results}
     used = [c for c in ("k6", "k4", "k1") if any(n in scored and k == c for n, k in systems)]
-    md = data_table(work, used) + "\n" + markdown(results)
-    (work / "joined_table.md").write_text(md, encoding="utf-8")
+    md = data_table(work, used) + "\n" + markdown(results, pairs)
     (work / "joined_results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    print(md)
-    for path in figures(results, docs):
-        print(f"wrote {path}")
+    (work / "joined_pairs.json").write_text(json.dumps(pairs, indent=1), encoding="utf-8")
+    publish(md, work / "joined_table.md", lambda: figures(results, docs))
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and write the report."""
-    from joined_experiment import SYSTEMS
-
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("work", type=Path, help="the experiment's WORK folder")
     p.add_argument("--docs", type=Path, default=ROOT / "docs", help="where the figures go")

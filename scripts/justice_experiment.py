@@ -16,14 +16,15 @@ keep every line of up to 400 subwords (the longest is 248 words), and the report
 was dropped.
 
 Systems (scripts/flatrun.py trains each to a flat curve: validation every 400 updates, the rule
-checked every 800 from 4,000 on, at most its cap in updates: about four hours of one thread of a
-2-core AMD EPYC, six epochs of the sample for the RNNs, eight for the Transformer; --max-steps
-sets one cap for all): seq2seq-noattn, seq2seq-bahdanau and
-transformer-small on an inverse-square-root schedule (its preset's linear decay would end with
-whatever budget the chunks had reached). Then each translates test (beam 5), and the report
-gives BLEU and chrF whole and per source-length bucket (0-10, 10-20, 20-30, 30-40, 40-60, 60+
-words) with 95% bootstrap intervals, BLEU relative to the shortest bucket, the length ratio and
-the share of translations cut by the length limit, and the figures (scripts/justice_report.py).
+checked every 800 from 4,000 on, at most its cap in updates: 12,000 for both RNNs, so they end at
+the same count unless flat first, 9,600 for the Transformer; --max-steps sets one cap for all):
+seq2seq-noattn, seq2seq-bahdanau and transformer-small on an inverse-square-root schedule (its
+preset's linear decay would end with whatever budget the chunks had reached). Then each
+translates test (beam 5), and the report (scripts/justice_report.py) gives BLEU and chrF whole
+and in 10-word source-length bins out to 70+ with 95% intervals from a bootstrap by document,
+BLEU relative to the 10-20 bin, the train/test near-duplicate rate and the by-length table
+without those lines, the length ratio, the share of translations cut by the length limit, and
+the figures.
 Last, the system with the best validation BLEU is measured as a model to use: its best checkpoint
 against the average of its last five, with and without sentence splitting, and its CTranslate2
 exports, each timed on --recipe-threads threads (scripts/justice_recipe.py)."""
@@ -34,39 +35,18 @@ import argparse
 import dataclasses
 import functools
 import json
-import random
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from flatrun import (  # noqa: E402
-    BIN,
-    FlatRule,
-    Job,
-    Runner,
-    corpus_mirror,
-    exit_status,
-    run_all,
-    train_to_flat,
-    translate,
-)
-
-SRC, TGT = "en", "fr"
-BUCKETS = "0-10,10-20,20-30,30-40,40-60,60+"
-TRANSFORMER = ("model.max_positions=512", "training.schedule=inverse_sqrt", "training.warmup=1000")
-SYSTEMS = {
-    "noattn": ("seq2seq-noattn", ()),
-    "bahdanau": ("seq2seq-bahdanau", ()),
-    "transformer": ("transformer-small", TRANSFORMER),
-}
-CAPS = {"noattn": 7200, "bahdanau": 7200, "transformer": 9600}  # most updates a system trains
-SMOKE = {
-    "noattn": ("seq2seq-tiny", ("model.attention=none",)),
-    "bahdanau": ("seq2seq-tiny", ("model.attention=bahdanau",)),
-    "transformer": ("transformer-tiny", ("model.max_positions=512",)),
-}
+import flatrun  # noqa: E402
+import justice_recipe  # noqa: E402
+import justice_report  # noqa: E402
+from expt_corpus import fetch, preprocess, sample_pairs  # noqa: E402
+from flatrun import SMOKE_RULE, FlatRule, Job, Runner  # noqa: E402
+from justice_systems import BUCKETS, CAPS, SMOKE, SRC, SYSTEMS, TGT  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -84,32 +64,10 @@ class Settings:
     caps: dict[str, int] = dataclasses.field(default_factory=lambda: dict(CAPS))
 
 
-def sample_pairs(src: Path, tgt: Path, out: Path, n: int, seed: int) -> int:
-    """Write a seeded sample of n line pairs (in file order) to OUT.en / OUT.fr; return n."""
-    a = src.read_text(encoding="utf-8").splitlines()
-    b = tgt.read_text(encoding="utf-8").splitlines()
-    if len(a) != len(b):
-        raise SystemExit(f"error: {src} and {tgt} differ in line count ({len(a)}, {len(b)})")
-    keep = sorted(random.Random(seed).sample(range(len(a)), min(n, len(a))))
-    for lines, lang in ((a, SRC), (b, TGT)):
-        tmp = out.with_name(f"{out.name}.{lang}.tmp")
-        tmp.write_text("".join(lines[i] + "\n" for i in keep), encoding="utf-8")
-        tmp.replace(out.with_name(f"{out.name}.{lang}"))
-    return len(keep)
-
-
 def prepare(cfg: Settings) -> None:
     """Fetch the corpus from the mirror, draw the train subset, preprocess (reused when done)."""
     corpus = cfg.work / "corpus"
-    fetch: list[object] = [
-        BIN / "python",
-        ROOT / "scripts/fetch_corpus.py",
-        "justice-laws-en-fr",
-        "--dest",
-        corpus,
-        "--quiet",
-    ]
-    cfg.runner.run(fetch + (["--mirror", cfg.mirror] if cfg.mirror else []))
+    fetch(cfg.runner, "justice-laws-en-fr", corpus, cfg.mirror)
     data = cfg.work / "data"
     if (data / "manifest.json").exists():
         return
@@ -122,32 +80,10 @@ def prepare(cfg: Settings) -> None:
         test = cfg.work / "smoke" / "test"
         test.parent.mkdir(exist_ok=True)
         sample_pairs(corpus / f"test.{SRC}", corpus / f"test.{TGT}", test, 120, 1)
-    cfg.runner.run(
-        [
-            BIN / "nmt",
-            "preprocess",
-            "--src-lang",
-            SRC,
-            "--tgt-lang",
-            TGT,
-            "--train",
-            train,
-            "--valid",
-            corpus / "dev",
-            "--valid-sample",
-            120 if cfg.smoke else 1000,
-            "--test",
-            test,
-            "-o",
-            data,
-            "--vocab-size",
-            cfg.vocab,
-            "--max-len",
-            400,
-            "--force",
-            "--quiet",
-        ]
-    )
+    splits = {"train": train, "valid": corpus / "dev", "test": test}
+    sample = ["--valid-sample", 120 if cfg.smoke else 1000]
+    vocab = ["--vocab-size", cfg.vocab, "--max-len", 400]
+    preprocess(cfg.runner, (SRC, TGT), splits, data, *sample, *vocab)
 
 
 def rule_of(cfg: Settings, name: str) -> FlatRule:
@@ -160,9 +96,9 @@ def system_job(cfg: Settings, name: str) -> None:
     preset, sets = (SMOKE if cfg.smoke else SYSTEMS)[name]
     model = cfg.work / name
     job = Job(name, preset, cfg.work / "data", model, sets)
-    train_to_flat(cfg.runner, rule_of(cfg, name), job, cfg.work / f"{name}.log")
+    flatrun.train_to_flat(cfg.runner, rule_of(cfg, name), job, cfg.work / f"{name}.log")
     src, hyp = cfg.work / "data" / f"test.{SRC}.txt", model / f"test.hyp.{TGT}"
-    translate(cfg.runner, model, src, hyp, 2 if cfg.smoke else 5, cfg.work / f"{name}.log")
+    flatrun.translate(cfg.runner, model, src, hyp, 2 if cfg.smoke else 5, cfg.work / f"{name}.log")
     cfg.runner.say(f"   {name}: translated test")
 
 
@@ -193,20 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         "--recipe-threads", type=int, default=2, help="CPU threads for the best model's timings"
     )
     args = p.parse_args(argv)
-    default = ROOT.parent / "shared/corpora/justice-laws-en-fr"
+    mirror = flatrun.corpus_mirror(args.mirror, ROOT.parent / "shared/corpora/justice-laws-en-fr")
     rule = FlatRule(valid_every=400, chunk=800, min_steps=4000)
-    cfg = Settings(
-        args.work,
-        args.docs,
-        corpus_mirror(args.mirror, default),
-        Runner(args.threads),
-        rule,
-        args.subset,
-    )
+    cfg = Settings(args.work, args.docs, mirror, Runner(args.threads), rule, args.subset)
     if args.max_steps:
         cfg.caps = dict.fromkeys(SYSTEMS, args.max_steps)
     if args.smoke:
-        cfg.rule = FlatRule(valid_every=10, chunk=10, min_steps=20, max_steps=40)
+        cfg.rule = SMOKE_RULE
         cfg.smoke, cfg.subset, cfg.vocab = True, 600, 1000
     cfg.work.mkdir(parents=True, exist_ok=True)
     print(f"== corpus and data in {cfg.work}", flush=True)
@@ -214,16 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.prepare_only:
         return 0
     jobs = {n: functools.partial(system_job, cfg, n) for n in args.systems}
-    status = run_all(cfg.runner, jobs, args.jobs)
+    status = flatrun.run_all(cfg.runner, jobs, args.jobs)
     if cfg.runner.children.stopping.is_set():
         return status
-    import justice_report
-
     print("== report", flush=True)
     results = justice_report.write_report(cfg.work, cfg.docs, list(SYSTEMS), BUCKETS)
     (cfg.work / "justice_results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    import justice_recipe
-
     print("== the best system as a model to use", flush=True)
     best = justice_recipe.recipe(
         cfg.work,
@@ -239,4 +164,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(exit_status(main))
+    sys.exit(flatrun.exit_status(main))

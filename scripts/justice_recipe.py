@@ -25,19 +25,19 @@ from sacrebleu.metrics import BLEU, CHRF
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from expt_report import table  # noqa: E402
 from flatrun import BIN, Runner, valid_points  # noqa: E402
-from joined_report import table  # noqa: E402
+from justice_systems import SRC, SYSTEMS, TGT  # noqa: E402
 
 from nmt.modeldir import saved_config  # noqa: E402
 
-SRC, TGT = "en", "fr"
 AVERAGE_LAST = 5
 
 
 def best_system(work: Path, names: Sequence[str]) -> str | None:
     """The trained system (flat.json written) with the highest validation BLEU, or None."""
     scored = [
-        (max(b for _, b in points), n)
+        (max(b for _, b, _ in points), n)
         for n in names
         if (work / n / "flat.json").exists() and (points := valid_points(work / n))
     ]
@@ -167,8 +167,6 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, measure, write the table."""
-    from justice_experiment import SYSTEMS
-
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("work", type=Path, help="the experiment's WORK folder")
     p.add_argument("--threads", type=int, default=2, help="CPU threads for every translation")

@@ -1,262 +1,243 @@
 #!/usr/bin/env python3
-"""The Canadian-law experiment's report (scripts/justice_experiment.py): for every system that
-translated test, BLEU and chrF whole and per source-length bucket with 95% bootstrap intervals,
-BLEU relative to the shortest bucket, the output/reference length ratio and the share of
-translations cut by the length limit per bucket, each attentional system's BLEU gain over
-noattn per bucket (a paired bootstrap interval), and the run (updates, epochs, minutes, flat).
+"""The Canadian-law experiment's report (scripts/justice_experiment.py), read as Bahdanau et al.'s
+Fig. 2: BLEU against source length.
+
+For every system that translated test: BLEU and chrF whole and in 10-word source-length bins out
+to 70+, with 95% intervals from a bootstrap by document (the test lines come from a few dozen
+documents, so lines are not independent; the whole-test BLEU also gets the line bootstrap's
+interval beside it), the lines and documents in each bin, BLEU relative to the 10-20 bin (0-10 is
+mostly headings and names), the output/reference length ratio and the share of translations cut by
+the length limit per bin, each attentional system's BLEU gain over noattn per bin (paired, on the
+same document resamples), the train/test near-duplicate rate (test lines whose 8-gram set a
+training line holds more than half of) and BLEU by length without those lines, and the run
+(updates, epochs, minutes, flat).
 
     python scripts/justice_report.py WORK [--docs DIR]
 
-Writes WORK/justice_table.md and the figures DOCS/justice_bleu.png (BLEU by length, with
-intervals), DOCS/justice_relative.png and DOCS/justice_curves.png."""
+Documents come from WORK/corpus/test.docs (one id a line) where it exists, else from cutting the
+test set, which is in document order, into 37 runs of consecutive lines. Writes
+WORK/justice_table.md and the figures DOCS/justice_bleu.png (BLEU by length, with intervals),
+DOCS/justice_relative.png and DOCS/justice_curves.png."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from joined_report import (  # noqa: E402
-    bootstrap,
-    ci,
-    cut_share,
-    interval,
-    read,
-    resampled,
-    run_info,
-    table,
-)
+import expt_report as rep  # noqa: E402
+from expt_corpus import documents, near_duplicates  # noqa: E402
+from expt_score import bootstrap, cut_flags, document_weights, paired, read  # noqa: E402
+from justice_figures import figures  # noqa: E402
+from justice_systems import BASELINE, BUCKETS, DOCUMENTS, RELATIVE_TO, SRC, SYSTEMS, TGT  # noqa: E402
 
 from nmt.eval.bylength import assign, parse_buckets  # noqa: E402
 
-SRC, TGT = "en", "fr"
-BASELINE = "noattn"  # the fixed-vector system the attentional ones are measured against
+
+@dataclass
+class LawTestSet:
+    """The test lines, their bins by source words, documents and near-duplicate flags, and the
+    document resamples every system is scored on."""
+
+    src: list[str]
+    ref: list[str]
+    bins: list[tuple[str, list[int]]]  # non-empty bins: label, line numbers
+    docs: list[str]
+    how: str
+    weights: np.ndarray
+    near: list[bool]
 
 
-def score_system(work: Path, name: str, buckets: str) -> dict[str, Any] | None:
+def train_text(work: Path) -> Path:
+    """The source side the systems trained on: the sample when one was drawn."""
+    sample = work / f"train-subset.{SRC}"
+    return sample if sample.exists() else work / "corpus" / f"train.{SRC}"
+
+
+def law_test_set(work: Path, buckets: str) -> LawTestSet:
+    """WORK's test set, cut into `buckets`, with its documents and near-duplicates."""
+    data = work / "data"
+    src, ref = read(data / f"test.{SRC}.txt"), read(data / f"test.{TGT}.txt")
+    groups, _ = assign([len(s.split()) for s in src], parse_buckets(buckets))
+    bins = [(label, idx) for label, idx in zip(buckets.split(","), groups, strict=True) if idx]
+    docs, how = documents(len(src), work / "corpus" / "test.docs", DOCUMENTS)
+    train = train_text(work)
+    near = near_duplicates(src, read(train)) if train.exists() else [False] * len(src)
+    return LawTestSet(src, ref, bins, docs, how, document_weights(docs), near)
+
+
+def bin_row(ts: LawTestSet, label: str, idx: list[int], hyp: list[str], cut: list[bool]) -> dict:
+    """One bin's numbers: lines, documents, mean words, BLEU and chrF by document bootstrap."""
+    refs, hyps, w = [ts.ref[i] for i in idx], [hyp[i] for i in idx], ts.weights[:, idx]
+    return {
+        "bucket": label,
+        "lines": len(idx),
+        "documents": len({ts.docs[i] for i in idx}),
+        "mean_words": sum(len(ts.src[i].split()) for i in idx) / len(idx),
+        "bleu": bootstrap(BLEU(), hyps, refs, w),
+        "chrf": bootstrap(CHRF(), hyps, refs, w),
+        "cut": 100 * sum(cut[i] for i in idx) / len(idx),
+    }
+
+
+def score_system(work: Path, name: str, ts: LawTestSet) -> dict[str, Any] | None:
     """Every number of one system, or None when it has not translated test."""
     model, data = work / name, work / "data"
     hyp_file = model / f"test.hyp.{TGT}"
     if not hyp_file.exists() or not (model / "flat.json").exists():
         return None
-    src, ref, hyp = (read(data / f"test.{SRC}.txt"), read(data / f"test.{TGT}.txt"), read(hyp_file))
-    bleu, chrf = BLEU(), CHRF()
-    groups, _ = assign([len(s.split()) for s in src], parse_buckets(buckets))
-    rows = []
-    for label, idx in zip(buckets.split(","), groups, strict=True):
-        if not idx:
-            continue
-        pick = [src[i] for i in idx], [ref[i] for i in idx], [hyp[i] for i in idx]
-        rows.append(
-            {
-                "bucket": label,
-                "lines": len(idx),
-                "mean_words": sum(len(s.split()) for s in pick[0]) / len(idx),
-                "bleu": bootstrap(bleu, pick[2], pick[1]),
-                "chrf": bootstrap(chrf, pick[2], pick[1]),
-                "cut": cut_share(model, data, pick[0], pick[2]),
-            }
-        )
+    hyp = read(hyp_file)
+    cut = cut_flags(model, data, ts.src, hyp)
     whole = {
-        "bleu": bootstrap(bleu, hyp, ref),
-        "chrf": bootstrap(chrf, hyp, ref),
-        "cut": cut_share(model, data, src, hyp),
+        "bleu": bootstrap(BLEU(), hyp, ts.ref, ts.weights),
+        "bleu_lines": bootstrap(BLEU(), hyp, ts.ref),
+        "chrf": bootstrap(CHRF(), hyp, ts.ref, ts.weights),
+        "cut": 100 * sum(cut) / len(hyp),
     }
-    return {"name": name, "run": run_info(model, data), "whole": whole, "by_length": rows}
+    clean = [(label, [i for i in idx if not ts.near[i]]) for label, idx in ts.bins]
+    return {
+        "name": name,
+        "run": rep.run_info(model, data),
+        "whole": whole,
+        "by_length": [bin_row(ts, label, idx, hyp, cut) for label, idx in ts.bins],
+        "clean_by_length": [bin_row(ts, label, idx, hyp, cut) for label, idx in clean if idx],
+    }
 
 
-def paired_gain(
-    metric: Any, hyps: Sequence[str], base: Sequence[str], refs: Sequence[str]
-) -> dict[str, float]:
-    """`hyps`' score minus `base`'s, with the 95% interval of the difference over the same
-    resamplings of the lines (paired: each one scores both systems on the same lines)."""
-    score, values = resampled(metric, hyps, refs)
-    base_score, base_values = resampled(metric, base, refs)
-    lo, hi = interval(values - base_values)
-    return {"score": score.score - base_score.score, "lo": lo, "hi": hi}
-
-
-def attention_gains(work: Path, results: Sequence[dict[str, Any]], buckets: str) -> None:
-    """Each attentional system's BLEU gain over `noattn` by source length, paired, under its
-    result's "gain" (nothing without a finished noattn)."""
-    names = [r["name"] for r in results]
-    if BASELINE not in names:
+def attention_gains(work: Path, results: Sequence[dict[str, Any]], ts: LawTestSet) -> None:
+    """Each attentional system's BLEU gain over BASELINE by source length, paired on the same
+    document resamples, under its result's "gain" (nothing without a finished baseline)."""
+    if BASELINE not in [r["name"] for r in results]:
         return
-    src, ref = read(work / "data" / f"test.{SRC}.txt"), read(work / "data" / f"test.{TGT}.txt")
-    groups, _ = assign([len(s.split()) for s in src], parse_buckets(buckets))
     base = read(work / BASELINE / f"test.hyp.{TGT}")
-    pick = [(idx, [ref[i] for i in idx]) for idx in groups if idx]
     for r in results:
         if r["name"] == BASELINE:
             continue
         hyp = read(work / r["name"] / f"test.hyp.{TGT}")
         r["gain"] = [
-            paired_gain(BLEU(), [hyp[i] for i in idx], [base[i] for i in idx], refs)
-            for idx, refs in pick
+            paired(
+                BLEU(),
+                [hyp[i] for i in idx],
+                [base[i] for i in idx],
+                [ts.ref[i] for i in idx],
+                ts.weights[:, idx],
+            )
+            for _, idx in ts.bins
         ]
 
 
-def markdown(results: Sequence[dict[str, Any]], data: Path) -> str:
-    """The report's tables."""
-    m = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
-    drops = []
-    for split, e in m["splits"].items():
-        dropped = ", ".join(f"{k} {v:,}" for k, v in e.get("dropped", {}).items() if v) or "none"
-        sample = (
-            f" (a sample of {e['sample']['lines']:,} of {e['sample']['of']:,})"
-            if "sample" in e
-            else ""
-        )
-        longest = max(e["lengths"][lang]["max"] for lang in (SRC, TGT))
-        drops.append(
-            [split, f"{e['lines_read']:,}", f"{e['kept']:,}{sample}", dropped, str(longest)]
-        )
-    parts = [("Data", table(["split", "lines", "kept", "dropped", "longest (subwords)"], drops))]
-    runs = [
-        [
-            r["name"],
-            f"{r['run']['updates']:,}",
-            f"{r['run']['epochs']:.1f}",
-            f"{r['run']['minutes']:.0f}",
-            f"{r['run']['best_valid']:.2f}",
-            "yes" if r["run"]["flat"] else "**no**",
-        ]
-        for r in results
-    ]
-    parts.append(
+def relative(r: dict[str, Any], rows: str = "by_length") -> list[str]:
+    """Each bin's BLEU as % of the RELATIVE_TO bin's (the first bin's where it is empty)."""
+    cells = r[rows]
+    base = next((b for b in cells if b["bucket"] == RELATIVE_TO), cells[0])["bleu"]["score"]
+    return [rep.percent(b["bleu"]["score"], base) for b in cells]
+
+
+def bin_head(cells: Sequence[dict[str, Any]]) -> list[str]:
+    """The header of a by-length table: each bin with its lines and documents."""
+    return ["system"] + [f"{b['bucket']} ({b['lines']:,} l, {b['documents']} d)" for b in cells]
+
+
+def length_tables(results: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The tables with one column per source-length bin."""
+    specs = [
         (
-            "Training (one thread each)",
-            table(
-                ["system", "updates", "epochs", "minutes", "best valid BLEU (greedy)", "flat"], runs
-            ),
-        )
+            "BLEU by source length (words) [95%, bootstrap by document]",
+            lambda r: [rep.ci(b["bleu"]) for b in r["by_length"]],
+        ),
+        (f"BLEU as % of the {RELATIVE_TO} bin's", relative),
+        (
+            "chrF2 by source length [95%, by document]",
+            lambda r: [rep.ci(b["chrf"]) for b in r["by_length"]],
+        ),
+        (
+            "Output / reference length",
+            lambda r: [f"{b['bleu']['ratio']:.2f}" for b in r["by_length"]],
+        ),
+        (
+            "Translations cut by the length limit, % of the bin",
+            lambda r: [f"{b['cut']:.1f}" for b in r["by_length"]],
+        ),
+    ]
+    head = bin_head(results[0]["by_length"])
+    parts = [
+        (title, rep.table(head, [[r["name"], *cells(r)] for r in results]))
+        for title, cells in specs
+    ]
+    if gains := [[r["name"]] + [rep.signed(g) for g in r["gain"]] for r in results if "gain" in r]:
+        title = f"BLEU gain over {BASELINE} by source length [95%, paired, by document]"
+        parts.append((title, rep.table(head, gains)))
+    return parts
+
+
+def near_table(results: Sequence[dict[str, Any]], ts: LawTestSet) -> tuple[str, str]:
+    """BLEU by length on the test lines that are not near-duplicates of a training line."""
+    head = bin_head(results[0]["clean_by_length"])
+    body = [[r["name"], *(rep.ci(b["bleu"]) for b in r["clean_by_length"])] for r in results]
+    body += [[f"{r['name']}, % of {RELATIVE_TO}", *relative(r, "clean_by_length")] for r in results]
+    share = 100 * sum(ts.near) / max(1, len(ts.near))
+    title = (
+        f"Near-duplicates: {sum(ts.near):,} of {len(ts.near):,} test lines ({share:.1f}%) have a "
+        "training line holding more than half of their 8-grams. BLEU by source length without "
+        "them [95%, by document]"
     )
+    return title, rep.table(head, body)
+
+
+def markdown(results: Sequence[dict[str, Any]], data: Path, ts: LawTestSet) -> str:
+    """The report's tables."""
+    m = rep.read_json(data / "manifest.json")
+    drops = [[split, *rep.data_row(e, (SRC, TGT))] for split, e in m["splits"].items()]
+    runs = [rep.run_row(r["name"], r["run"], rep.flat_text(r["run"])) for r in results]
     whole = [
         [
             r["name"],
-            ci(r["whole"]["bleu"]),
-            ci(r["whole"]["chrf"]),
+            rep.ci(r["whole"]["bleu"]),
+            rep.ci(r["whole"]["bleu_lines"]),
+            rep.ci(r["whole"]["chrf"]),
             f"{r['whole']['bleu']['ratio']:.2f}",
             f"{r['whole']['cut']:.1f}",
         ]
         for r in results
     ]
-    parts.append(
-        (
-            "Test, whole",
-            table(
-                ["system", "BLEU [95%]", "chrF2 [95%]", "length ratio", "cut by the limit, %"],
-                whole,
-            ),
-        )
-    )
-    first = results[0]["by_length"]
-    head = ["system"] + [f"{b['bucket']} (n={b['lines']:,})" for b in first]
-    for title, cell in (
-        ("BLEU by source length (words) [95%]", lambda b, r: ci(b["bleu"])),
-        (
-            "BLEU as % of the shortest bucket's",
-            lambda b, r: (
-                f"{100 * b['bleu']['score'] / max(1e-9, r['by_length'][0]['bleu']['score']):.0f}%"
-            ),
-        ),
-        ("chrF2 by source length [95%]", lambda b, r: ci(b["chrf"])),
-        ("Output / reference length by source length", lambda b, r: f"{b['bleu']['ratio']:.2f}"),
-        ("Translations cut by the length limit, % of the bucket", lambda b, r: f"{b['cut']:.1f}"),
-    ):
-        rows = [[r["name"]] + [cell(b, r) for b in r["by_length"]] for r in results]
-        parts.append((title, table(head, rows)))
-    gains = [[r["name"]] + [signed(g) for g in r["gain"]] for r in results if "gain" in r]
-    if gains:
-        title = f"BLEU gain over {BASELINE} by source length [95%, paired bootstrap]"
-        parts.append((title, table(head, gains)))
-    return "\n\n".join(f"{t}:\n\n{body}" for t, body in parts) + "\n"
-
-
-def signed(cell: dict[str, float]) -> str:
-    """A difference and its interval: +5.2 [+4.1, +6.3]."""
-    return f"{cell['score']:+.1f} [{cell['lo']:+.1f}, {cell['hi']:+.1f}]"
-
-
-def figures(results: Sequence[dict[str, Any]], docs: Path) -> list[Path]:
-    """BLEU by length with intervals, relative BLEU, validation curves."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    docs.mkdir(parents=True, exist_ok=True)
-    labels = [b["bucket"] for b in results[0]["by_length"]]
-    xs = list(range(len(labels)))
-    out = []
-    for name, relative in (("justice_bleu.png", False), ("justice_relative.png", True)):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for r in results:
-            base = r["by_length"][0]["bleu"]["score"] or 1e-9
-            scale = 100 / base if relative else 1.0
-            y = [b["bleu"]["score"] * scale for b in r["by_length"]]
-            if relative:
-                ax.plot(xs, y, marker="o", label=r["name"])
-            else:
-                err = [
-                    [b["bleu"]["score"] - b["bleu"]["lo"] for b in r["by_length"]],
-                    [b["bleu"]["hi"] - b["bleu"]["score"] for b in r["by_length"]],
-                ]
-                ax.errorbar(xs, y, yerr=err, marker="o", capsize=3, label=r["name"])
-        ax.set(
-            xticks=xs,
-            xticklabels=labels,
-            xlabel="source length (words)",
-            ylabel="BLEU, % of the 0-10 bucket" if relative else "BLEU (test, en->fr)",
-        )
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(docs / name, dpi=110)
-        plt.close(fig)
-        out.append(docs / name)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in results:
-        steps, vals = zip(*r["run"]["curve"], strict=True)
-        ax.plot(steps, vals, label=r["name"])
-    ax.set(xlabel="updates", ylabel="validation BLEU (greedy)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(docs / "justice_curves.png", dpi=110)
-    plt.close(fig)
-    return out + [docs / "justice_curves.png"]
+    head = ["system", "BLEU [95%, documents]", "BLEU [95%, lines]", "chrF2 [95%, documents]"]
+    head += ["length ratio", "cut by the limit, %"]
+    parts = [
+        ("Data", rep.table(["split", "lines", "kept", "dropped", "longest (subwords)"], drops)),
+        ("Training (one thread each)", rep.table(rep.RUN_HEAD, runs)),
+        (f"Test, whole (documents: {ts.how})", rep.table(head, whole)),
+        *length_tables(results),
+        near_table(results, ts),
+    ]
+    return rep.sections(parts)
 
 
 def write_report(
-    work: Path, docs: Path, names: Sequence[str], buckets: str
+    work: Path, docs: Path, names: Sequence[str], buckets: str = BUCKETS
 ) -> list[dict[str, Any]]:
     """Score every system of `names` that translated test; write the tables and figures."""
-    results = [r for n in names if (r := score_system(work, n, buckets)) is not None]
+    ts = law_test_set(work, buckets)
+    results = [r for n in names if (r := score_system(work, n, ts)) is not None]
     if not results:
         print(f"no finished system in {work}")
         return []
-    attention_gains(work, results, buckets)
-    md = markdown(results, work / "data")
-    (work / "justice_table.md").write_text(md, encoding="utf-8")
-    print(md)
-    for path in figures(results, docs):
-        print(f"wrote {path}")
+    attention_gains(work, results, ts)
+    md = markdown(results, work / "data", ts)
+    rep.publish(md, work / "justice_table.md", lambda: figures(results, docs, RELATIVE_TO))
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and write the report."""
-    from justice_experiment import BUCKETS, SYSTEMS
-
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("work", type=Path, help="the experiment's WORK folder")
     p.add_argument("--docs", type=Path, default=ROOT / "docs", help="where the figures go")

@@ -149,8 +149,8 @@ def test_bleu(
     """Cased and lowercased BLEU (with signatures) of the default checkpoint on one test split
     (several model directories: their ensemble)."""
     src, ref = (data_dir / f"{split}.{lang}.txt" for lang in langs)
-    models = [x for d in (model_dir if isinstance(model_dir, list) else [model_dir])
-              for x in ("-m", str(d))]  # fmt: skip
+    dirs = model_dir if isinstance(model_dir, list) else [model_dir]
+    models = [x for d in dirs for x in ("-m", str(d))]
     with tempfile.TemporaryDirectory() as tmp:
         hyp = Path(tmp) / "hyp.txt"
         cmd = [*NMT, "evaluate", *models, "--src", str(src), "--ref", str(ref)]
@@ -163,8 +163,12 @@ def test_bleu(
         if lower.returncode:
             return {"error": lower.stderr.strip().splitlines()[-1:]}
     c, lc = json.loads(cased.stdout)[0], json.loads(lower.stdout)[0]
-    return {"bleu": c["score"], "signature": c["signature"],
-            "bleu_lc": lc["score"], "signature_lc": lc["signature"]}  # fmt: skip
+    return {
+        "bleu": c["score"],
+        "signature": c["signature"],
+        "bleu_lc": lc["score"],
+        "signature_lc": lc["signature"],
+    }
 
 
 def one_run(args: argparse.Namespace, overrides: dict[str, Any], langs: tuple[str, str]) -> dict:
@@ -172,13 +176,20 @@ def one_run(args: argparse.Namespace, overrides: dict[str, Any], langs: tuple[st
     name = run_name(overrides)
     run_dir = Path(args.out) / "runs" / name
     result_path = run_dir / "result.json"
-    same = {"preset": args.preset, "max_time": args.max_time, "common": args.common,
-            "overrides": overrides, "data": str(Path(args.data).resolve())}  # fmt: skip
+    same = {
+        "preset": args.preset,
+        "max_time": args.max_time,
+        "common": args.common,
+        "overrides": overrides,
+        "data": str(Path(args.data).resolve()),
+    }
     if result_path.exists():
         done = json.loads(result_path.read_text(encoding="utf-8"))
         if any(k in done and done[k] != v for k, v in same.items()):  # older files lack "data"
-            raise SystemExit(f"{result_path}: made with another preset, --max-time, --set, "
-                             "grid point or --data; use another --out")  # fmt: skip
+            raise SystemExit(
+                f"{result_path}: made with another preset, --max-time, --set, "
+                "grid point or --data; use another --out"
+            )
         todo = [t for t in args.test if "bleu" not in done.get("test", {}).get(t, {})]
         if todo:  # a split added since, or one whose evaluation failed: evaluate it now
             data, model_dir, log = Path(args.data), run_dir / "model", run_dir / "log.txt"
@@ -188,8 +199,8 @@ def one_run(args: argparse.Namespace, overrides: dict[str, Any], langs: tuple[st
                 )
             with atomic_write(result_path) as f:
                 json.dump(done, f, indent=1)
-        print(f"{name}: done before, skipped" + (f" (evaluated {', '.join(todo)})" if todo else ""),
-              file=sys.stderr)  # fmt: skip
+        evaluated = f" (evaluated {', '.join(todo)})" if todo else ""
+        print(f"{name}: done before, skipped{evaluated}", file=sys.stderr)
         return done
     run_dir.mkdir(parents=True, exist_ok=True)
     model_dir, log = run_dir / "model", run_dir / "log.txt"
@@ -231,8 +242,11 @@ def ensemble_run(args: argparse.Namespace, results: list[dict], langs: tuple[str
     print(f"ensemble of {len(names)}: evaluating", file=sys.stderr)
     dirs = [Path(args.out) / "runs" / n / "model" for n in names]
     log = Path(args.out) / "ensemble.log"
-    result = {"name": f"ensemble of {len(names)}", "members": names,
-              "test": {t: test_bleu(dirs, Path(args.data), t, langs, log) for t in args.test}}  # fmt: skip
+    result = {
+        "name": f"ensemble of {len(names)}",
+        "members": names,
+        "test": {t: test_bleu(dirs, Path(args.data), t, langs, log) for t in args.test},
+    }
     with atomic_write(path) as f:
         json.dump(result, f, indent=1)
     return result
@@ -254,8 +268,13 @@ def markdown(results: list[dict[str, Any]], tests: list[str]) -> str:
         if "members" in r:  # the ensemble row: no training of its own
             cells = [f"{r['name']} ({', '.join(r['members'])})", "-", "-", "-", "-"]
         else:
-            cells = [r["name"], str(r["updates"]), str(r["epochs"]), _f(r["valid_bleu_best"]),
-                     f"{_f(r['valid_bleu_final'])} ({r['checkpoint']})"]  # fmt: skip
+            cells = [
+                r["name"],
+                str(r["updates"]),
+                str(r["epochs"]),
+                _f(r["valid_bleu_best"]),
+                f"{_f(r['valid_bleu_final'])} ({r['checkpoint']})",
+            ]
         for t in tests:
             s = r.get("test", {}).get(t, {})
             cells.append(f"{_f(s.get('bleu'))} / {_f(s.get('bleu_lc'))}" if "bleu" in s else "-")
@@ -289,12 +308,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--set", dest="sets", action="append", default=[], help="Override for all runs.")
     p.add_argument("--test", action="append", default=[], help="Test split in DATA_DIR (repeat).")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps.")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="Runs side by side, the CPU threads split between them (every run of a "
-                        "batch then sees the same machine).")  # fmt: skip
-    p.add_argument("--ensemble", action="store_true",
-                   help="Also evaluate the ensemble of all runs (e.g. a grid of seeds; add "
-                        "--test valid to choose on validation).")  # fmt: skip
+    jobs = "Runs side by side, the CPU threads split between them (every run of a batch then sees "
+    jobs += "the same machine)."
+    p.add_argument("--jobs", type=int, default=1, help=jobs)
+    ensemble = "Also evaluate the ensemble of all runs (e.g. a grid of seeds; add --test valid to "
+    ensemble += "choose on validation)."
+    p.add_argument("--ensemble", action="store_true", help=ensemble)
     p.add_argument("--dry-run", action="store_true", help="List the runs and stop.")
     args = p.parse_args(argv)
     if args.jobs < 1:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _script(name: str):
-    """scripts/NAME.py as a module (scripts/ is not a package)."""
+    """scripts/NAME.py as a module (scripts/ is not a package; its modules import each other)."""
+    if str(REPO / "scripts") not in sys.path:
+        sys.path.insert(0, str(REPO / "scripts"))
     spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -60,7 +63,7 @@ def test_translate_ratios_to_ct2_are_per_round():
         {"nmt-fp32-greedy": {"seconds": [5.0]}, "ct2-float32-greedy": {"seconds": [4.0, 4.1]}},
         {"nmt-fp32-greedy": {"seconds": [2.0]}, "ct2-float32-greedy": {"seconds": [2.0]}},
     ]  # nmt medians 2.5, 5.0, 2.0; CTranslate2's 2.0, 4.05, 2.0
-    bench = _script("bench_translate")
+    bench = _script("bench_translate_report")
     ratios = bench.ct2_ratios(rounds, "nmt-fp32-greedy")
     assert [round(r, 3) for r in ratios] == [0.8, 0.81, 1.0]
     assert bench.ct2_ratios(rounds, "ct2-float32-greedy") == []
@@ -69,26 +72,23 @@ def test_translate_ratios_to_ct2_are_per_round():
 
 def test_translate_bench_names_ct2_rows_by_the_exports_type():
     """An int8 export is compared as "ct2-int8", with no %GEMM (no int8 GEMM is timed)."""
-    bench = _script("bench_translate")
+    bench = _script("bench_translate_report")
     rounds = [{"nmt-bf16-beam5": {"seconds": [3.0]}, "ct2-int8-beam5": {"seconds": [1.5]}}]
     assert bench.ct2_ratios(rounds, "nmt-bf16-beam5") == [0.5]
     rounds[0]["ct2-float32-beam5"] = {"seconds": [6.0]}  # --ct2-also: timed, not the peer
     assert bench.ct2_ratios(rounds, "nmt-bf16-beam5", "int8") == [0.5]
     assert bench.ct2_ratios(rounds, "nmt-bf16-beam5", "float32") == [2.0]
-    assert [bench.gemm_type("ct2", t) for t in ("float32", "bfloat16", "int8", "int8_float32")] == [
-        "fp32",
-        "bf16",
-        None,
-        None,
-    ]
-    assert bench.gemm_type("nmt", "bf16") == "bf16"
+    engines = _script("bench_translate_engines")
+    types = ("float32", "bfloat16", "int8", "int8_float32")
+    assert [engines.gemm_type("ct2", t) for t in types] == ["fp32", "bf16", None, None]
+    assert engines.gemm_type("nmt", "bf16") == "bf16"
 
 
 def test_translate_bench_scores_a_lowercased_model_case_insensitively(tmp_path):
     """A model preprocessed with --lowercase writes lowercase: cased BLEU would mostly measure case."""
     from nmt.config import Config
 
-    bench = _script("bench_translate")
+    bench = _script("bench_translate_report")
     for name, lc in (("cased", False), ("lc", True)):
         model = tmp_path / name
         model.mkdir()
@@ -118,15 +118,15 @@ def test_translate_bench_reads_the_test_set_it_is_given(tmp_path):
     """--test SOURCE REFERENCE: the children decode SOURCE and BLEU is scored against REFERENCE."""
     import argparse
 
-    bench = _script("bench_translate")
+    bench, setup = _script("bench_translate_report"), _script("bench_translate_setup")
     src, ref, hyp = tmp_path / "law.en", tmp_path / "law.fr", tmp_path / "hyp.fr"
     src.write_text("the Minister may make regulations\nthis Act applies to Canada\n", "utf-8")
     lines = "le ministre peut prendre des règlements\nla présente loi s'applique au Canada\n"
     ref.write_text(lines, encoding="utf-8")
     hyp.write_text(lines, encoding="utf-8")
     args = argparse.Namespace(test=[str(src), str(ref)], src="en", tgt="fr", sentences=2)
-    assert bench.test_file(args, "en") == src and bench.test_file(args, "fr") == ref
-    assert bench.test_name(args) == str(src)
+    assert setup.test_file(args, "en") == src and setup.test_file(args, "fr") == ref
+    assert setup.test_name(args) == str(src)
     assert bench.bleu_of(hyp, args) == 100.0
     args.sentences = 1  # a part of the test set is not scored
     assert bench.bleu_of(hyp, args) is None

@@ -16,10 +16,12 @@ REPO = Path(__file__).resolve().parent.parent
 MIRROR = REPO.parent / "shared" / "corpora" / "justice-laws-en-fr"
 sys.path.insert(0, str(REPO / "scripts"))
 
+from expt_corpus import sample_pairs  # noqa: E402
+from expt_score import paired  # noqa: E402
 from flatrun import Runner, corpus_mirror  # noqa: E402
-from justice_experiment import CAPS, main, rule_of, sample_pairs  # noqa: E402
+from justice_experiment import main, rule_of  # noqa: E402
 from justice_recipe import best_system, markdown, recipe  # noqa: E402
-from justice_report import paired_gain  # noqa: E402
+from justice_systems import CAPS  # noqa: E402
 
 
 def test_sample_pairs_is_seeded_aligned_and_in_file_order(tmp_path):
@@ -48,12 +50,12 @@ def test_each_system_trains_to_its_cap_unless_max_steps_sets_one(tmp_path, monke
         return 0
 
     monkeypatch.setattr("justice_experiment.system_job", fake_job)
-    monkeypatch.setattr("justice_experiment.run_all", run_all)
+    monkeypatch.setattr("flatrun.run_all", run_all)
     monkeypatch.setattr("justice_experiment.prepare", lambda cfg: None)
     monkeypatch.setattr("justice_report.write_report", lambda *a: [])
     monkeypatch.setattr("justice_recipe.recipe", lambda *a: {})
     assert main(["--work", str(tmp_path)]) == 0
-    assert seen == CAPS and CAPS["transformer"] > CAPS["bahdanau"] == CAPS["noattn"]
+    assert seen == CAPS and CAPS["bahdanau"] == CAPS["noattn"]  # the RNNs end at the same count
     assert main(["--work", str(tmp_path), "--max-steps", "500"]) == 0
     assert seen == dict.fromkeys(CAPS, 500)
 
@@ -124,7 +126,8 @@ def test_smoke_run_end_to_end(tmp_path):
         assert json.loads((work / name / "flat.json").read_text())["steps"] >= 20
         assert len((work / name / "test.hyp.fr").read_text().splitlines()) == 120
     table = (work / "justice_table.md").read_text()
-    assert "Test, whole" in table and "| transformer |" in table and "60+" in table
+    assert "Test, whole" in table and "| transformer |" in table and "10-20" in table
+    assert "Near-duplicates: " in table and "bootstrap by document" in table
     for png in ("justice_bleu", "justice_relative", "justice_curves"):
         assert (tmp_path / "docs" / f"{png}.png").stat().st_size > 10_000
     best = json.loads((work / "recipe.json").read_text())
@@ -151,7 +154,7 @@ def test_the_gain_over_the_baseline_is_paired():
 
     refs = [f"the cat number {i} sat on the mat" for i in range(80)]
     worse = [r if i % 4 else r.replace("cat", "dog") for i, r in enumerate(refs)]
-    assert paired_gain(BLEU(), worse, worse, refs) == {"score": 0.0, "lo": 0.0, "hi": 0.0}
-    gain = paired_gain(BLEU(), refs, worse, refs)
+    assert paired(BLEU(), worse, worse, refs) == {"score": 0.0, "lo": 0.0, "hi": 0.0}
+    gain = paired(BLEU(), refs, worse, refs)
     assert gain["score"] == pytest.approx(100.0 - BLEU().corpus_score(worse, [refs]).score)
     assert 0 < gain["lo"] <= gain["score"] <= gain["hi"]
