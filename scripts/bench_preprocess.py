@@ -5,7 +5,7 @@ Builds a corpus of --pairs pairs by sampling Multi30k train lines (with replacem
 `nmt preprocess` on it in a subprocess --repeat times, and prints one JSON line with the median wall
 time, pairs/s and peak RSS: of the largest single process (getrusage RUSAGE_CHILDREN ru_maxrss) and
 of the whole process tree (the preprocess command plus its encoding workers, sampled every 50 ms),
-plus CPU seconds per run and the load average, since a busy machine depresses wall-clock figures.
+plus CPU seconds per run and the load average, since other load on the CPU lowers wall-clock figures.
 Target: 1,000,000 pairs at >= 20,000 pairs/s with peak RSS < 1.5 GB on 2 cores.
 """
 

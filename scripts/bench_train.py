@@ -18,7 +18,7 @@ model GFLOP/s and its ratio to that GEMM rate, which means the same on every mac
     python scripts/bench_train.py              # full: 20 timed steps per configuration
     python scripts/bench_train.py --quick      # 4 timed steps, for checking the script
     python scripts/bench_train.py --threads 2 --json results.json
-    python scripts/bench_train.py --rounds 5 --steps 10   # interleaved rounds, for noisy machines
+    python scripts/bench_train.py --rounds 5 --steps 10   # more interleaved rounds: a tighter median
     python scripts/bench_train.py --epochs 2 --only transformer-small   # whole epochs, as trained
 
 `--epochs N` times real training instead: N whole epochs of Multi30k in the trainer's batch order,

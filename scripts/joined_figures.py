@@ -1,7 +1,7 @@
 """The joined-caption experiment's figures (scripts/joined_report.py writes them): BLEU against k
 with each system's split oracle dashed, BLEU as % of each system's k1, the output/reference length
 ratio against k, the validation curves and, once K=4 systems are scored, BLEU as % of the split
-oracle for K=4 beside K=6 (past the longest training line).
+oracle for K=4 beside K=6 (past the training caption count).
 
 Not run on its own: joined_report.py draws them."""
 
@@ -84,7 +84,7 @@ def extrapolation_figure(a: Axes, k4: dict[str, dict[str, Any]], path: Path) -> 
             ax.plot(a.ks, y, style, marker="o", color=col, label=f"{r['name']} ({label})")
     ax.axvline(4, color="grey", lw=0.8)
     ax.axhline(100, color="grey", lw=0.8)
-    title = "Past the longest training line (K=4: right of the grey line)"
+    title = "Past the training caption count (K=4: right of the grey line)"
     a.label(ax, "BLEU, % of the split oracle", title, legend=8)
     return save(fig, path)
 

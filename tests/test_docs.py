@@ -28,7 +28,7 @@ PROCESS_WORDS = (
     # the machines a figure was measured on, beyond a benchmark's CPU, threads and versions
     r"|[Tt]hrottled|shared (and [a-z]+ )?machines|shared the machine"
     r"|beside (other|another) (work|training|run|job)|other work beside|another training run"
-    r"|[Tt]oday's [0-9]+-minute"
+    r"|[Tt]oday's [0-9]+-minute|(noisy|busy|loaded) machines?"
 )
 SEPARATORS = {"|", "||", "&&", ";", "&"}
 OUTPUT_OPTIONS = {"-o", "--output", "--out", "--dest"}
