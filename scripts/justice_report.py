@@ -184,13 +184,17 @@ def near_table(results: Sequence[dict[str, Any]], ts: LawTestSet) -> tuple[str, 
     head = bin_head(results[0]["clean_by_length"])
     body = [[r["name"], *(rep.ci(b["bleu"]) for b in r["clean_by_length"])] for r in results]
     body += [[f"{r['name']}, % of {RELATIVE_TO}", *relative(r, "clean_by_length")] for r in results]
-    share = 100 * sum(ts.near) / max(1, len(ts.near))
-    title = (
-        f"Near-duplicates: {sum(ts.near):,} of {len(ts.near):,} test lines ({share:.1f}%) have a "
-        "training line holding more than half of their 8-grams. BLEU by source length without "
-        "them [95%, by document]"
-    )
+    title = f"{near_summary(ts)} BLEU by source length without them [95%, by document]"
     return title, rep.table(head, body)
+
+
+def near_summary(ts: LawTestSet) -> str:
+    """How many test lines are near-duplicates of a training line, in one sentence."""
+    share = 100 * sum(ts.near) / max(1, len(ts.near))
+    return (
+        f"Near-duplicates: {sum(ts.near):,} of {len(ts.near):,} test lines ({share:.1f}%) have a "
+        "training line holding more than half of their 8-grams."
+    )
 
 
 def markdown(results: Sequence[dict[str, Any]], data: Path, ts: LawTestSet) -> str:
@@ -229,6 +233,7 @@ def write_report(
     results = [r for n in names if (r := score_system(work, n, ts)) is not None]
     if not results:
         print(f"no finished system in {work}")
+        print(near_summary(ts))
         return []
     attention_gains(work, results, ts)
     md = markdown(results, work / "data", ts)
