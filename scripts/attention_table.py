@@ -110,13 +110,13 @@ def limit_table(
     the decoding length limit: such a translation ended because the limit cut it, not at eos."""
     import yaml
 
-    from nmt.data.dataset import tokenizers
+    from nmt.dirs.data import DataDir
     from nmt.eval.bylength import assign, parse_buckets
 
     src = source.read_text(encoding="utf-8").splitlines()
     bks = parse_buckets(",".join(buckets))
     groups, _ = assign([len(line.split()) for line in src], bks)
-    src_tok, tgt_tok = tokenizers(work / "data")
+    src_tok, tgt_tok = DataDir(work / "data").tokenizers
     n_src = [len(src_tok.encode(line)) for line in src]
     rows = []
     for name, model in zip(names, models, strict=True):

@@ -60,6 +60,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from benchlib import gemm_gflops, machine_line, multi30k  # noqa: E402
 
+from nmt.dirs import ModelDir  # noqa: E402
+
 MODES: dict[str, dict[str, Any]] = {"greedy": {"greedy": True}, "beam5": {"beam_size": 5}}
 PRECISIONS = ("fp32", "bf16", "fp16")
 ONE_SENTENCE = "A man is walking.\n"
@@ -89,7 +91,8 @@ def build_random_model(work: Path, src: str, tgt: str) -> Path:
 
     from nmt.config import load_config
     from nmt.data.vocab import Tokenizer, VocabInfo, train_spm
-    from nmt.modeldir import save_weights, write_meta
+    from nmt.dirs.model import ModelDir
+    from nmt.dirs.weights import save_weights
     from nmt.models import build
     from nmt.textio import read_lines
 
@@ -103,7 +106,7 @@ def build_random_model(work: Path, src: str, tgt: str) -> Path:
     cfg = load_config(preset="transformer-small")
     torch.manual_seed(1)
     model = build(cfg.model, vocab)
-    write_meta(model_dir, cfg, src, tgt, spm, spm, vocab)
+    ModelDir.at(model_dir).write_meta(cfg, (src, tgt), (spm, spm), vocab)
     save_weights(model, model_dir / "checkpoints" / "best.safetensors")
     return model_dir
 
@@ -137,9 +140,9 @@ def decode_flops(cfg: Any, vocab: int, src_tokens: int, tgt_tokens: int, beam: i
 
 def model_flops(model: Path, lengths: list[list[int]], beam: int) -> float | None:
     """Summed `decode_flops` over the translated sentences; None for non-Transformer models."""
-    from nmt.modeldir import read_meta
+    from nmt.dirs.model import ModelDir
 
-    cfg, vocab, _ = read_meta(model)
+    cfg, vocab = ModelDir(model).config, ModelDir(model).vocab
     if cfg.model.type != "transformer":
         return None
     return sum(decode_flops(cfg.model, vocab.tgt_size, s, t, beam) for s, t in lengths)
@@ -152,15 +155,19 @@ def load_engine(args: argparse.Namespace) -> Any:
     """The nmt Translator (in --precision when supported) or the CTranslate2 export's translator."""
     if args.engine == "ct2":
         from nmt.decode.ct2 import CT2Translator
+        from nmt.dirs import ExportDir
 
         return CT2Translator.from_dir(
-            args.model, device=args.device, threads=args.threads, **workers_kwarg(args, "ct2")
+            ExportDir(args.model),
+            device=args.device,
+            threads=args.threads,
+            **workers_kwarg(args, "ct2"),
         )
     from nmt.decode.translator import Translator
 
     extra = {"precision": args.precision} if supports_precision() else {}
     extra.update(workers_kwarg(args, "nmt"))
-    return Translator.from_dir(args.model, device=args.device, **extra)
+    return Translator.from_dir(ModelDir(args.model), device=args.device, **extra)
 
 
 def workers_kwarg(args: argparse.Namespace, engine: str) -> dict:
@@ -334,17 +341,18 @@ def ct2_dir(model: Path, args: argparse.Namespace) -> Path | None:
         return None
     if args.ct2:
         return Path(args.ct2)
-    from nmt.decode.exported import is_export, read_export_manifest
+    from nmt.dirs.export import is_export, read_export_manifest
+    from nmt.dirs.model import ModelDir
+    from nmt.dirs.weights import weights_step
     from nmt.export.ctranslate2 import export_ctranslate2
-    from nmt.modeldir import checkpoint_path, weights_step
 
     out = Path(args.work) / "ct2-float32"
-    step = weights_step(checkpoint_path(model))
+    step = weights_step(ModelDir(model).checkpoint())
     if is_export(out):
         manifest = read_export_manifest(out)
         if manifest["source_model_dir"] == str(model.resolve()) and manifest["step"] == step:
             return out
-    return export_ctranslate2(model, out, quantization="float32", force=True, quiet=True)
+    return export_ctranslate2(ModelDir(model), out, quantization="float32", force=True, quiet=True)
 
 
 # ---- reporting ----------------------------------------------------------------------------------
@@ -371,9 +379,9 @@ def summarise(r: dict, flops: float | None, gemm: float | None, bleu: float | No
 def lowercased(model: Path) -> bool:
     """Whether MODEL_DIR was preprocessed with --lowercase: it writes lowercase, so its BLEU is
     case-insensitive, as `nmt evaluate` scores it."""
-    from nmt.modeldir import read_meta
+    from nmt.dirs.model import ModelDir
 
-    return read_meta(model)[2].get("lowercase", False) is True
+    return ModelDir(model).meta.get("lowercase", False) is True
 
 
 def bleu_of(path: Path, args: argparse.Namespace, lowercase: bool = False) -> float | None:
@@ -517,7 +525,7 @@ def ct2_exports(first: Path | None, more: list[str] | None) -> dict[str, Path]:
 
 def ct2_type(export: Path) -> str:
     """The export's computation type (its `nmt export --quantization`): "float32", "int8", ..."""
-    from nmt.decode.exported import read_export_manifest
+    from nmt.dirs.export import read_export_manifest
 
     return str(read_export_manifest(export).get("quantization") or "float32")
 
