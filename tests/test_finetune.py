@@ -136,6 +136,23 @@ def test_init_from_starts_from_the_models_weights_with_a_fresh_run(base, new_dat
     }  # fmt: skip
 
 
+def test_train_starts_from_an_opened_initial_model(base, new_data, tmp_path):
+    """A library caller hands `train` the initial model opened; the saved config names it."""
+    _, model = base
+    out = tmp_path / "ft"
+    s = train(
+        _tiny("training.max_steps=1"),
+        DataDir(new_data),
+        ModelDir.at(out),
+        "cpu",
+        init=ModelDir(model),
+        quiet=True,
+        threads=1,
+    )
+    assert s.steps == 1
+    assert ModelDir(out).config.training.init_from == str(model)
+
+
 @pytest.mark.slow
 def test_fine_tuning_learns_the_new_task_and_resumes_bitwise(base, new_data, tmp_path):
     _, model = base

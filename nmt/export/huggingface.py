@@ -49,20 +49,20 @@ def export_huggingface(
     from nmt.export.ctranslate2 import _check_not_inside
     from nmt.textio import building_dir, check_out_dir
 
-    opened = model_dir
-    expressible(model_dir.path, opened)
+    cfg, vocab = model_dir.config, model_dir.vocab
+    expressible(model_dir)
     check_out_dir(out_dir, force)
     weights = model_dir.checkpoint(checkpoint)
     _check_not_inside(model_dir, out_dir, weights)
     with building_dir(out_dir, force) as tmp:
-        _write_weights(tmp, opened, checkpoint)
-        _write_json(tmp / "config.json", hf_config(opened.config, opened.vocab))
-        _write_json(tmp / "generation_config.json", generation_config(opened.config, opened.vocab))
-        _write_tokenizer(tmp, opened)
+        _write_weights(tmp, model_dir, checkpoint)
+        _write_json(tmp / "config.json", hf_config(cfg, vocab))
+        _write_json(tmp / "generation_config.json", generation_config(cfg, vocab))
+        _write_tokenizer(tmp, model_dir)
     if not quiet:
         import sys
 
-        sys.stderr.write(f"exported {weights} ({CLASSES[_norm(opened)][1]}) -> {out_dir}\n")
+        sys.stderr.write(f"exported {weights} ({CLASSES[_norm(model_dir)][1]}) -> {out_dir}\n")
     return out_dir
 
 
@@ -70,7 +70,7 @@ def _norm(opened: ModelDir) -> str:
     return str(getattr(opened.config.model, "norm", ""))
 
 
-def expressible(model_dir: Path, opened: ModelDir) -> None:
+def expressible(opened: ModelDir) -> None:
     """Refuse, in one line, a model no transformers class computes exactly."""
     m, vocab = opened.config.model, opened.vocab
     why = None
@@ -83,7 +83,7 @@ def expressible(model_dir: Path, opened: ModelDir) -> None:
     elif vocab.lowercase or opened.meta.get("lowercase") is True:
         why = "a lowercasing vocabulary (MarianTokenizer does not lowercase)"
     if why is not None:
-        raise NmtError(f"{model_dir}: cannot export to huggingface: {why}")
+        raise NmtError(f"{opened.path}: cannot export to huggingface: {why}")
 
 
 def _write_json(path: Path, value: dict[str, Any]) -> None:

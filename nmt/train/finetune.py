@@ -138,6 +138,18 @@ def open_initial(init_from: str | Path) -> ModelDir:
     return opened
 
 
+def with_initial(cfg: Config, init: ModelDir | None) -> Config:
+    """`cfg` for a run that starts from `init`: training.init_from names it (a copy of `cfg`
+    when it named none), so the saved config.yaml records where the weights came from."""
+    if init is None or cfg.training.init_from:
+        return cfg
+    import copy
+
+    cfg = copy.deepcopy(cfg)
+    cfg.training.init_from = str(init.path)
+    return cfg
+
+
 def check_init_outside(tc: TrainingConfig, output: ModelDir) -> None:
     """Refuse an initial model that training would delete before loading it: the output
     MODEL_DIR itself, or anything in its checkpoints folder (emptied by --force). A model

@@ -39,6 +39,7 @@ from nmt.runtime import (
 )
 from nmt.train import checkpoint, distributed, selection, setup
 from nmt.train.checkpoint import Checkpoints
+from nmt.train.finetune import with_initial
 from nmt.train.log import Log, Metrics, Reporter, TrainSummary, summarize
 from nmt.train.loss import LossHead
 from nmt.train.schedule import SaveClock, Stop, lr_at, out_of_patience, stop_signals
@@ -408,6 +409,7 @@ def train(
     """
     if not data.path.is_dir():
         raise NmtError(f"{data.path}: data directory not found (run nmt preprocess first)")
+    cfg = with_initial(cfg, init)
     size_kernel_caches()  # for library callers; `nmt train` set it before torch loaded
     dist = distributed.from_env()
     dev = resolve_device(device, dist.local_rank)
