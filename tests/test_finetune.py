@@ -124,16 +124,25 @@ def test_spm_from_a_folder_that_holds_no_models_is_one_line_error(tmp_path):
 def test_init_from_starts_from_the_models_weights_with_a_fresh_run(base, new_data, tmp_path):
     _, model = base
     cfg = _tiny(f"training.init_from={model}", "training.ema_decay=0.99")
-    trainer = Trainer(cfg, DataDir(new_data), ModelDir.at(tmp_path / "ft"), torch.device("cpu"),
-                      distributed.from_env(), False, True)  # fmt: skip
+    trainer = Trainer(
+        cfg,
+        DataDir(new_data),
+        ModelDir.at(tmp_path / "ft"),
+        torch.device("cpu"),
+        distributed.from_env(),
+        False,
+        True,
+    )
     loaded = load_model(ModelDir(model))[0].state_dict()
     for ours in (trainer.model.state_dict(), trainer.eval_model.state_dict()):
         assert ours.keys() == loaded.keys()
         assert all(torch.equal(ours[k], loaded[k]) for k in ours)
     assert trainer.state.step == 0 and not trainer.optimizer.state  # fresh optimizer and counts
     assert trainer.init == {
-        "init_from": str(model), "checkpoint": str(ModelDir(model).checkpoint()), "step": 20
-    }  # fmt: skip
+        "init_from": str(model),
+        "checkpoint": str(ModelDir(model).checkpoint()),
+        "step": 20,
+    }
 
 
 def test_train_starts_from_an_opened_initial_model(base, new_data, tmp_path):
@@ -174,16 +183,29 @@ def test_fine_tuning_learns_the_new_task_and_resumes_bitwise(base, new_data, tmp
         quiet=True,
         threads=1,
     )
-    s2 = train(_tiny(*ft, "training.max_steps=30"), DataDir(new_data), ModelDir.at(cut), "cpu", resume=True,
-               quiet=True, threads=1)  # fmt: skip
+    s2 = train(
+        _tiny(*ft, "training.max_steps=30"),
+        DataDir(new_data),
+        ModelDir.at(cut),
+        "cpu",
+        resume=True,
+        quiet=True,
+        threads=1,
+    )
     assert s_full.steps == s2.steps == 30
     a, b = (load_file(str(d / "checkpoints" / "last.safetensors")) for d in (full, cut))
     assert all(torch.equal(a[k], b[k]) for k in a)
     start = json.loads((full / "metrics.jsonl").read_text().splitlines()[0])
     assert start["event"] == "start" and start["init"]["step"] == 20
     # Starting from the model beats starting from scratch at the same step count (valid loss).
-    scratch = train(_tiny("training.max_steps=30"), DataDir(new_data), ModelDir.at(tmp_path / "s"), "cpu", quiet=True,
-                    threads=1)  # fmt: skip
+    scratch = train(
+        _tiny("training.max_steps=30"),
+        DataDir(new_data),
+        ModelDir.at(tmp_path / "s"),
+        "cpu",
+        quiet=True,
+        threads=1,
+    )
     assert s_full.best_metric == "loss" and s_full.best_score < scratch.best_score
 
 
@@ -191,8 +213,14 @@ def test_a_corpus_with_other_pieces_is_refused_before_weights_load(base, tmp_pat
     _, model = base
     own = _preprocess(_corpus(tmp_path / "t", 5, n=300), tmp_path / "own", vocab_size=40)
     with pytest.raises(NmtError) as e:
-        train(_tiny(f"training.init_from={model}", "training.max_steps=2"), DataDir(own), ModelDir.at(tmp_path / "m"),
-              "cpu", quiet=True, threads=1)  # fmt: skip
+        train(
+            _tiny(f"training.init_from={model}", "training.max_steps=2"),
+            DataDir(own),
+            ModelDir.at(tmp_path / "m"),
+            "cpu",
+            quiet=True,
+            threads=1,
+        )
     assert str(e.value) == (
         f"{own}: its source vocabulary differs from {model}'s (preprocess the corpus with "
         f"--spm-from {model})"
@@ -236,8 +264,15 @@ def test_another_architecture_of_the_same_shapes_is_refused(
     _, model = base
     cfg = _tiny(f"training.init_from={model}", override)
     with pytest.raises(NmtError) as e:
-        Trainer(cfg, DataDir(new_data), ModelDir.at(tmp_path / "ft"), torch.device("cpu"), distributed.from_env(),
-                False, True)  # fmt: skip
+        Trainer(
+            cfg,
+            DataDir(new_data),
+            ModelDir.at(tmp_path / "ft"),
+            torch.device("cpu"),
+            distributed.from_env(),
+            False,
+            True,
+        )
     assert str(e.value) == (
         f"{model / 'config.yaml'}: the initial model's architecture differs from this run's "
         f"model section ({change}); fine-tune with its model settings (omit --preset/CONFIG to "
@@ -251,8 +286,15 @@ def test_other_dropout_or_max_positions_start_from_the_same_weights(base, new_da
         f"training.init_from={model}", "model.dropout=0.3", "model.attention_dropout=0.1",
         "model.max_positions=300",
     )  # fmt: skip
-    trainer = Trainer(cfg, DataDir(new_data), ModelDir.at(tmp_path / "ft"), torch.device("cpu"),
-                      distributed.from_env(), False, True)  # fmt: skip
+    trainer = Trainer(
+        cfg,
+        DataDir(new_data),
+        ModelDir.at(tmp_path / "ft"),
+        torch.device("cpu"),
+        distributed.from_env(),
+        False,
+        True,
+    )
     loaded = load_model(ModelDir(model))[0].state_dict()
     assert all(torch.equal(v, loaded[k]) for k, v in trainer.model.state_dict().items())
 

@@ -264,8 +264,15 @@ def test_the_time_budget_keeps_room_for_validating_the_average(data, tmp_path):
     cfg = _tiny("training.max_time=100s", "training.keep_last=2", "training.average_last=2")
     out = tmp_path / "m"
     out.mkdir()
-    t = Trainer(cfg, DataDir(data), ModelDir.at(out), __import__("torch").device("cpu"), distributed.from_env(), False,
-                True)  # fmt: skip
+    t = Trainer(
+        cfg,
+        DataDir(data),
+        ModelDir.at(out),
+        __import__("torch").device("cpu"),
+        distributed.from_env(),
+        False,
+        True,
+    )
     t.budget.start -= 85  # 15 s left
     t.state.step = t.state.last_valid_step = 10  # just validated: only the average's validation
     t.valid_seconds = 10.0

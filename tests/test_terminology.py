@@ -236,8 +236,11 @@ def test_an_export_refuses_constraints(tmp_path):
     from nmt.decode.ct2 import CT2Translator
     from nmt.export.ctranslate2 import export_ctranslate2
 
-    out = export_ctranslate2(ModelDir(build_model_dir(tmp_path, VARIANTS["pre-tied-sin-relu"])),
-                             tmp_path / "export", quiet=True)  # fmt: skip
+    out = export_ctranslate2(
+        ModelDir(build_model_dir(tmp_path, VARIANTS["pre-tied-sin-relu"])),
+        tmp_path / "export",
+        quiet=True,
+    )
     ct2 = CT2Translator.from_dir(ExportDir(out), device="cpu")
     assert not ct2.capabilities.constraints
     with pytest.raises(NmtError, match="cannot apply them"):

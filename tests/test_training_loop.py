@@ -222,8 +222,16 @@ def test_init_from_the_output_dir_is_refused_before_its_checkpoints_are_deleted(
         )
         for resume, force in ((False, True), (False, False)):
             with pytest.raises(NmtError) as e:
-                train(_tiny("training.max_steps=2", f"training.init_from={init}"), DataDir(copy_data), ModelDir.at(out),
-                      "cpu", resume=resume, force=force, quiet=True, threads=1)  # fmt: skip
+                train(
+                    _tiny("training.max_steps=2", f"training.init_from={init}"),
+                    DataDir(copy_data),
+                    ModelDir.at(out),
+                    "cpu",
+                    resume=resume,
+                    force=force,
+                    quiet=True,
+                    threads=1,
+                )
             assert str(e.value) == msg
     best = out / "checkpoints" / "best.safetensors"
     cfg = _tiny(
