@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("nmt", "nmt.errors", "nmt.textio", "nmt.runtime", "nmt.config", "nmt.device")),
     ("plots", ("nmt.plots",)),
     ("data", ("nmt.data", "nmt.dirs")),  # nmt.dirs: every on-disk format, beside the data
+    ("curves", ("nmt.plots.curves",)),  # training curves from a model directory's metrics
     ("models", ("nmt.models",)),
     ("loaded", ("nmt.dirs.loaded",)),  # a model directory's model built and loaded
     ("pretrained", ("nmt.pretrained",)),

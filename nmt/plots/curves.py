@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nmt.dirs.model import ModelDir
 from nmt.errors import NmtError
 
 X_AXES = {"minutes": "elapsed", "steps": "step", "epochs": "epoch"}
@@ -44,7 +45,7 @@ class Series:
 
 def read_events(model_dir: str | Path) -> list[dict[str, Any]]:
     """The JSON objects of MODEL_DIR/metrics.jsonl (blank or torn lines skipped)."""
-    path = Path(model_dir) / "metrics.jsonl"
+    path = ModelDir.at(model_dir).metrics_path
     if not path.is_file():
         raise NmtError(f"{path}: file not found (is {model_dir} a model directory of nmt train?)")
     events = []
