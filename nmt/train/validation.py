@@ -59,6 +59,7 @@ class Data:
 
 def load_data(source: DataDir, valid_max: int = 0) -> Data:
     """Train split, valid split with its raw references, and vocabulary facts."""
+    _ = source.languages  # first: a manifest that names none is a one-line error
     valid = load_valid(source, valid_max)
     return Data(source.split("train"), valid, source.vocab_info, source)
 
