@@ -27,6 +27,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from benchlib import machine_line, multi30k  # noqa: E402
 
+from nmt.dirs import ModelDir  # noqa: E402
+
 BEAMS = (5, 10, 20)
 COUNTS = (1, 2, 3)
 
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(src)} lines of test_2016_flickr; model {args.model}")
     print("| beam | constraints | BLEU | chrF | all held | seconds | x unconstrained |")
     print("|---|---|---|---|---|---|---|")
-    with Translator.from_dir(args.model) as tr:
+    with Translator.from_dir(ModelDir(args.model)) as tr:
         tr.translate(src[:50], beam_size=5, constraints=phrases[1][:50])  # warm up
         for beam in args.beams:
             runs: dict[int, list[float]] = {n: [] for n in (0, *COUNTS)}

@@ -28,6 +28,7 @@ from benchlib import machine_line, multi30k  # noqa: E402
 from make_joined_corpus import fixed_groups, join, make  # noqa: E402
 
 from nmt.data.sentences import Pieces, Segmenter  # noqa: E402
+from nmt.dirs import ModelDir  # noqa: E402
 
 KS = (1, 2, 3, 4, 5, 6)
 
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     print(machine_line(0))
     rows = []
-    with Translator.from_dir(args.model) as tr:
+    with Translator.from_dir(ModelDir(args.model)) as tr:
         tr.translate(sets[1][0][:50])  # warm up the workers and kernels
         t0 = time.perf_counter()
         k1 = [t.text for t in tr.translate(sets[1][0])]

@@ -54,6 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from benchlib import machine_line  # noqa: E402
 
+from nmt.dirs import ModelDir  # noqa: E402
+
 SHARED = ROOT.parent / "shared"
 EPS = 0.1  # label smoothing, both engines
 # nmt's ratio to each peer: the target it is reported against (not enforced)
@@ -125,7 +127,7 @@ def train_batches(model_dir: Path, args: argparse.Namespace, count: int) -> list
     """`count` batches of consecutive Multi30k train pairs, each of about --batch-tokens target
     tokens (eos included), collated with the imported model's special ids."""
     from nmt.data.batching import collate
-    from nmt.modeldir import ModelDir
+    from nmt.dirs.model import ModelDir
 
     opened = ModelDir(model_dir)
     src_tok, tgt_tok = opened.tokenizers
@@ -159,13 +161,14 @@ def nmt_step(model_dir: Path, precision: str) -> Step:
     """nmt's own update on the imported model: Updater(LossHead, fused AdamW), as `nmt train`."""
     import torch
 
-    from nmt.modeldir import load_model
+    from nmt.dirs.loaded import load_model
+    from nmt.dirs.model import ModelDir
     from nmt.train.distributed import DistInfo
     from nmt.train.loss import LossHead
     from nmt.train.state import TrainState, make_optimizer
     from nmt.train.update import Updater
 
-    model, cfg, vocab, _ = load_model(model_dir)
+    model, cfg, vocab, _ = load_model(ModelDir(model_dir))
     model.train()
     tc, cpu = cfg.training, torch.device("cpu")
     head = LossHead(model, EPS, vocab.pad_id, keep_pad=True)
@@ -184,7 +187,7 @@ def hf_step(dirs: dict[str, Path], precision: str) -> Step:
     from torch.nn import functional as F
     from transformers import MarianMTModel
 
-    from nmt.modeldir import ModelDir
+    from nmt.dirs.model import ModelDir
 
     tc, pad = ModelDir(dirs["nmt"]).config.training, ModelDir(dirs["nmt"]).vocab.pad_id
     model = MarianMTModel.from_pretrained(dirs["hf"]).train()
@@ -252,7 +255,7 @@ def nmt_translate(
     opts = dict(min_len=args.out_len, max_len_a=0, max_len_b=args.out_len, scores=False)
     opts.update(greedy=True) if beam == 1 else opts.update(beam_size=beam)
     load = dict(device="cpu", precision="fp32", workers=args.workers)
-    with Translator.from_dir(dirs["nmt"], **load) as tr:
+    with Translator.from_dir(ModelDir(dirs["nmt"]), **load) as tr:
         tr.translate(lines[:4], **opts)  # warm-up: workers forked, kernels built
         t0 = time.perf_counter()
         out = tr.translate(lines, **opts)

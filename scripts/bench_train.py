@@ -80,6 +80,7 @@ def run_one(
 
     from nmt.config import load_config
     from nmt.data import batching
+    from nmt.dirs import DataDir, ModelDir
     from nmt.runtime import peak_rss_mb
     from nmt.train import distributed
     from nmt.train.loop import Trainer
@@ -89,7 +90,13 @@ def run_one(
         overrides=[f"training.precision={precision}", f"training.max_tokens={max_tokens}"],
     )
     trainer = Trainer(
-        cfg, data, Path("/nonexistent"), torch.device("cpu"), distributed.DistInfo(), False, True
+        cfg,
+        DataDir(data),
+        ModelDir.at("/nonexistent"),
+        torch.device("cpu"),
+        distributed.DistInfo(),
+        False,
+        True,
     )
     trainer.budget.start = time.monotonic()
     batches = batching.epoch_batches(

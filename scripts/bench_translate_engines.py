@@ -24,15 +24,20 @@ def load_engine(args: argparse.Namespace) -> Any:
     """The nmt Translator (in --precision when supported) or the CTranslate2 export's translator."""
     if args.engine == "ct2":
         from nmt.decode.ct2 import CT2Translator
+        from nmt.dirs import ExportDir
 
         return CT2Translator.from_dir(
-            args.model, device=args.device, threads=args.threads, **workers_kwarg(args, "ct2")
+            ExportDir(args.model),
+            device=args.device,
+            threads=args.threads,
+            **workers_kwarg(args, "ct2"),
         )
     from nmt.decode.translator import Translator
+    from nmt.dirs import ModelDir
 
     extra = {"precision": args.precision} if supports_precision() else {}
     extra.update(workers_kwarg(args, "nmt"))
-    return Translator.from_dir(args.model, device=args.device, **extra)
+    return Translator.from_dir(ModelDir(args.model), device=args.device, **extra)
 
 
 def workers_kwarg(args: argparse.Namespace, engine: str) -> dict:
@@ -133,17 +138,18 @@ def ct2_dir(model: Path, args: argparse.Namespace) -> Path | None:
         return None
     if args.ct2:
         return Path(args.ct2)
-    from nmt.decode.exported import is_export, read_export_manifest
+    from nmt.dirs.export import is_export, read_export_manifest
+    from nmt.dirs.model import ModelDir
+    from nmt.dirs.weights import weights_step
     from nmt.export.ctranslate2 import export_ctranslate2
-    from nmt.modeldir import checkpoint_path, weights_step
 
     out = Path(args.work) / "ct2-float32"
-    step = weights_step(checkpoint_path(model))
+    step = weights_step(ModelDir(model).checkpoint())
     if is_export(out):
         manifest = read_export_manifest(out)
         if manifest["source_model_dir"] == str(model.resolve()) and manifest["step"] == step:
             return out
-    return export_ctranslate2(model, out, quantization="float32", force=True, quiet=True)
+    return export_ctranslate2(ModelDir(model), out, quantization="float32", force=True, quiet=True)
 
 
 def ct2_exports(first: Path | None, more: list[str] | None) -> dict[str, Path]:
@@ -161,7 +167,7 @@ def ct2_exports(first: Path | None, more: list[str] | None) -> dict[str, Path]:
 
 def ct2_type(export: Path) -> str:
     """The export's computation type (its `nmt export --quantization`): "float32", "int8", ..."""
-    from nmt.decode.exported import read_export_manifest
+    from nmt.dirs.export import read_export_manifest
 
     return str(read_export_manifest(export).get("quantization") or "float32")
 

@@ -40,9 +40,10 @@ def decode_flops(cfg: Any, vocab: int, src_tokens: int, tgt_tokens: int, beam: i
 
 def model_flops(model: Path, lengths: list[list[int]], beam: int) -> float | None:
     """Summed `decode_flops` over the translated sentences; None for non-Transformer models."""
-    from nmt.modeldir import read_meta
+    from nmt.dirs.model import ModelDir
 
-    cfg, vocab, _ = read_meta(model)
+    opened = ModelDir(model)
+    cfg, vocab = opened.config, opened.vocab
     if cfg.model.type != "transformer":
         return None
     return sum(decode_flops(cfg.model, vocab.tgt_size, s, t, beam) for s, t in lengths)
@@ -69,9 +70,9 @@ def summarise(r: dict, flops: float | None, gemm: float | None, bleu: float | No
 def lowercased(model: Path) -> bool:
     """Whether MODEL_DIR was preprocessed with --lowercase: it writes lowercase, so its BLEU is
     case-insensitive, as `nmt evaluate` scores it."""
-    from nmt.modeldir import read_meta
+    from nmt.dirs.model import ModelDir
 
-    return read_meta(model)[2].get("lowercase", False) is True
+    return ModelDir(model).meta.get("lowercase", False) is True
 
 
 def bleu_of(path: Path, args: argparse.Namespace, lowercase: bool = False) -> float | None:

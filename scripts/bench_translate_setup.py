@@ -59,7 +59,8 @@ def build_random_model(work: Path, src: str, tgt: str) -> Path:
 
     from nmt.config import load_config
     from nmt.data.vocab import Tokenizer, VocabInfo, train_spm
-    from nmt.modeldir import save_weights, write_meta
+    from nmt.dirs.model import ModelDir
+    from nmt.dirs.weights import save_weights
     from nmt.models import build
     from nmt.textio import read_lines
 
@@ -73,6 +74,6 @@ def build_random_model(work: Path, src: str, tgt: str) -> Path:
     cfg = load_config(preset="transformer-small")
     torch.manual_seed(1)
     model = build(cfg.model, vocab)
-    write_meta(model_dir, cfg, src, tgt, spm, spm, vocab)
+    ModelDir.at(model_dir).write_meta(cfg, (src, tgt), (spm, spm), vocab)
     save_weights(model, model_dir / "checkpoints" / "best.safetensors")
     return model_dir

@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from nmt.decode.loading import open_translator  # noqa: E402
+from nmt.dirs import open_model  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
 from nmt.eval.invariance import check  # noqa: E402
 from nmt.textio import read_lines  # noqa: E402
@@ -38,7 +39,9 @@ def main() -> None:
     args = p.parse_args()
     try:
         lines = list(read_lines(args.file))
-        tr = open_translator(args.model, device="cpu", precision=args.precision)  # or an export
+        tr = open_translator(
+            open_model(args.model), device="cpu", precision=args.precision
+        )  # or an export
     except NmtError as e:
         sys.exit(f"error: {e}")
     lines = lines[: args.lines] if args.lines else lines

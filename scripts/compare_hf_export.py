@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from nmt.dirs import ModelDir
+
 
 def _nmt(
     model_dir: Path, lines: list[str], beam: int, limit: int
@@ -25,7 +27,7 @@ def _nmt(
     length limit: `limit` positions, the start token's included (forced eos: one token fewer)."""
     from nmt.decode.translator import Translator
 
-    with Translator.from_dir(model_dir, workers=1) as tr:
+    with Translator.from_dir(ModelDir(model_dir), workers=1) as tr:
         forced = tr.decoding.forced_eos
         opts: dict = {"max_len_a": 0, "max_len_b": limit - (2 if forced else 1)}
         opts |= {"greedy": True} if beam == 1 else {"beam_size": beam, "stop": "transformers"}
@@ -57,7 +59,7 @@ def _gap(model_dir: Path, line: str, ours: list[int], theirs: list[int]) -> floa
 
     pairs = zip([*ours, -1], [*theirs, -1], strict=False)  # -1: the end of the shorter
     j = next(i for i, (a, b) in enumerate(pairs) if a != b)
-    with Translator.from_dir(model_dir, workers=1) as tr:
+    with Translator.from_dir(ModelDir(model_dir), workers=1) as tr:
         v = tr.model.vocab
         src = torch.tensor([tr.src_tok.encode(line) + [v.eos_id]])
         tgt_in = torch.tensor([[v.bos_id, *ours[:j]]])
@@ -80,7 +82,7 @@ def main() -> None:
     lines = args.source.read_text(encoding="utf-8").splitlines()
     work = Path(tempfile.mkdtemp(prefix="hf-export-"))
     export = work / "hf"
-    export_huggingface(args.model, export)
+    export_huggingface(ModelDir(args.model), export)
     back = import_marian(str(export), work / "back").path
     limit = json.loads((export / "generation_config.json").read_text())["max_length"]
     report: dict = {"lines": len(lines)}

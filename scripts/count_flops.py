@@ -54,12 +54,13 @@ def count(data_dir: str, preset: str, max_tokens: int, device: str = "meta") -> 
     from bench_train import step_flops
 
     from nmt.config import load_config
-    from nmt.data import batching, dataset
+    from nmt.data import batching
+    from nmt.dirs import data as dataset
     from nmt.models import build, count_parameters
 
     cfg = load_config(preset=preset)
-    vocab = dataset.vocab_info(data_dir)
-    train = dataset.load(data_dir, "train")
+    vocab = dataset.DataDir(data_dir).vocab_info
+    train = dataset.DataDir(data_dir).split("train")
     s, t = train.src.lengths, train.tgt.lengths
     keep = batching.keep_mask(s, t, max_tokens, cfg.model.max_positions)
     batches = batching.epoch_batches(s, t, max_tokens, 1, 1, keep)

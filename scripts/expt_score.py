@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 from sacrebleu.metrics import BLEU
 
-from nmt.data.dataset import tokenizers
+from nmt.dirs.data import DataDir
 
 SAMPLES = 1000
 SEED = 12345
@@ -122,7 +122,7 @@ def cut_flags(model: Path, data: Path, sources: Sequence[str], hyps: Sequence[st
     """Which translations are at least as long (re-encoded subwords) as the decoder's length
     limit, floor(max_len_a * source subwords + max_len_b): those ended at the limit, not at eos."""
     dec = yaml.safe_load((model / "config.yaml").read_text(encoding="utf-8"))["decoding"]
-    src_tok, tgt_tok = tokenizers(data)
+    src_tok, tgt_tok = DataDir(data).tokenizers
     flags = []
     for s, h in zip(sources, hyps, strict=True):
         limit = max(1, math.floor(dec["max_len_a"] * len(src_tok.encode(s)) + dec["max_len_b"]))

@@ -29,7 +29,7 @@ from expt_report import table  # noqa: E402
 from flatrun import BIN, Runner, valid_points  # noqa: E402
 from justice_systems import SRC, SYSTEMS, TGT  # noqa: E402
 
-from nmt.modeldir import saved_config  # noqa: E402
+from nmt.dirs.model import ModelDir  # noqa: E402
 
 AVERAGE_LAST = 5
 
@@ -46,7 +46,7 @@ def best_system(work: Path, names: Sequence[str]) -> str | None:
 
 def is_transformer(model: Path) -> bool:
     """Whether MODEL_DIR holds a Transformer (the architecture `nmt export` takes)."""
-    config = saved_config(model)
+    config = ModelDir.at(model).saved_config()
     return config is not None and config.model.type == "transformer"
 
 

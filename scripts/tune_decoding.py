@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from nmt.dirs import ModelDir  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
 
 
@@ -73,7 +74,9 @@ def run(args: argparse.Namespace) -> dict:
     if args.max_sentences > 0:
         src, refs = src[: args.max_sentences], refs[: args.max_sentences]
     pairs = tuning.grid(args.beams or tuning.BEAMS, args.penalties or tuning.PENALTIES)
-    translator = Translator.from_dir(args.model, device=args.device, checkpoint=args.checkpoint)
+    translator = Translator.from_dir(
+        ModelDir(args.model), device=args.device, checkpoint=args.checkpoint
+    )
 
     def show(row: tuning.TuneRow) -> None:
         lp = "-" if row.length_penalty is None else f"{row.length_penalty:g}"

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from nmt.dirs import ModelDir
 from nmt.errors import NmtError
 from nmt.models.attention import (
     AdditiveAttention,
@@ -229,7 +230,8 @@ def model_dirs(tmp_path_factory):
 
     from nmt.config import load_config
     from nmt.data.vocab import Tokenizer, VocabInfo, train_spm
-    from nmt.modeldir import save_weights, write_meta
+    from nmt.dirs.model import ModelDir
+    from nmt.dirs.weights import save_weights
     from nmt.models import build
 
     root = tmp_path_factory.mktemp("kinds")
@@ -241,7 +243,7 @@ def model_dirs(tmp_path_factory):
     cfg.decoding.max_len_b = 5
     torch.manual_seed(0)
     seq2seq = root / "seq2seq"
-    write_meta(seq2seq, cfg, "en", "de", spm, spm, vocab)
+    ModelDir.at(seq2seq).write_meta(cfg, ("en", "de"), (spm, spm), vocab)
     save_weights(build(cfg.model, vocab), seq2seq / "checkpoints" / "best.safetensors")
     return transformer, seq2seq
 
@@ -251,7 +253,7 @@ def test_translator_attention_kinds_have_the_right_shapes_and_pieces(model_dirs)
     squared, lower-triangular; searched or force-decoded, the same translation each time."""
     from nmt.decode.translator import Translator
 
-    tr = Translator.from_dir(model_dirs[0], device="cpu")
+    tr = Translator.from_dir(ModelDir(model_dirs[0]), device="cpu")
     cross, src, tgt, text = tr.attention(SENTENCE)
     assert cross.shape == (2, 2, len(tgt), len(src)) and src[-1] == tgt[-1] == "</s>"
     enc, cols, rows, text2 = tr.attention(SENTENCE, kind="self")
@@ -279,7 +281,7 @@ def test_cli_attention_kind_self_and_decoder_write_pngs(model_dirs, tmp_path):
     from nmt.decode.translator import Translator
     from nmt.plots.heatmaps import DPI, figure_size
 
-    tr = Translator.from_dir(model_dirs[0], device="cpu")
+    tr = Translator.from_dir(ModelDir(model_dirs[0]), device="cpu")
     for kind in ("self", "decoder"):
         out = tmp_path / f"{kind}.png"
         r = run_cli("attention", "-m", str(model_dirs[0]), SENTENCE, "--kind", kind, "-o", str(out))

@@ -18,8 +18,10 @@ from safetensors.torch import load_file
 from torch import nn
 
 import nmt.train.checkpoint as ck
+from nmt.dirs import ModelDir
+from nmt.dirs.state import SavedState, load_state
+from nmt.dirs.weights import load_weights, save_weights, weights_step
 from nmt.errors import NmtError
-from nmt.modeldir import SavedState, load_state, load_weights, save_weights, weights_step
 from nmt.train.selection import average
 
 
@@ -66,7 +68,7 @@ def _state(step: int, **fields) -> SavedState:
 
 
 def test_crash_while_writing_leaves_previous_checkpoint_loadable(tmp_path, monkeypatch):
-    c = ck.Checkpoints(tmp_path)
+    c = ck.Checkpoints(ModelDir.at(tmp_path))
     c.save_last(_model(1.0), _state(1))
 
     def torn_save(obj, f, *a, **kw):
@@ -104,7 +106,7 @@ def test_state_with_arbitrary_objects_is_refused(tmp_path):
 
 
 def test_keeps_n_best_and_n_last_and_best(tmp_path):
-    c = ck.Checkpoints(tmp_path, keep_best=2, keep_last=1)
+    c = ck.Checkpoints(ModelDir.at(tmp_path), keep_best=2, keep_last=1)
     scores = {100: 10.0, 200: 30.0, 300: 20.0, 400: 5.0, 500: 25.0}
     best = None
     for step, bleu in scores.items():
@@ -127,18 +129,18 @@ def test_loss_metric_ranks_lower_first():
 
 
 def test_average_last_and_best(tmp_path):
-    c = ck.Checkpoints(tmp_path, keep_best=5, keep_last=5)
+    c = ck.Checkpoints(ModelDir.at(tmp_path), keep_best=5, keep_last=5)
     for step, (value, bleu) in {1: (1.0, 9.0), 2: (2.0, 7.0), 3: (4.0, 5.0)}.items():
         c.save_step(_model(value), step, "bleu", bleu, False)
-    path, steps = average(tmp_path, last=2)
+    path, steps = average(ModelDir.at(tmp_path), last=2)
     assert steps == [2, 3] and path.name == "averaged.safetensors"
     avg = load_file(str(path))
     assert torch.allclose(avg["emb.weight"], torch.full((6, 4), 3.0))
     assert "out.weight" not in avg  # the tied matrix is stored once, as save_weights does
-    _, steps = average(tmp_path, best=2)
+    _, steps = average(ModelDir.at(tmp_path), best=2)
     assert steps == [1, 2]
     # The averaged file loads into the model like any other checkpoint.
-    from nmt.modeldir import load_weights
+    from nmt.dirs.weights import load_weights
 
     m = _model(0.0)
     load_weights(m, path)
@@ -146,12 +148,12 @@ def test_average_last_and_best(tmp_path):
 
 
 def test_average_needs_enough_checkpoints(tmp_path):
-    c = ck.Checkpoints(tmp_path)
+    c = ck.Checkpoints(ModelDir.at(tmp_path))
     c.save_step(_model(1.0), 10, "bleu", 1.0, True)
     with pytest.raises(NmtError, match="asked to average 3 checkpoints but only 1 are kept"):
-        average(tmp_path, last=3)
+        average(ModelDir.at(tmp_path), last=3)
     with pytest.raises(NmtError, match="choose one of --last N or --best N"):
-        average(tmp_path, last=1, best=1)
+        average(ModelDir.at(tmp_path), last=1, best=1)
 
 
 def test_average_last_refuses_what_keep_last_did_not_keep(tmp_path):
@@ -161,7 +163,7 @@ def test_average_last_refuses_what_keep_last_did_not_keep(tmp_path):
 
     cfg = load_config(preset="transformer-tiny", overrides=["training.keep_last=2"])
     cfg.save(tmp_path / "config.yaml")
-    c = ck.Checkpoints(tmp_path, keep_best=2, keep_last=2)
+    c = ck.Checkpoints(ModelDir.at(tmp_path), keep_best=2, keep_last=2)
     for step, bleu in {1: 9.0, 2: 8.0, 3: 1.0, 4: 2.0}.items():
         c.save_step(_model(float(step)), step, "bleu", bleu, False)
     assert [e["step"] for e in c.read_index()] == [1, 2, 3, 4]
@@ -170,20 +172,20 @@ def test_average_last_refuses_what_keep_last_did_not_keep(tmp_path):
         "the older ones kept are the best, not the next newest: use --last 2 or fewer, or --best N"
     )
     with pytest.raises(NmtError, match=f"^{re.escape(msg)}$"):
-        average(tmp_path, last=3)
-    assert average(tmp_path, last=2)[1] == [3, 4]
-    assert average(tmp_path, best=3)[1] == [1, 2, 4]
+        average(ModelDir.at(tmp_path), last=3)
+    assert average(ModelDir.at(tmp_path), last=2)[1] == [3, 4]
+    assert average(ModelDir.at(tmp_path), best=3)[1] == [1, 2, 4]
     (c.dir / "index.json").write_text("[{", encoding="utf-8")
     with pytest.raises(
         NmtError, match=f"^{re.escape(str(c.dir / 'index.json'))}: not a checkpoint"
     ):
-        average(tmp_path, best=1)
+        average(ModelDir.at(tmp_path), best=1)
 
 
 def test_resume_forgets_newer_steps_and_repoints_best(tmp_path):
     # A run saved step 10 (best) with its state, then step 20 (best, indexed) and step 30 (file
     # only), and died before writing the state again: the resumed history ends at step 10.
-    c = ck.Checkpoints(tmp_path, keep_best=5, keep_last=5)
+    c = ck.Checkpoints(ModelDir.at(tmp_path), keep_best=5, keep_last=5)
     c.save_step(_model(10.0), 10, "bleu", 1.0, is_best=True)
     c.save_step(_model(20.0), 20, "bleu", 2.0, is_best=True)
     save_weights(_model(30.0), c.dir / "step-30.safetensors", 30)
@@ -205,11 +207,11 @@ def test_published_files_are_durable_with_normal_permissions(tmp_path, monkeypat
     monkeypatch.setattr(nmt.textio, "fsync_dir", lambda p: synced.append(f"dir {Path(p).name}"))
     old = os.umask(0o022)
     try:
-        c = ck.Checkpoints(tmp_path, keep_best=5, keep_last=5)
+        c = ck.Checkpoints(ModelDir.at(tmp_path), keep_best=5, keep_last=5)
         c.save_last(_model(1.0), _state(1))
         c.save_step(_model(1.0), 1, "bleu", 1.0, is_best=False)
         c.save_step(_model(2.0), 2, "bleu", 2.0, is_best=False)
-        average(tmp_path, last=2)
+        average(ModelDir.at(tmp_path), last=2)
     finally:
         os.umask(old)
     assert synced[:4] == [".last.", "dir checkpoints", ".last.", "dir checkpoints"]
@@ -242,14 +244,14 @@ def test_damaged_or_mismatched_weights_are_one_line_errors(tmp_path):
 
 
 def test_average_of_a_damaged_or_other_shaped_checkpoint_names_the_file(tmp_path):
-    c = ck.Checkpoints(tmp_path, keep_best=5, keep_last=5)
+    c = ck.Checkpoints(ModelDir.at(tmp_path), keep_best=5, keep_last=5)
     for step in (1, 2):
         c.save_step(_model(float(step)), step, "loss", float(step), False)
     second = c.dir / "step-2.safetensors"
     data = second.read_bytes()
     second.write_bytes(data[: len(data) // 2])
     with pytest.raises(NmtError) as e:
-        average(tmp_path, last=2)
+        average(ModelDir.at(tmp_path), last=2)
     assert str(e.value).startswith(f"{second}: damaged or not a safetensors file (")
 
     class Wider(Tied):
@@ -259,7 +261,7 @@ def test_average_of_a_damaged_or_other_shaped_checkpoint_names_the_file(tmp_path
 
     save_weights(Wider(), second, 2)
     with pytest.raises(NmtError) as e:
-        average(tmp_path, last=2)
+        average(ModelDir.at(tmp_path), last=2)
     assert str(e.value) == (
         f"{second}: tensors differ from the other checkpoints (step has shape (3,), not (2,))"
     )
@@ -270,17 +272,17 @@ def test_average_of_a_damaged_or_other_shaped_checkpoint_names_the_file(tmp_path
                                                      (2, -3, "--best -3")])  # fmt: skip
 def test_average_refuses_a_negative_count(tmp_path, last, best, flag):
     # `--last -2 --best 2` passed the one-of check and averaged entries[2:] (the wrong set).
-    c = ck.Checkpoints(tmp_path, keep_best=5, keep_last=5)
+    c = ck.Checkpoints(ModelDir.at(tmp_path), keep_best=5, keep_last=5)
     for step in (1, 2, 3, 4):
         c.save_step(_model(float(step)), step, "loss", float(step), False)
     name, value = flag.split(" ")
     with pytest.raises(NmtError) as e:
-        average(tmp_path, last=last, best=best)
+        average(ModelDir.at(tmp_path), last=last, best=best)
     assert str(e.value) == f"{name} must be at least 1, got {value}"
 
 
 def test_a_full_disk_while_saving_the_state_is_one_line_naming_it(tmp_path, monkeypatch):
-    c = ck.Checkpoints(tmp_path)
+    c = ck.Checkpoints(ModelDir.at(tmp_path))
     c.save_last(_model(1.0), _state(1))
 
     def torn_save(obj, f, *a, **kw):  # what torch's zip writer raises on ENOSPC

@@ -312,7 +312,12 @@ def _hyp(text: str):
 
 @pytest.fixture
 def fake_translator(monkeypatch):
-    """Stand-in for nmt.decode.translator.Translator: copies the source, records how it was called."""
+    """Stand-in for nmt.decode.translator.Translator: copies the source, records how it was called
+    (its model directories, empty ones, opened without being read)."""
+    import nmt.dirs
+    from nmt.dirs import ModelDir
+
+    monkeypatch.setattr(nmt.dirs, "open_dirs", lambda paths: [ModelDir.at(p) for p in paths])
     calls: dict = {}
 
     class Translator:
@@ -321,7 +326,7 @@ def fake_translator(monkeypatch):
 
         @classmethod
         def from_dir(cls, model_dir, device="auto", checkpoint="best", precision="auto", workers=0):
-            calls["from_dir"] = (str(model_dir), device, checkpoint, precision)
+            calls["from_dir"] = (str(model_dir.path), device, checkpoint, precision)
             return cls()
 
         def translate(

@@ -1,4 +1,4 @@
-"""nmt.data.dataset: the binary format reloading to exactly the ids the tokenizer produces, token
+"""nmt.dirs.data: the binary format reloading to exactly the ids the tokenizer produces, token
 arrays read by sentence (threads, pickling, memory that does not grow), and clear errors on a wrong or
 corrupt data folder."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt.data import dataset
 from nmt.data.preprocess import PreprocessConfig, preprocess
+from nmt.dirs import data as dataset
 from nmt.errors import NmtError
 
 
@@ -33,11 +33,11 @@ def test_binary_format_reloads_to_encoded_ids(multi30k, tmp_path):
         and m["joint"]
         and m["spm"] == {"src": "spm.model", "tgt": "spm.model"}
     )
-    src_tok, tgt_tok = dataset.tokenizers(tmp_path / "d")
+    src_tok, tgt_tok = dataset.DataDir(tmp_path / "d").tokenizers
     assert src_tok is tgt_tok
     for split, prefix in (("valid", multi30k / "val"), ("test_2016_flickr", None)):
         prefix = prefix or multi30k / split
-        loaded = dataset.load(tmp_path / "d", split)
+        loaded = dataset.DataDir(tmp_path / "d").split(split)
         for lang, arr in (("en", loaded.src), ("de", loaded.tgt)):
             raw = Path(f"{prefix}.{lang}").read_text(encoding="utf-8").splitlines()
             assert len(arr) == len(raw) == len(loaded) == m["splits"][split]["kept"]
@@ -49,19 +49,19 @@ def test_binary_format_reloads_to_encoded_ids(multi30k, tmp_path):
             assert [a.tolist() for a in arr] == expected
             assert arr.lengths.tolist() == [len(e) for e in expected]
             assert arr.num_tokens == m["splits"][split]["tokens"][lang]
-    train = dataset.load(tmp_path / "d", "train")
+    train = dataset.DataDir(tmp_path / "d").split("train")
     assert len(train) == m["splits"]["train"]["kept"]
     assert isinstance(train.src.ids, np.memmap)  # bulk reads still map the file
     assert train.src.lengths.dtype == np.int32
     got = [g.tolist() for g in train.src.rows([3, 0, 3])]
     assert got == [train.src[3].tolist(), train.src[0].tolist(), train.src[3].tolist()]
-    info = dataset.vocab_info(tmp_path / "d")
+    info = dataset.DataDir(tmp_path / "d").vocab_info
     assert (info.src_size, info.tgt_size, info.joint) == (400, 400, True)
     sha = hashlib.sha256((tmp_path / "tr.en").read_bytes()).hexdigest()
     assert m["splits"]["train"]["files"]["en"]["sha256"] == sha
-    assert dataset.read_manifest(tmp_path / "d") == json.loads(json.dumps(m))
+    assert dataset.DataDir(tmp_path / "d").manifest == json.loads(json.dumps(m))
     with pytest.raises(NmtError, match=r"no split 'test' \(have: train, valid, test_2016_flickr\)"):
-        dataset.load(tmp_path / "d", "test")
+        dataset.DataDir(tmp_path / "d").split("test")
 
 
 def test_token_array_int32_and_corruption(tmp_path):
@@ -105,19 +105,19 @@ def test_token_array_empty_and_missing_files(tmp_path):
 
 def test_read_manifest_of_wrong_folder(tmp_path):
     with pytest.raises(NmtError, match=r"not a preprocessed data folder \(no manifest.json"):
-        dataset.read_manifest(tmp_path)
+        dataset.DataDir(tmp_path)
 
 
 def test_read_manifest_invalid_json_and_format(tmp_path):
     (tmp_path / "manifest.json").write_text("{", encoding="utf-8")
     with pytest.raises(NmtError, match=r"manifest.json: invalid JSON"):
-        dataset.read_manifest(tmp_path)
+        dataset.DataDir(tmp_path)
     (tmp_path / "manifest.json").write_text('{"format": "nmt-data/0"}', encoding="utf-8")
     with pytest.raises(NmtError, match=r"unsupported data format 'nmt-data/0' \(need nmt-data/1\)"):
-        dataset.read_manifest(tmp_path)
+        dataset.DataDir(tmp_path)
     (tmp_path / "manifest.json").write_text('{"format": "nmt-data/2"}', encoding="utf-8")
     with pytest.raises(NmtError) as e:
-        dataset.read_manifest(tmp_path)
+        dataset.DataDir(tmp_path)
     assert str(e.value) == (
         f"{tmp_path / 'manifest.json'}: data format 2; this nmt reads formats 1 to 1 (a newer nmt "
         "wrote it)"

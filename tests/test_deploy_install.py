@@ -18,6 +18,7 @@ from test_translate import build_tiny_model_dir, synthetic_lines
 
 pytest.importorskip("ctranslate2")
 
+from nmt.dirs import ModelDir
 from nmt.export.ctranslate2 import export_ctranslate2  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -75,7 +76,7 @@ def deploy_venv(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def export(tmp_path_factory) -> Path:
     model_dir = build_tiny_model_dir(tmp_path_factory.mktemp("deploy_model"))
-    return export_ctranslate2(model_dir, model_dir.parent / "export", quiet=True)
+    return export_ctranslate2(ModelDir(model_dir), model_dir.parent / "export", quiet=True)
 
 
 def nmt(venv: Path, args: list[str], stdin: str = "", cwd: Path | None = None):

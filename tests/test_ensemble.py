@@ -13,10 +13,11 @@ from test_translate import build_tiny_model_dir, run_cli, synthetic_lines
 
 from nmt.config import model_config
 from nmt.data.vocab import VocabInfo
-from nmt.decode.exported import EXPORT_MANIFEST
 from nmt.decode.translator import Translator
+from nmt.dirs.export import EXPORT_MANIFEST
+from nmt.dirs.model import ModelDir
+from nmt.dirs.weights import save_weights
 from nmt.errors import NmtError
-from nmt.modeldir import read_meta, save_weights
 from nmt.models import build
 from nmt.models.ensemble import Ensemble
 
@@ -26,7 +27,7 @@ def member_dir(base: Path, root: Path, seed: int, **model: object) -> Path:
     and another architecture when `model` gives one."""
     out = root / f"member-{seed}"
     shutil.copytree(base, out)
-    cfg, vocab, _ = read_meta(out)
+    cfg, vocab = ModelDir(out).config, ModelDir(out).vocab
     if model:
         cfg.model = model_config(**model)
         cfg.save(out / "config.yaml")
@@ -54,8 +55,8 @@ def hyps(tr: Translator, lines: list[str], k: int) -> list[list[tuple[list[str],
 def test_one_member_is_the_model_itself(dirs):
     """An ensemble of one decodes exactly as its member: same tokens, same scores."""
     lines = synthetic_lines(12, seed=3)
-    alone = Translator.from_dir(dirs["a"], device="cpu")
-    one = Translator.from_dir(dirs["a"], device="cpu")
+    alone = Translator.from_dir(ModelDir(dirs["a"]), device="cpu")
+    one = Translator.from_dir(ModelDir(dirs["a"]), device="cpu")
     one.model = Ensemble([one.model])
     for k in (1, 3):
         assert hyps(one, lines, k) == hyps(alone, lines, k)
@@ -64,8 +65,8 @@ def test_one_member_is_the_model_itself(dirs):
 def test_a_model_twice_gives_its_own_translations(dirs):
     """log(mean(p, p)) = log p: the same tokens, scores equal up to rounding."""
     lines = synthetic_lines(12, seed=4)
-    alone = Translator.from_dir(dirs["a"], device="cpu")
-    twice = Translator.from_dir([dirs["a"], dirs["a"]], device="cpu")
+    alone = Translator.from_dir(ModelDir(dirs["a"]), device="cpu")
+    twice = Translator.from_dir([ModelDir(dirs["a"]), ModelDir(dirs["a"])], device="cpu")
     assert isinstance(twice.model, Ensemble) and not twice.model.training
     for k in (1, 3):
         got, want = hyps(twice, lines, k), hyps(alone, lines, k)
@@ -90,8 +91,8 @@ def _batch(vocab: int, n: int = 3, s: int = 6, t: int = 5):
 def test_steps_average_probabilities_and_match_teacher_forcing(dirs, other):
     """Each step's log-probs are log((p_a + p_b) / 2) of the members' own steps, they sum to
     one, and step by step (with a reorder midway) they equal the teacher-forced pass."""
-    a = Translator.from_dir(dirs["a"], device="cpu").model
-    b = Translator.from_dir(dirs[other], device="cpu").model
+    a = Translator.from_dir(ModelDir(dirs["a"]), device="cpu").model
+    b = Translator.from_dir(ModelDir(dirs[other]), device="cpu").model
     ens = Ensemble([a, b])
     src, lengths, tgt = _batch(a.vocab.tgt_size)
     with torch.inference_mode():
@@ -129,7 +130,7 @@ def test_mixed_architectures_translate_every_line(dirs):
     """A Transformer and a Seq2Seq decode together: one result per line, n-best in order, and
     the attention is the first member's where the shapes differ."""
     lines = synthetic_lines(10, seed=5) + ["", "two dogs ."]
-    tr = Translator.from_dir([dirs["a"], dirs["rnn"]], device="cpu", workers=2)
+    tr = Translator.from_dir([ModelDir(dirs["a"]), ModelDir(dirs["rnn"])], device="cpu", workers=2)
     assert tr.max_source == 63  # the Transformer's limit; the Seq2Seq has none
     out = tr.translate(lines, beam_size=3, nbest=2, with_attention=True, batch_tokens=30)
     assert len(out) == len(lines) and out[-2].text == ""
@@ -147,13 +148,13 @@ def test_members_must_share_the_vocabulary(dirs, tmp_path):
     shutil.copy(spm, other / "spm.model")
     (other / "checkpoints" / "best.safetensors").write_bytes(b"not weights")  # never read
     with pytest.raises(NmtError) as e:
-        Translator.from_dir([dirs["a"], other], device="cpu")
+        Translator.from_dir([ModelDir(dirs["a"]), ModelDir(other)], device="cpu")
     assert str(e.value) == (
         f"{other}: its source vocabulary differs from {dirs['a']}'s (the models of an ensemble "
         "must share their SentencePiece models)"
     )
-    a = Translator.from_dir(dirs["a"], device="cpu").model
-    cfg, _, _ = read_meta(dirs["a"])
+    a = Translator.from_dir(ModelDir(dirs["a"]), device="cpu").model
+    cfg = ModelDir(dirs["a"]).config
     small = build(cfg.model, VocabInfo(150, 150))
     with pytest.raises(NmtError) as e:
         Ensemble([a, small])
@@ -212,5 +213,7 @@ def test_serve_an_ensemble(dirs):
         got = [t["hypotheses"][0]["translation"] for t in r.json()["translations"]]
     finally:
         assert stop_server(proc) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal
-    local = Translator.from_dir([dirs["a"], dirs["rnn"]], device="cpu", checkpoint="best")
+    local = Translator.from_dir(
+        [ModelDir(dirs["a"]), ModelDir(dirs["rnn"])], device="cpu", checkpoint="best"
+    )
     assert got == [t.text for t in local.translate(lines, beam_size=3)]

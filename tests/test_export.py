@@ -25,10 +25,11 @@ from nmt.errors import NmtError
 ct2 = pytest.importorskip("ctranslate2")
 
 from nmt.decode.ct2 import CT2Translator  # noqa: E402
-from nmt.decode.exported import EXPORT_MANIFEST, require_ctranslate2  # noqa: E402
 from nmt.decode.loading import open_translator  # noqa: E402
 from nmt.decode.rescore import rescore  # noqa: E402
 from nmt.decode.translator import Translator  # noqa: E402
+from nmt.dirs import ExportDir, ModelDir, open_model  # noqa: E402
+from nmt.dirs.export import EXPORT_MANIFEST, require_ctranslate2  # noqa: E402
 from nmt.export.ctranslate2 import export_ctranslate2  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each test exports and loads CTranslate2 models
@@ -94,7 +95,8 @@ def _steps(model: torch.nn.Module, opt, g, src: list[list[int]], tgt: list[list[
 def build_model_dir(root: Path, variant: tuple, model_type: str = "transformer") -> Path:
     """ROOT/model: a tiny model briefly trained to reverse word order, as `nmt train` writes it."""
     from nmt.data.vocab import Tokenizer, train_spm
-    from nmt.modeldir import save_weights, write_meta
+    from nmt.dirs.model import ModelDir
+    from nmt.dirs.weights import save_weights
     from nmt.models import build
 
     norm, tie, positions, activation, joint = variant
@@ -120,7 +122,7 @@ def build_model_dir(root: Path, variant: tuple, model_type: str = "transformer")
         tgt = [tgt_tok.encode(" ".join(reversed(line.split()))) for line in text]
         _train(model, src, tgt)
     model_dir = root / "model"
-    write_meta(model_dir, cfg, "en", "de", src_spm, tgt_spm, vocab)
+    ModelDir.at(model_dir).write_meta(cfg, ("en", "de"), (src_spm, tgt_spm), vocab)
     save_weights(model, model_dir / "checkpoints" / "best.safetensors", step=TRAIN_STEPS)
     save_weights(model, model_dir / "checkpoints" / "last.safetensors", step=TRAIN_STEPS)
     return model_dir
@@ -131,10 +133,10 @@ def exported(request, tmp_path_factory) -> tuple[Translator, CT2Translator, Path
     """Each variant trained, exported (float32) and loaded by both engines."""
     root = tmp_path_factory.mktemp(request.param)
     model_dir = build_model_dir(root, VARIANTS[request.param])
-    out = export_ctranslate2(model_dir, root / "export", quiet=True)
+    out = export_ctranslate2(ModelDir(model_dir), root / "export", quiet=True)
     return (
-        Translator.from_dir(model_dir, device="cpu"),
-        CT2Translator.from_dir(out, device="cpu", threads=1),
+        Translator.from_dir(ModelDir(model_dir), device="cpu"),
+        CT2Translator.from_dir(ExportDir(out), device="cpu", threads=1),
         model_dir,
         out,
     )
@@ -265,7 +267,7 @@ def test_nbest_empty_lines_and_manifest(exported):
 def test_an_export_manifest_before_versions_loads_and_a_newer_one_is_named(exported, tmp_path):
     import shutil
 
-    from nmt.decode.exported import ExportDir
+    from nmt.dirs.export import ExportDir
 
     out = tmp_path / "copy"
     shutil.copytree(exported[3], out)
@@ -290,10 +292,14 @@ def model_dir(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_int8_loads_and_translates(model_dir, tmp_path):
     """int8 weights are a quarter of the size; a d=32 toy model loses too much to compare tokens."""
-    f32 = export_ctranslate2(model_dir, tmp_path / "f32", quiet=True)
-    out = export_ctranslate2(model_dir, tmp_path / "int8", quantization="int8", quiet=True)
+    f32 = export_ctranslate2(ModelDir(model_dir), tmp_path / "f32", quiet=True)
+    out = export_ctranslate2(
+        ModelDir(model_dir), tmp_path / "int8", quantization="int8", quiet=True
+    )
     assert (out / "model.bin").stat().st_size < 0.5 * (f32 / "model.bin").stat().st_size
-    got = CT2Translator.from_dir(out, device="cpu").translate(TEST_LINES + [""], beam_size=5)
+    got = CT2Translator.from_dir(ExportDir(out), device="cpu").translate(
+        TEST_LINES + [""], beam_size=5
+    )
     assert len(got) == len(TEST_LINES) + 1 and got[-1].text == ""
     assert all(t.text for t in got[:-1]) and len({t.text for t in got}) > 20
     assert json.loads((out / EXPORT_MANIFEST).read_text())["quantization"] == "int8"
@@ -302,7 +308,7 @@ def test_int8_loads_and_translates(model_dir, tmp_path):
 def test_seq2seq_is_refused_in_one_line(tmp_path):
     model_dir = build_model_dir(tmp_path, VARIANTS["pre-tied-sin-relu"], model_type="seq2seq")
     with pytest.raises(NmtError) as err:
-        export_ctranslate2(model_dir, tmp_path / "out")
+        export_ctranslate2(ModelDir(model_dir), tmp_path / "out")
     assert str(err.value) == (
         f"{model_dir}: a seq2seq model cannot be exported to CTranslate2 (it has no RNN decoder); "
         "only Transformer models can"
@@ -317,7 +323,7 @@ def test_existing_output_refused_force_replaces_nothing_half_written(
     out.mkdir()
     (out / "keep.txt").write_text("x")
     with pytest.raises(NmtError) as err:
-        export_ctranslate2(model_dir, out)
+        export_ctranslate2(ModelDir(model_dir), out)
     assert str(err.value) == f"{out}: exists and is not empty (use --force to replace it)"
     import nmt.export.ctranslate2
 
@@ -326,15 +332,15 @@ def test_existing_output_refused_force_replaces_nothing_half_written(
 
     monkeypatch.setattr(nmt.export.ctranslate2, "build_spec", broken)
     with pytest.raises(RuntimeError):
-        export_ctranslate2(model_dir, out, force=True, quiet=True)
+        export_ctranslate2(ModelDir(model_dir), out, force=True, quiet=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary left behind
     assert (out / "keep.txt").exists()  # the old export survives a failed one
     monkeypatch.undo()
-    export_ctranslate2(model_dir, out, force=True, checkpoint="last", quiet=True)
+    export_ctranslate2(ModelDir(model_dir), out, force=True, checkpoint="last", quiet=True)
     assert not (out / "keep.txt").exists() and (out / "model.bin").is_file()
     assert json.loads((out / EXPORT_MANIFEST).read_text())["checkpoint"] == "last"
     with pytest.raises(NmtError, match="would replace the model directory"):
-        export_ctranslate2(model_dir, model_dir.parent, force=True)
+        export_ctranslate2(ModelDir(model_dir), model_dir.parent, force=True)
 
 
 def test_force_never_replaces_the_checkpoints_or_the_weights_folder(model_dir, tmp_path):
@@ -344,7 +350,7 @@ def test_force_never_replaces_the_checkpoints_or_the_weights_folder(model_dir, t
         f"{ckpts}: would replace {ckpts}, which holds the weights of {model_dir}; choose another -o"
     )
     with pytest.raises(NmtError) as e:
-        export_ctranslate2(model_dir, ckpts, force=True, quiet=True)
+        export_ctranslate2(ModelDir(model_dir), ckpts, force=True, quiet=True)
     assert str(e.value) == msg
     # -o the folder of a --checkpoint PATH.safetensors outside the model directory
     outside = tmp_path / "weights"
@@ -352,7 +358,9 @@ def test_force_never_replaces_the_checkpoints_or_the_weights_folder(model_dir, t
     weights = outside / "mine.safetensors"
     weights.write_bytes((ckpts / "best.safetensors").read_bytes())
     with pytest.raises(NmtError) as e:
-        export_ctranslate2(model_dir, outside, checkpoint=str(weights), force=True, quiet=True)
+        export_ctranslate2(
+            ModelDir(model_dir), outside, checkpoint=str(weights), force=True, quiet=True
+        )
     assert str(e.value) == (
         f"{outside}: would replace {outside}, which holds the weights of {model_dir}; "
         "choose another -o"
@@ -362,14 +370,16 @@ def test_force_never_replaces_the_checkpoints_or_the_weights_folder(model_dir, t
     old.mkdir()
     (old / "best.safetensors").write_bytes(b"x")
     with pytest.raises(NmtError) as e:
-        export_ctranslate2(model_dir, old, force=True, quiet=True)
+        export_ctranslate2(ModelDir(model_dir), old, force=True, quiet=True)
     assert str(e.value) == (
         f"{old}: would replace a folder of {model_dir} that holds weights or trainer state; "
         "choose another -o"
     )
     assert sorted(p.name for p in ckpts.iterdir()) == kept and weights.is_file()
     assert (old / "best.safetensors").is_file()
-    export = export_ctranslate2(model_dir, model_dir / "ct2", quiet=True)  # nothing of its own
+    export = export_ctranslate2(
+        ModelDir(model_dir), model_dir / "ct2", quiet=True
+    )  # nothing of its own
     assert (export / "model.bin").is_file()
     shutil.rmtree(old)
     shutil.rmtree(export)
@@ -377,16 +387,16 @@ def test_force_never_replaces_the_checkpoints_or_the_weights_folder(model_dir, t
 
 def test_bad_options_are_one_line_errors(model_dir, tmp_path):
     with pytest.raises(NmtError, match=r"^--quantization must be float32, int8, int8_float32, "):
-        export_ctranslate2(model_dir, tmp_path / "o", quantization="int4")
+        export_ctranslate2(ModelDir(model_dir), tmp_path / "o", quantization="int4")
     with pytest.raises(NmtError, match=r"checkpoints/step-9\.safetensors: checkpoint not found$"):
-        export_ctranslate2(model_dir, tmp_path / "o", checkpoint="step-9")
+        export_ctranslate2(ModelDir(model_dir), tmp_path / "o", checkpoint="step-9")
     assert not (tmp_path / "o").exists()
 
 
 def test_missing_ctranslate2_is_a_one_line_error(model_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import fails as if not installed
     with pytest.raises(NmtError) as err:
-        export_ctranslate2(model_dir, tmp_path / "o")
+        export_ctranslate2(ModelDir(model_dir), tmp_path / "o")
     assert (
         str(err.value)
         == "ctranslate2 is not installed: pip install -e '.[ct2]' in nmt's source folder"
@@ -416,7 +426,7 @@ def test_a_cuda_device_index_reaches_ctranslate2(model_dir, tmp_path, monkeypatc
         with pytest.raises(NmtError) as e:
             nmt_ct2._ct2_device(device, fake)
         assert str(e.value) == msg
-    out = export_ctranslate2(model_dir, tmp_path / "exp", quiet=True)
+    out = export_ctranslate2(ModelDir(model_dir), tmp_path / "exp", quiet=True)
     seen: dict = {}
 
     def translator(path: str, **kwargs):
@@ -425,19 +435,21 @@ def test_a_cuda_device_index_reaches_ctranslate2(model_dir, tmp_path, monkeypatc
 
     monkeypatch.setattr(ct2, "get_cuda_device_count", lambda: 2)
     monkeypatch.setattr(ct2, "Translator", translator)
-    CT2Translator.from_dir(out, device="cuda:1", threads=1, workers=1)
+    CT2Translator.from_dir(ExportDir(out), device="cuda:1", threads=1, workers=1)
     assert (seen["device"], seen["device_index"]) == ("cuda", 1)
 
 
 def test_checkpoint_other_than_the_exported_one_is_refused(model_dir, tmp_path):
-    out = export_ctranslate2(model_dir, tmp_path / "exp", checkpoint="last", quiet=True)
+    out = export_ctranslate2(ModelDir(model_dir), tmp_path / "exp", checkpoint="last", quiet=True)
     msg = f"--checkpoint does not apply to {out}: an export holds one checkpoint"
     for other in ("best", "averaged"):
         with pytest.raises(NmtError) as e:
-            open_translator(out, device="cpu", checkpoint=other)
+            open_translator(open_model(out), device="cpu", checkpoint=other)
         assert str(e.value) == msg
     for same in ("default", "last"):  # unspecified, or the one it holds
-        assert isinstance(open_translator(out, device="cpu", checkpoint=same), CT2Translator)
+        assert isinstance(
+            open_translator(open_model(out), device="cpu", checkpoint=same), CT2Translator
+        )
 
 
 # ---- CLI ------------------------------------------------------------------------------------
@@ -460,7 +472,9 @@ def test_cli_export_then_translate(model_dir, tmp_path):
     lines = "a man in blue\n\ntwo dogs play snow\nzwei kinder\n"
     r = run_cli("translate", "-m", str(out), "-q", input=lines.encode())
     assert r.exit_code == 0, r.output
-    expected = [t.text for t in open_translator(model_dir).translate(lines.splitlines())]
+    expected = [
+        t.text for t in open_translator(open_model(model_dir)).translate(lines.splitlines())
+    ]
     assert r.stdout.split("\n") == [*expected, ""]
     r = run_cli("translate", "-m", str(out), "-q", "--nbest", "2", "-b", "3", input=lines.encode())
     assert r.exit_code == 0 and len(r.stdout.split("\n")) == 2 * 4 + 1
@@ -497,16 +511,16 @@ def test_a_lowercased_models_export_lowercases_its_input(model_dir, tmp_path):
     shutil.copytree(model_dir, lc)
     meta = json.loads((lc / "vocab.json").read_text())
     (lc / "vocab.json").write_text(json.dumps({**meta, "lowercase": True}))
-    cased_out = export_ctranslate2(model_dir, tmp_path / "cased", quiet=True)
-    out = export_ctranslate2(lc, tmp_path / "export", quiet=True)
+    cased_out = export_ctranslate2(ModelDir(model_dir), tmp_path / "cased", quiet=True)
+    out = export_ctranslate2(ModelDir(lc), tmp_path / "export", quiet=True)
     assert json.loads((out / EXPORT_MANIFEST).read_text())["lowercase"] is True
     assert json.loads((cased_out / EXPORT_MANIFEST).read_text())["lowercase"] is False
     lines = ["A MAN In Blue Shirt", "Two DOGS Play In The Snow", "EINE FRAU"]
     lowered = [line.lower() for line in lines]
-    theirs = CT2Translator.from_dir(out, device="cpu", threads=1)
+    theirs = CT2Translator.from_dir(ExportDir(out), device="cpu", threads=1)
     got = [t.text for t in theirs.translate(lines, beam_size=1)]
     assert got == [t.text for t in theirs.translate(lowered, beam_size=1)]
-    with Translator.from_dir(lc, device="cpu") as ours:
+    with Translator.from_dir(ModelDir(lc), device="cpu") as ours:
         assert got == [t.text for t in ours.translate(lines, greedy=True)]
-    plain = CT2Translator.from_dir(cased_out, device="cpu", threads=1)
+    plain = CT2Translator.from_dir(ExportDir(cased_out), device="cpu", threads=1)
     assert [t.text for t in plain.translate(lines, beam_size=1)] != got  # capitals are unknown

@@ -56,7 +56,7 @@ def test_generate_equals_nmt_translate(exported, beam, tmp_path):
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
     assert type(model).__name__ == CLASSES[norm]
-    from nmt.modeldir import ModelDir
+    from nmt.dirs.model import ModelDir
 
     ours_tok, _ = ModelDir(model_dir).tokenizers
     assert [tok(x).input_ids for x in LINES] == [ours_tok.encode(x) + [3] for x in LINES]

@@ -20,8 +20,10 @@ from safetensors.torch import load_file
 from test_training_loop import REPO, copy_data  # noqa: F401 - the shared copy-task DATA_DIR fixture
 
 from nmt.config import load_config
+from nmt.dirs import DataDir, ModelDir
+from nmt.dirs.state import load_state
+from nmt.dirs.weights import save_weights
 from nmt.errors import NmtError
-from nmt.modeldir import load_state, save_weights
 from nmt.train.checkpoint import save_state
 from nmt.train.loop import train
 
@@ -86,7 +88,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(copy_data, tmp_path):  
     cfg = load_config(
         preset="transformer-tiny", overrides=[*SETTINGS, f"training.max_steps={STEPS}"]
     )
-    train(cfg, copy_data, full, "cpu", quiet=True, threads=1)
+    train(cfg, DataDir(copy_data), ModelDir.at(full), "cpu", quiet=True, threads=1)
     rng = random.Random(10)
     for step in sorted(rng.sample(range(2, STEPS - 1), 3)):
         _kill_at(_train(copy_data, cut), cut / "metrics.jsonl", step, rng.uniform(0, 0.3))

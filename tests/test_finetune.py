@@ -19,8 +19,9 @@ from nmt.config import load_config, resolve_train_config
 from nmt.data.preprocess import PreprocessConfig, preprocess
 from nmt.data.summary import summary_notes
 from nmt.data.vocab import Tokenizer
+from nmt.dirs import DataDir, ModelDir
+from nmt.dirs.loaded import load_model
 from nmt.errors import NmtError
-from nmt.modeldir import checkpoint_path, load_model
 from nmt.train import distributed
 from nmt.train.loop import Trainer, train
 
@@ -59,7 +60,14 @@ def base(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("base")
     data = _preprocess(_corpus(root / "text", 0), root / "data", vocab_size=48)
     model = root / "model"
-    train(_tiny("training.max_steps=20"), data, model, "cpu", quiet=True, threads=1)
+    train(
+        _tiny("training.max_steps=20"),
+        DataDir(data),
+        ModelDir.at(model),
+        "cpu",
+        quiet=True,
+        threads=1,
+    )
     return data, model
 
 
@@ -116,16 +124,42 @@ def test_spm_from_a_folder_that_holds_no_models_is_one_line_error(tmp_path):
 def test_init_from_starts_from_the_models_weights_with_a_fresh_run(base, new_data, tmp_path):
     _, model = base
     cfg = _tiny(f"training.init_from={model}", "training.ema_decay=0.99")
-    trainer = Trainer(cfg, new_data, tmp_path / "ft", torch.device("cpu"),
-                      distributed.from_env(), False, True)  # fmt: skip
-    loaded = load_model(model)[0].state_dict()
+    trainer = Trainer(
+        cfg,
+        DataDir(new_data),
+        ModelDir.at(tmp_path / "ft"),
+        torch.device("cpu"),
+        distributed.from_env(),
+        False,
+        True,
+    )
+    loaded = load_model(ModelDir(model))[0].state_dict()
     for ours in (trainer.model.state_dict(), trainer.eval_model.state_dict()):
         assert ours.keys() == loaded.keys()
         assert all(torch.equal(ours[k], loaded[k]) for k in ours)
     assert trainer.state.step == 0 and not trainer.optimizer.state  # fresh optimizer and counts
     assert trainer.init == {
-        "init_from": str(model), "checkpoint": str(checkpoint_path(model)), "step": 20
-    }  # fmt: skip
+        "init_from": str(model),
+        "checkpoint": str(ModelDir(model).checkpoint()),
+        "step": 20,
+    }
+
+
+def test_train_starts_from_an_opened_initial_model(base, new_data, tmp_path):
+    """A library caller hands `train` the initial model opened; the saved config names it."""
+    _, model = base
+    out = tmp_path / "ft"
+    s = train(
+        _tiny("training.max_steps=1"),
+        DataDir(new_data),
+        ModelDir.at(out),
+        "cpu",
+        init=ModelDir(model),
+        quiet=True,
+        threads=1,
+    )
+    assert s.steps == 1
+    assert ModelDir(out).config.training.init_from == str(model)
 
 
 @pytest.mark.slow
@@ -134,19 +168,44 @@ def test_fine_tuning_learns_the_new_task_and_resumes_bitwise(base, new_data, tmp
     full, cut = tmp_path / "full", tmp_path / "cut"
     ft = (f"training.init_from={model}",)
     s_full = train(
-        _tiny(*ft, "training.max_steps=30"), new_data, full, "cpu", quiet=True, threads=1
+        _tiny(*ft, "training.max_steps=30"),
+        DataDir(new_data),
+        ModelDir.at(full),
+        "cpu",
+        quiet=True,
+        threads=1,
     )
-    train(_tiny(*ft, "training.max_steps=15"), new_data, cut, "cpu", quiet=True, threads=1)
-    s2 = train(_tiny(*ft, "training.max_steps=30"), new_data, cut, "cpu", resume=True,
-               quiet=True, threads=1)  # fmt: skip
+    train(
+        _tiny(*ft, "training.max_steps=15"),
+        DataDir(new_data),
+        ModelDir.at(cut),
+        "cpu",
+        quiet=True,
+        threads=1,
+    )
+    s2 = train(
+        _tiny(*ft, "training.max_steps=30"),
+        DataDir(new_data),
+        ModelDir.at(cut),
+        "cpu",
+        resume=True,
+        quiet=True,
+        threads=1,
+    )
     assert s_full.steps == s2.steps == 30
     a, b = (load_file(str(d / "checkpoints" / "last.safetensors")) for d in (full, cut))
     assert all(torch.equal(a[k], b[k]) for k in a)
     start = json.loads((full / "metrics.jsonl").read_text().splitlines()[0])
     assert start["event"] == "start" and start["init"]["step"] == 20
     # Starting from the model beats starting from scratch at the same step count (valid loss).
-    scratch = train(_tiny("training.max_steps=30"), new_data, tmp_path / "s", "cpu", quiet=True,
-                    threads=1)  # fmt: skip
+    scratch = train(
+        _tiny("training.max_steps=30"),
+        DataDir(new_data),
+        ModelDir.at(tmp_path / "s"),
+        "cpu",
+        quiet=True,
+        threads=1,
+    )
     assert s_full.best_metric == "loss" and s_full.best_score < scratch.best_score
 
 
@@ -154,8 +213,14 @@ def test_a_corpus_with_other_pieces_is_refused_before_weights_load(base, tmp_pat
     _, model = base
     own = _preprocess(_corpus(tmp_path / "t", 5, n=300), tmp_path / "own", vocab_size=40)
     with pytest.raises(NmtError) as e:
-        train(_tiny(f"training.init_from={model}", "training.max_steps=2"), own, tmp_path / "m",
-              "cpu", quiet=True, threads=1)  # fmt: skip
+        train(
+            _tiny(f"training.init_from={model}", "training.max_steps=2"),
+            DataDir(own),
+            ModelDir.at(tmp_path / "m"),
+            "cpu",
+            quiet=True,
+            threads=1,
+        )
     assert str(e.value) == (
         f"{own}: its source vocabulary differs from {model}'s (preprocess the corpus with "
         f"--spm-from {model})"
@@ -166,12 +231,20 @@ def test_another_architecture_or_a_data_dir_is_a_one_line_error(base, new_data, 
     data, model = base
     wide = _tiny(f"training.init_from={model}", "training.max_steps=2", "model.ff_dim=40")
     with pytest.raises(NmtError) as e:
-        train(wide, new_data, tmp_path / "m", "cpu", quiet=True, threads=1)
+        train(wide, DataDir(new_data), ModelDir.at(tmp_path / "m"), "cpu", quiet=True, threads=1)
     message = str(e.value)
-    assert message.startswith(f"{checkpoint_path(model)}: weights do not match the model section ")
+    assert message.startswith(
+        f"{ModelDir(model).checkpoint()}: weights do not match the model section "
+    )
     assert "size mismatch" in message and "\n" not in message
     with pytest.raises(NmtError) as e:
-        train(_tiny(f"training.init_from={data}"), new_data, tmp_path / "m2", "cpu", quiet=True)
+        train(
+            _tiny(f"training.init_from={data}"),
+            DataDir(new_data),
+            ModelDir.at(tmp_path / "m2"),
+            "cpu",
+            quiet=True,
+        )
     assert str(e.value) == f"{data}: not a model directory (--init-from takes a MODEL_DIR)"
     with pytest.raises(NmtError, match="training.init_checkpoint must be default, best, last"):
         _tiny("training.init_checkpoint=newest")
@@ -191,8 +264,15 @@ def test_another_architecture_of_the_same_shapes_is_refused(
     _, model = base
     cfg = _tiny(f"training.init_from={model}", override)
     with pytest.raises(NmtError) as e:
-        Trainer(cfg, new_data, tmp_path / "ft", torch.device("cpu"), distributed.from_env(),
-                False, True)  # fmt: skip
+        Trainer(
+            cfg,
+            DataDir(new_data),
+            ModelDir.at(tmp_path / "ft"),
+            torch.device("cpu"),
+            distributed.from_env(),
+            False,
+            True,
+        )
     assert str(e.value) == (
         f"{model / 'config.yaml'}: the initial model's architecture differs from this run's "
         f"model section ({change}); fine-tune with its model settings (omit --preset/CONFIG to "
@@ -206,9 +286,16 @@ def test_other_dropout_or_max_positions_start_from_the_same_weights(base, new_da
         f"training.init_from={model}", "model.dropout=0.3", "model.attention_dropout=0.1",
         "model.max_positions=300",
     )  # fmt: skip
-    trainer = Trainer(cfg, new_data, tmp_path / "ft", torch.device("cpu"),
-                      distributed.from_env(), False, True)  # fmt: skip
-    loaded = load_model(model)[0].state_dict()
+    trainer = Trainer(
+        cfg,
+        DataDir(new_data),
+        ModelDir.at(tmp_path / "ft"),
+        torch.device("cpu"),
+        distributed.from_env(),
+        False,
+        True,
+    )
+    loaded = load_model(ModelDir(model))[0].state_dict()
     assert all(torch.equal(v, loaded[k]) for k, v in trainer.model.state_dict().items())
 
 
@@ -248,7 +335,7 @@ def test_init_from_without_a_config_takes_the_models_own(base, tmp_path):
     flags = {"max_steps": 5, "max_epochs": None, "max_time": None, "seed": None,
              "init_from": str(model)}  # fmt: skip
     cfg = resolve_train_config(None, None, ["training.lr=0.0001"], tmp_path / "m", False, flags)
-    saved = load_model(model)[1]
+    saved = load_model(ModelDir(model))[1]
     assert cfg.model == saved.model
     assert (cfg.training.init_from, cfg.training.lr, cfg.training.max_steps) == (
         str(model),
@@ -278,7 +365,7 @@ def test_cli_fine_tunes_and_translates(base, tmp_path):
         "--quiet")  # fmt: skip
     proc = nmt("train", "-d", str(data), "-o", str(ft), "--init-from", str(model),
                "--max-steps", "4", "--set", "training.valid_every=2", "--device", "cpu")  # fmt: skip
-    assert f"training from {checkpoint_path(model)} (step 20) transformer" in proc.stderr
+    assert f"training from {ModelDir(model).checkpoint()} (step 20) transformer" in proc.stderr
     saved = (ft / "config.yaml").read_text(encoding="utf-8")
     assert f"init_from: {model}" in saved
     out = nmt("translate", "-m", str(ft), "--quiet", str(text / "valid.en"))

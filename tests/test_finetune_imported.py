@@ -17,11 +17,10 @@ import torch
 from marian_fixtures import small_marian
 from safetensors.torch import load_file
 
-from nmt.data.dataset import DataDir
 from nmt.data.marian_vocab import VocabTokenizer
 from nmt.data.preprocess import PreprocessConfig, preprocess
+from nmt.dirs import DataDir, ModelDir
 from nmt.errors import NmtError
-from nmt.modeldir import ModelDir
 from nmt.train.finetune import preset_over_initial
 from nmt.train.loop import train
 
@@ -102,13 +101,25 @@ def test_fine_tuning_learns_resumes_bitwise_keeps_pad_zero_and_translates(import
     model, data, text = imported
     full, cut = tmp_path / "full", tmp_path / "cut"
     s_full = train(
-        _config(model, full, "training.max_steps=24"), data, full, "cpu", quiet=True, threads=1
+        _config(model, full, "training.max_steps=24"),
+        DataDir(data),
+        ModelDir.at(full),
+        "cpu",
+        quiet=True,
+        threads=1,
     )
-    train(_config(model, cut, "training.max_steps=12"), data, cut, "cpu", quiet=True, threads=1)
+    train(
+        _config(model, cut, "training.max_steps=12"),
+        DataDir(data),
+        ModelDir.at(cut),
+        "cpu",
+        quiet=True,
+        threads=1,
+    )
     s_cut = train(
         _config(model, cut, "training.max_steps=24"),
-        data,
-        cut,
+        DataDir(data),
+        ModelDir.at(cut),
         "cpu",
         resume=True,
         quiet=True,
@@ -168,7 +179,14 @@ def test_data_of_another_models_tokenizer_is_one_line_naming_both(
     import_marian(str(small_marian(pretrained_root / "opus-mt-uk-en", tmp_path / "hf")), other)
     out = tmp_path / "ft"
     with pytest.raises(NmtError) as err:
-        train(_config(other, out, "training.max_steps=2"), data, out, "cpu", quiet=True, threads=1)
+        train(
+            _config(other, out, "training.max_steps=2"),
+            DataDir(data),
+            ModelDir.at(out),
+            "cpu",
+            quiet=True,
+            threads=1,
+        )
     msg = str(err.value)
     assert "\n" not in msg and str(model) in msg and str(other) in msg
     assert not (out / "checkpoints").exists()

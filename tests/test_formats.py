@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from nmt.config import DecodingConfig
-from nmt.data.dataset import DataDir
 from nmt.data.vocab import VocabInfo
-from nmt.decode.exported import ExportDir
-from nmt.decode.loading import open_dir
 from nmt.decode.options import DecodeOptions, check_search
-from nmt.modeldir import ModelDir
+from nmt.dirs.data import DataDir
+from nmt.dirs.export import ExportDir
+from nmt.dirs.model import ModelDir
+from nmt.dirs.opening import open_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -11,6 +11,8 @@ from conftest import require
 from marian_fixtures import parity_lines, small_marian
 from test_import_parity import _generate, _ours
 
+from nmt.dirs import ModelDir
+
 pytestmark = pytest.mark.slow
 NEW_TOKENS = 24
 SETTINGS = [  # (model, beams, alpha): each setting once, the models taking turns
@@ -39,7 +41,7 @@ def models(pretrained_root, repo_root, tmp_path_factory):
             imported = import_marian(str(hf_dir), work / "nmt")
             hf = MarianMTModel.from_pretrained(hf_dir, dtype=torch.float32).eval()
             lines = parity_lines(repo_root.parent / "shared/corpora", name)[0]
-            built[name] = (hf, Translator.from_dir(imported.path, workers=1), lines)
+            built[name] = (hf, Translator.from_dir(ModelDir(imported.path), workers=1), lines)
         return built[name]
 
     yield get

@@ -26,6 +26,7 @@ from marian_fixtures import small_marian
 from typer.testing import CliRunner
 
 from nmt.cli.app import app
+from nmt.dirs import ModelDir
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -119,7 +120,7 @@ def _library(model: Path, lines: list[str], **options) -> list[str]:
     """What the library gives for `lines` (one line each, as the command writes them)."""
     from nmt.decode.translator import Translator
 
-    with Translator.from_dir(model, device="cpu", workers=1) as tr:
+    with Translator.from_dir(ModelDir(model), device="cpu", workers=1) as tr:
         return [t.text for t in tr.translate(lines, max_len_b=16, **options)]
 
 
@@ -128,7 +129,7 @@ def _library(model: Path, lines: list[str], **options) -> list[str]:
 
 def test_import_prints_one_line_and_the_directory_opens(imported, tmp_path):
     from nmt.data.marian_vocab import VocabTokenizer
-    from nmt.modeldir import ModelDir
+    from nmt.dirs.model import ModelDir
 
     out = tmp_path / "model"
     r = _nmt("import", str(imported.hf), "-o", str(out))
@@ -377,7 +378,7 @@ def test_rescore_gives_one_score_per_pair(imported, src, tmp_path):
     r = _cli("rescore", src, tgt, "-m", imported.model, "-q")
     scores = [float(x) for x in r.stdout.splitlines()]
     assert len(scores) == len(LINES) and all(s < 0 for s in scores)
-    with Translator.from_dir(imported.model, device="cpu", workers=1) as tr:
+    with Translator.from_dir(ModelDir(imported.model), device="cpu", workers=1) as tr:
         want = [s.log_prob for s in rescore(tr, LINES, targets)]
     assert scores == pytest.approx(want, abs=1e-5)
 
@@ -459,7 +460,7 @@ def test_serve_takes_a_target_language_per_request(imported, src):
     from nmt.serve import Settings, create_app
 
     want = _records(src, "-m", imported.multi, "-b", "1", "--target-lang", "fra", *SHORT)
-    factory = lambda: Translator.from_dir(imported.multi, device="cpu", workers=1)  # noqa: E731
+    factory = lambda: Translator.from_dir(ModelDir(imported.multi), device="cpu", workers=1)  # noqa: E731
     with TestClient(create_app(factory, Settings(model_dir=str(imported.multi)))) as client:
         deadline = time.monotonic() + 30
         while client.get("/health").status_code != 200:
@@ -487,7 +488,7 @@ def test_rescore_of_the_search_output_is_its_log_prob(imported):
     greedy search's output ids gives the log-probability the search found."""
     from nmt.decode.translator import Translator
 
-    with Translator.from_dir(imported.model, device="cpu", workers=1) as tr:
+    with Translator.from_dir(ModelDir(imported.model), device="cpu", workers=1) as tr:
         found = [
             t.hypotheses[0] for t in tr.translate(LINES, greedy=True, max_len_a=0, max_len_b=30)
         ]

@@ -25,6 +25,8 @@ import pytest
 from conftest import require
 from marian_fixtures import parity_lines, small_marian
 
+from nmt.dirs import ModelDir, open_model
+
 pytestmark = pytest.mark.slow
 MODELS = ("opus-mt-en-mg", "opus-mt-tc-big-fr-en")
 NEW_TOKENS = 32  # tokens generated at most, eos included (as test_import_parity's 64, halved)
@@ -60,7 +62,7 @@ def built(request, pretrained_root, repo_root, tmp_path_factory) -> Built:
     config = json.loads((hf / "config.json").read_text())
     (hf / "config.json").write_text(json.dumps({**config, "torch_dtype": "float32"}))
     model = import_marian(str(hf), work / "model").path
-    export = export_ctranslate2(model, work / "export", quiet=True)
+    export = export_ctranslate2(ModelDir(model), work / "export", quiet=True)
     theirs = Path(TransformersConverter(str(hf)).convert(str(work / "theirs")))
     lines = parity_lines(repo_root.parent / "shared/corpora", name)[0]
     return Built(name, hf, model, export, theirs, lines)
@@ -74,7 +76,7 @@ def _translator(path: Path):
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_ctranslate2s_own_converter_agrees(built, beam):
-    from nmt.decode.exported import ExportDir
+    from nmt.dirs.export import ExportDir
 
     src_tok, tgt_tok = ExportDir(built.export).tokenizers
     eos, pad = tgt_tok.eos_piece, tgt_tok.specials.pad
@@ -117,8 +119,8 @@ def engines(built):
     """(the export's CTranslate2 engine, the model directory's PyTorch one)."""
     from nmt.decode.loading import open_translator
 
-    exported = open_translator(built.export, device="cpu", workers=1)
-    own = open_translator(built.model, device="cpu", workers=1)
+    exported = open_translator(open_model(built.export), device="cpu", workers=1)
+    own = open_translator(open_model(built.model), device="cpu", workers=1)
     yield exported, own
     own.close()
 

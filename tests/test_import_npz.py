@@ -20,6 +20,7 @@ from marian_fixtures import parity_lines
 from typer.testing import CliRunner
 
 from nmt.cli.app import app
+from nmt.dirs import ModelDir
 
 pytestmark = pytest.mark.slow
 D, FFN, HEADS, LAYERS, NEW_TOKENS = 64, 128, 4, 2, 32
@@ -144,7 +145,7 @@ def test_import_translates_as_ctranslate2s_marian_converter(release, repo_root, 
     model = import_marian(str(release), tmp_path / "model").path
     vocab = str(release / VOCAB)
     theirs = MarianConverter(str(release / MODEL), [vocab, vocab]).convert(str(tmp_path / "ct2"))
-    with Translator.from_dir(model, workers=1) as tr:
+    with Translator.from_dir(ModelDir(model), workers=1) as tr:
         ours = tr.translate(lines, greedy=True, max_len_a=0, max_len_b=NEW_TOKENS, forced_eos=False)
     eos = "</s>"
     # nmt's source pieces end in </s>; the converted model adds it itself (add_source_eos)

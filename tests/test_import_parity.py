@@ -12,6 +12,8 @@ import torch
 from conftest import PRETRAINED, require
 from marian_fixtures import parity_lines, small_marian
 
+from nmt.dirs import ModelDir
+
 pytestmark = pytest.mark.slow
 LINES, BATCH, NEW_TOKENS = 200, 50, 64
 
@@ -32,7 +34,7 @@ def pair(request, pretrained_root, repo_root, tmp_path_factory):
     lines = parity_lines(corpora, name)[0]
     imported = import_marian(str(hf_dir), work / "nmt")
     hf = MarianMTModel.from_pretrained(hf_dir, dtype=torch.float32).eval()
-    tr = Translator.from_dir(imported.path, workers=1)
+    tr = Translator.from_dir(ModelDir(imported.path), workers=1)
     yield name, hf, tr, lines
     tr.close()
 
@@ -132,7 +134,7 @@ def test_tensors_a_checkpoint_leaves_out_are_rebuilt(pretrained_root, tmp_path):
     from safetensors.torch import load_file, save_file
     from transformers import MarianMTModel
 
-    from nmt.modeldir import load_model
+    from nmt.dirs.loaded import load_model
     from nmt.pretrained.importer import import_marian
 
     hf_dir = small_marian(pretrained_root / "opus-mt-en-mg", tmp_path / "hf")
@@ -181,7 +183,7 @@ def test_separate_vocabularies_and_embeddings(pretrained_root, repo_root, tmp_pa
     imported = import_marian(str(hf_dir), tmp_path / "nmt")
     assert not imported.vocab.joint
     lines = parity_lines(repo_root.parent / "shared/corpora", "opus-mt-en-mg")[0][:50]
-    with Translator.from_dir(imported.path, workers=1) as tr:
+    with Translator.from_dir(ModelDir(imported.path), workers=1) as tr:
         assert tr.model.src_embed is not tr.model.tgt_embed
         batch = _hf_batch(tr, lines)
         tgt_in = torch.tensor([[tr.model.vocab.bos_id, 9, 10]] * len(lines))

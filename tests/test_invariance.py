@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from nmt.cli.app import app
 from nmt.decode.options import Sampling
 from nmt.decode.translator import Translator
+from nmt.dirs import ModelDir
 from nmt.eval.invariance import check
 
 
@@ -28,7 +29,7 @@ def translator(model_dir) -> Translator:
     """The defaults on a CPU that multiplies bf16 natively (forced, whatever this CPU is)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NMT_CPU_BF16", "1")
-        tr = Translator.from_dir(model_dir, device="cpu")
+        tr = Translator.from_dir(ModelDir(model_dir), device="cpu")
     assert tr.precision == "fp32"
     return tr
 
@@ -48,7 +49,7 @@ def test_the_check_runs_on_explicit_bf16(model_dir, monkeypatch):
     """bf16 may translate a line differently in a batch (no difference is asserted either way);
     the check counts every line once and reports each difference with both scores."""
     monkeypatch.setenv("NMT_CPU_BF16", "1")
-    tr = Translator.from_dir(model_dir, device="cpu", precision="bf16")
+    tr = Translator.from_dir(ModelDir(model_dir), device="cpu", precision="bf16")
     assert tr.precision == "bf16"
     assert {p.dtype for p in tr.model.parameters()} == {torch.bfloat16}
     lines = synthetic_lines(60, seed=11)

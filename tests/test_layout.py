@@ -20,9 +20,10 @@ MAX_TOP_MODULES = 12
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("nmt", "nmt.errors", "nmt.textio", "nmt.runtime", "nmt.config", "nmt.device")),
     ("plots", ("nmt.plots",)),
-    ("data", ("nmt.data",)),
+    ("data", ("nmt.data", "nmt.dirs")),  # nmt.dirs: every on-disk format, beside the data
+    ("curves", ("nmt.plots.curves",)),  # training curves from a model directory's metrics
     ("models", ("nmt.models",)),
-    ("modeldir", ("nmt.modeldir",)),
+    ("loaded", ("nmt.dirs.loaded",)),  # a model directory's model built and loaded
     ("pretrained", ("nmt.pretrained",)),
     ("decode", ("nmt.decode",)),
     ("eval", ("nmt.eval",)),
@@ -189,3 +190,67 @@ def test_public_api_importable(name: str) -> None:
     import nmt
 
     assert getattr(nmt, name) is not None
+
+
+# Directories travel as objects: only the layers that turn command-line strings into directories
+# (the formats themselves, the CLI, the server) take a path where a directory object would do.
+DIR_TYPES = {"DataDir", "ModelDir", "ExportDir", "Opened", "AnyDir"}
+PATH_TYPES = {"str", "Path"}
+TURN_PATHS_INTO_DIRS = ("nmt.dirs", "nmt.cli", "nmt.serve")
+
+
+def _union_members(node: ast.expr) -> list[ast.expr]:
+    """The members of an `a | b | c` union (one member when it is none)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _union_members(node.left) + _union_members(node.right)
+    return [node]
+
+
+def _name(node: ast.expr) -> str:
+    """The type a union member names (`Path`, `nmt.dirs.ModelDir`, `Sequence[...]`: Sequence)."""
+    if isinstance(node, ast.Subscript):
+        return _name(node.value)
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def path_or_dir_unions(annotation: ast.expr) -> list[str]:
+    """Each union in `annotation` (nested ones included) that joins a path with a directory."""
+    unions = [n for n in ast.walk(annotation) if isinstance(n, ast.BinOp)]
+    inner = {id(n.left) for n in unions} | {id(n.right) for n in unions}
+    found = []
+    for node in (n for n in unions if id(n) not in inner):  # each whole union once
+        members = {_name(m) for m in _union_members(node)}
+        if members & PATH_TYPES and members & DIR_TYPES:
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_path_or_dir_unions_finds_them() -> None:
+    text = (
+        "def f(a: str | Path | ModelDir, b: Sequence[Path | Opened], c: ModelDir | None,"
+        " d: ExportDir | str | Path | Sequence[str | Path]): pass"
+    )
+    func = ast.parse(text).body[0]
+    assert isinstance(func, ast.FunctionDef)
+    found = [u for arg in func.args.args for u in path_or_dir_unions(arg.annotation)]
+    assert found == [
+        "str | Path | ModelDir",
+        "Path | Opened",
+        "ExportDir | str | Path | Sequence[str | Path]",
+    ]
+
+
+def test_directories_are_objects_past_the_cli() -> None:
+    unions = [
+        f"{m}.{node.name}({arg.arg}: {union})"
+        for m, tree in TREES.items()
+        if not m.startswith(TURN_PATHS_INTO_DIRS)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+        if arg.annotation is not None
+        for union in path_or_dir_unions(arg.annotation)
+    ]
+    assert unions == []

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from nmt.config import load_config
-from nmt.data import dataset
 from nmt.data.preprocess import PreprocessConfig, preprocess
 from nmt.data.summary import summary_notes
 from nmt.data.vocab import Tokenizer, train_spm
 from nmt.decode.translator import Translator
+from nmt.dirs import DataDir, ModelDir
+from nmt.dirs import data as dataset
 from nmt.errors import NmtError
 from nmt.eval.evaluate import evaluate
 from nmt.train.loop import train
@@ -75,7 +76,7 @@ def lc_model(corpus, tmp_path_factory) -> tuple[Path, Path]:
         overrides=["training.max_steps=30", "training.valid_every=15", "training.warmup=10",
                    "training.max_tokens=600", "training.log_every=5"],
     )  # fmt: skip
-    train(cfg, data, root / "model", "cpu", quiet=True, threads=1)
+    train(cfg, DataDir(data), ModelDir.at(root / "model"), "cpu", quiet=True, threads=1)
     return data, root / "model"
 
 
@@ -88,14 +89,14 @@ def test_lowercase_equals_preprocessing_a_lowercased_copy(corpus, tmp_path):
     refs = (data / "valid.de.txt").read_text(encoding="utf-8")
     assert refs == (corpus / "valid.de").read_text(encoding="utf-8").lower()
     assert "straße" in refs and "ärger" in refs  # beyond ASCII, as str.lower does it
-    manifest = dataset.read_manifest(data)
+    manifest = dataset.DataDir(data).manifest
     assert manifest["options"]["lowercase"] is True and dataset.lowercased(manifest)
     assert "every split lowercased (--lowercase): the model reads and writes lowercase" in (
         summary_notes(manifest)
     )
-    assert dataset.vocab_info(data).lowercase is True
+    assert dataset.DataDir(data).vocab_info.lowercase is True
     cased = _preprocess(corpus, tmp_path / "cased", vocab_size=60)
-    assert dataset.lowercased(dataset.read_manifest(cased)) is False
+    assert dataset.lowercased(dataset.DataDir(cased).manifest) is False
     assert (cased / "train.en.ids").read_bytes() != (data / "train.en.ids").read_bytes()
 
 
@@ -131,7 +132,7 @@ def test_the_flag_reaches_the_model_and_translation_lowercases_input(lc_model):
     data, model = lc_model
     meta = json.loads((model / "vocab.json").read_text(encoding="utf-8"))
     assert meta["lowercase"] is True
-    with Translator.from_dir(model, device="cpu") as t:
+    with Translator.from_dir(ModelDir(model), device="cpu") as t:
         assert t.src_tok.lowercase and t.tgt_tok.lowercase and t.describe()["lowercase"] is True
         lines = ["ALPHA Bravo ÄRGER", "Golf STRASSE hotel", ""]
         shouted = [h.text for h in t.translate(lines, beam_size=2)]
@@ -177,7 +178,7 @@ def test_cased_and_lowercased_pieces_or_weights_do_not_mix(lc_model, corpus, tmp
     cfg = load_config(preset="transformer-tiny", overrides=[f"training.init_from={model}",
                                                             "training.max_steps=1"])  # fmt: skip
     with pytest.raises(NmtError) as e:
-        train(cfg, recased, tmp_path / "m", "cpu", quiet=True, threads=1)
+        train(cfg, DataDir(recased), ModelDir.at(tmp_path / "m"), "cpu", quiet=True, threads=1)
     assert str(e.value) == (
         f"{recased}: {model} was trained on text preprocessed with --lowercase (preprocess the "
         f"corpus with --spm-from {model} --lowercase)"
@@ -192,7 +193,7 @@ def test_an_ensemble_of_cased_and_lowercased_models_is_refused(lc_model, tmp_pat
     meta["lowercase"] = False
     (other / "vocab.json").write_text(json.dumps(meta), encoding="utf-8")
     with pytest.raises(NmtError) as e:
-        Translator.from_dir([model, other], device="cpu")
+        Translator.from_dir([ModelDir(model), ModelDir(other)], device="cpu")
     assert str(e.value) == (
         f"{other}: trained on cased text, {model} on lowercased (an ensemble's models must see "
         "the same input)"
@@ -208,7 +209,7 @@ def test_cli_flag(corpus, tmp_path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert dataset.read_manifest(out)["options"]["lowercase"] is True
+    assert dataset.DataDir(out).manifest["options"]["lowercase"] is True
     assert (out / "valid.en.txt").read_text(encoding="utf-8") == (
         (corpus / "valid.en").read_text(encoding="utf-8").lower()
     )

@@ -19,23 +19,16 @@ from torch import nn
 import nmt.train.checkpoint as ck
 from nmt.config import load_config
 from nmt.data.vocab import VocabInfo
+from nmt.dirs.loaded import load_model
+from nmt.dirs.model import MODEL_FORMAT, ModelDir
+from nmt.dirs.weights import save_weights
 from nmt.errors import NmtError
-from nmt.modeldir import (
-    MODEL_FORMAT,
-    ModelDir,
-    check_model_dir,
-    load_model,
-    reset_model_dir,
-    save_weights,
-    write_meta,
-)
 from nmt.models import build
-from nmt.train.lock import model_dir_lock
 from nmt.train.selection import average
 
 
 def test_second_lock_on_the_same_dir_is_refused(tmp_path):
-    with model_dir_lock(tmp_path):
+    with ModelDir.at(tmp_path).lock():
         owner = f"{socket.gethostname()} {os.getpid()}"
         assert (tmp_path / ".lock").read_text() == owner + "\n"
         msg = (
@@ -43,7 +36,7 @@ def test_second_lock_on_the_same_dir_is_refused(tmp_path):
             f"(lock {tmp_path / '.lock'} held by {owner})"
         )
         with pytest.raises(NmtError, match=re.escape(msg)):
-            with model_dir_lock(tmp_path):
+            with ModelDir.at(tmp_path).lock():
                 pass
         assert (tmp_path / ".lock").exists()  # the refused attempt left the holder's lock alone
     assert not (tmp_path / ".lock").exists()
@@ -53,7 +46,7 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (tmp_path / ".lock").write_text(f"{socket.gethostname()} {dead.pid}\n")
-    with model_dir_lock(tmp_path):
+    with ModelDir.at(tmp_path).lock():
         assert (tmp_path / ".lock").read_text().split() == [socket.gethostname(), str(os.getpid())]
     assert not (tmp_path / ".lock").exists()
 
@@ -63,14 +56,14 @@ def test_lock_file_without_a_live_flock_does_not_block(tmp_path, owner):
     # An OOM kill in a container leaves a lock naming another hostname, or PID 1 again (ours).
     owner = f"{socket.gethostname()} {os.getpid()}" if owner == "OWN_PID" else owner
     (tmp_path / ".lock").write_text(owner + "\n")
-    with model_dir_lock(tmp_path):
+    with ModelDir.at(tmp_path).lock():
         assert (tmp_path / ".lock").read_text().split() == [socket.gethostname(), str(os.getpid())]
 
 
 def test_lock_held_by_a_live_process_blocks(tmp_path):
     code = (
-        "import sys; from pathlib import Path; from nmt.train.lock import model_dir_lock\n"
-        "with model_dir_lock(Path(sys.argv[1])):\n"
+        "import sys; from pathlib import Path; from nmt.dirs import ModelDir\n"
+        "with ModelDir.at(Path(sys.argv[1])).lock():\n"
         "    print('held', flush=True); sys.stdin.read()\n"
     )
     holder = subprocess.Popen(
@@ -86,41 +79,45 @@ def test_lock_held_by_a_live_process_blocks(tmp_path):
             f"(lock {tmp_path / '.lock'} held by {socket.gethostname()} {holder.pid})"
         )
         with pytest.raises(NmtError, match=f"^{re.escape(msg)}$"):
-            with model_dir_lock(tmp_path):
+            with ModelDir.at(tmp_path).lock():
                 pass
     finally:
         holder.communicate("", timeout=30)
-    with model_dir_lock(tmp_path):  # released when the holder exits
+    with ModelDir.at(tmp_path).lock():  # released when the holder exits
         pass
 
 
 def test_check_model_dir_refusals(tmp_path):
     with pytest.raises(NmtError, match=r"^--resume and --force exclude each other$"):
-        check_model_dir(tmp_path, resume=True, force=True)
+        ModelDir.at(tmp_path).check_training(resume=True, force=True)
     state = tmp_path / "checkpoints" / "last.state.pt"
-    assert check_model_dir(tmp_path, resume=True, force=False) is False  # nothing saved yet
-    check_model_dir(tmp_path, resume=False, force=False)  # a fresh directory is fine
+    assert (
+        ModelDir.at(tmp_path).check_training(resume=True, force=False) is False
+    )  # nothing saved yet
+    ModelDir.at(tmp_path).check_training(resume=False, force=False)  # a fresh directory is fine
     (tmp_path / "checkpoints").mkdir()
-    check_model_dir(tmp_path, resume=False, force=False)  # an empty checkpoints folder too
+    ModelDir.at(tmp_path).check_training(
+        resume=False, force=False
+    )  # an empty checkpoints folder too
     (tmp_path / "checkpoints" / "last.safetensors").write_bytes(b"")
     msg = f"{tmp_path} already has checkpoints; use --resume to continue or --force to start over"
     with pytest.raises(NmtError, match=f"^{re.escape(msg)}$"):
-        check_model_dir(tmp_path, resume=False, force=False)
-    check_model_dir(tmp_path, resume=False, force=True)
+        ModelDir.at(tmp_path).check_training(resume=False, force=False)
+    ModelDir.at(tmp_path).check_training(resume=False, force=True)
     state.write_bytes(b"")
-    assert check_model_dir(tmp_path, resume=True, force=False) is True
+    assert ModelDir.at(tmp_path).check_training(resume=True, force=False) is True
 
 
 def test_resume_before_the_first_save_starts_from_scratch_unless_the_model_differs(tmp_path):
     cfg = load_config(preset="transformer-tiny")
     cfg.save(tmp_path / "config.yaml")  # a first run that died before its first save
     warnings: list[str] = []
-    assert not check_model_dir(tmp_path, True, False, cfg.model, warnings.append)
+    assert not ModelDir.at(tmp_path).check_training(True, False, cfg.model, warnings.append)
     assert warnings == [f"{tmp_path}: no trainer state to resume; starting from scratch"]
     other = load_config(preset="transformer-tiny", overrides=["model.d_model=32"])
     msg = f"{tmp_path / 'config.yaml'}: the saved model does not match this config's model section"
     with pytest.raises(NmtError, match=f"^{re.escape(msg)}"):
-        check_model_dir(tmp_path, True, False, other.model, warnings.append)
+        ModelDir.at(tmp_path).check_training(True, False, other.model, warnings.append)
 
 
 @pytest.mark.parametrize(
@@ -146,17 +143,17 @@ def test_resume_of_a_state_refuses_another_architecture_of_the_same_shapes(
         "saved ones)"
     )
     with pytest.raises(NmtError, match=f"^{re.escape(msg)}$"):
-        check_model_dir(tmp_path, True, False, other.model)
+        ModelDir.at(tmp_path).check_training(True, False, other.model)
     # Regularisation is not architecture: the trained weights fit any dropout rate.
     drop = load_config(
         preset="transformer-tiny", overrides=["model.dropout=0.3", "model.attention_dropout=0.2"]
     )
-    assert check_model_dir(tmp_path, True, False, drop.model)
-    assert check_model_dir(tmp_path, True, False, cfg.model)
+    assert ModelDir.at(tmp_path).check_training(True, False, drop.model)
+    assert ModelDir.at(tmp_path).check_training(True, False, cfg.model)
     # nor is max_positions (sinusoidal tables are not stored; a learned one of another size
     # fails to load with its own error)
     longer = load_config(preset="transformer-tiny", overrides=["model.max_positions=1024"])
-    assert check_model_dir(tmp_path, True, False, longer.model)
+    assert ModelDir.at(tmp_path).check_training(True, False, longer.model)
 
 
 @pytest.mark.parametrize("name", ["last.safetensors", "default.json"])
@@ -173,13 +170,13 @@ def test_resume_without_the_state_of_a_trained_run_refuses_instead_of_deleting_i
         "start over (deletes its checkpoints)"
     )
     with pytest.raises(NmtError, match=f"^{re.escape(msg)}$"):
-        check_model_dir(tmp_path, resume=True, force=False)
+        ModelDir.at(tmp_path).check_training(resume=True, force=False)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == sorted(
         [name, "best.safetensors", "step-100.safetensors"]
     )
     # a run preempted before its first save (step-N and best files, no last): from scratch
     (tmp_path / "checkpoints" / name).unlink()
-    assert check_model_dir(tmp_path, resume=True, force=False) is False
+    assert ModelDir.at(tmp_path).check_training(resume=True, force=False) is False
 
 
 def test_reset_model_dir_keeps_unrelated_files(tmp_path):
@@ -188,7 +185,7 @@ def test_reset_model_dir_keeps_unrelated_files(tmp_path):
         (tmp_path / name).write_text("x")
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / "config.yaml").write_text("model: {}\n")
-    reset_model_dir(tmp_path)
+    ModelDir.at(tmp_path).reset()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "notes.txt"]
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
@@ -200,11 +197,11 @@ def test_write_meta_and_load_model_round_trip(tmp_path):
     spm.parent.mkdir()
     spm.write_bytes(b"not really a sentencepiece model")
     out = tmp_path / "m"
-    write_meta(out, cfg, "en", "de", spm, spm, vocab)
+    ModelDir.at(out).write_meta(cfg, ("en", "de"), (spm, spm), vocab)
     torch.manual_seed(0)
     model = build(cfg.model, vocab)
     save_weights(model, out / "checkpoints" / "best.safetensors")
-    loaded, cfg2, vocab2, meta = load_model(out, "best")
+    loaded, cfg2, vocab2, meta = load_model(ModelDir(out), "best")
     assert cfg2 == cfg and vocab2 == vocab
     assert (meta["src_lang"], meta["tgt_lang"], meta["src_spm"]) == ("en", "de", "spm.model")
     assert (out / "spm.model").read_bytes() == spm.read_bytes()
@@ -212,7 +209,7 @@ def test_write_meta_and_load_model_round_trip(tmp_path):
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
     assert not loaded.training
     with pytest.raises(NmtError, match="last.safetensors: checkpoint not found"):
-        load_model(out, "last")
+        load_model(ModelDir(out), "last")
     # The directory records its format; one written before it did (no "format") still loads,
     # one from a newer nmt is one line naming the file.
     meta_path = out / "vocab.json"
@@ -238,7 +235,7 @@ class _Two(nn.Module):
 
 def _save_steps(root: Path, steps: list[int]) -> dict[int, dict[str, torch.Tensor]]:
     """Random step checkpoints as training writes them; returns their tensors."""
-    c = ck.Checkpoints(root, keep_best=10, keep_last=10)
+    c = ck.Checkpoints(ModelDir.at(root), keep_best=10, keep_last=10)
     torch.manual_seed(1)
     saved = {}
     for step in steps:
@@ -252,13 +249,13 @@ def _save_steps(root: Path, steps: list[int]) -> dict[int, dict[str, torch.Tenso
 
 def test_average_is_the_element_wise_mean_of_the_newest(tmp_path):
     saved = _save_steps(tmp_path, [10, 20, 30])
-    path, steps = average(tmp_path, last=2)
+    path, steps = average(ModelDir.at(tmp_path), last=2)
     assert steps == [20, 30]
     avg = load_file(str(path))
     assert avg.keys() == saved[20].keys()
     for k, v in avg.items():
         assert torch.allclose(v, (saved[20][k] + saved[30][k]) / 2, atol=1e-7), k
-    _, steps = average(tmp_path, last=3)
+    _, steps = average(ModelDir.at(tmp_path), last=3)
     assert steps == [10, 20, 30]
     avg = load_file(str(path))
     for k, v in avg.items():
@@ -271,23 +268,23 @@ def test_resume_drops_a_torn_metrics_line(tmp_path):
 
     rows = [json.dumps({"event": "train", "step": s}) for s in (5, 10, 15)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + '\n{"event": "train", "st')
-    metrics = Metrics(tmp_path, enabled=True)
+    metrics = Metrics(ModelDir.at(tmp_path), enabled=True)
     metrics.open(resume_step=10)
     metrics.close()
     assert (tmp_path / "metrics.jsonl").read_text() == rows[0] + "\n" + rows[1] + "\n"
 
 
 def test_broken_config_or_vocab_is_a_one_line_error(tmp_path):
-    from nmt.modeldir import read_meta
+    from nmt.dirs.model import ModelDir
 
     cfg = load_config(preset="transformer-tiny")
     cfg.save(tmp_path / "config.yaml")
     (tmp_path / "vocab.json").write_text('{"src_size": 40,')
     with pytest.raises(NmtError, match=f"^{re.escape(str(tmp_path / 'vocab.json'))}: invalid JSON"):
-        read_meta(tmp_path)
+        ModelDir(tmp_path)
     (tmp_path / "config.yaml").write_text("model: [unclosed\n")
     with pytest.raises(NmtError, match=f"^{re.escape(str(tmp_path))}/config.yaml: invalid YAML"):
-        read_meta(tmp_path)
+        ModelDir(tmp_path)
 
 
 def test_taking_the_lock_removes_temporaries_of_a_killed_run(tmp_path):
@@ -298,7 +295,7 @@ def test_taking_the_lock_removes_temporaries_of_a_killed_run(tmp_path):
     kept = [ckpts / ".averaged.safetensors.k3.tmp", tmp_path / "notes.tmp", ckpts / "last.pt"]
     for path in stale + kept:
         path.write_bytes(b"x" * 10)
-    with model_dir_lock(tmp_path):
+    with ModelDir.at(tmp_path).lock():
         assert [p.exists() for p in stale] == [False] * 3
         assert [p.exists() for p in kept] == [True] * 3
 
@@ -310,11 +307,11 @@ def test_load_model_draws_no_random_weights_and_keeps_buffers_and_ties(tmp_path,
     spm = tmp_path / "spm.model"
     spm.write_bytes(b"sp")
     out = tmp_path / "m"
-    write_meta(out, cfg, "en", "de", spm, spm, vocab)
+    ModelDir.at(out).write_meta(cfg, ("en", "de"), (spm, spm), vocab)
     model = build(cfg.model, vocab)
     save_weights(model, out / "checkpoints" / "best.safetensors")
     rng = torch.get_rng_state()
-    loaded, *_ = load_model(out, "best")
+    loaded, *_ = load_model(ModelDir(out), "best")
     assert torch.equal(torch.get_rng_state(), rng)  # build(init=False) drew nothing
     want, got = dict(model.named_buffers()), dict(loaded.named_buffers())  # sinusoids too
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
@@ -335,7 +332,6 @@ def test_load_model_draws_no_random_weights_and_keeps_buffers_and_ties(tmp_path,
 def test_stale_temporaries_of_every_file_training_writes_are_removed(tmp_path):
     # A SIGKILL mid-write leaves `.NAME.XXXX.tmp` beside NAME; the next run under the lock
     # removes those of training's own files and nothing else.
-    from nmt.train.lock import remove_stale_temps
 
     (tmp_path / "checkpoints").mkdir()
     ours = [
@@ -350,6 +346,6 @@ def test_stale_temporaries_of_every_file_training_writes_are_removed(tmp_path):
     ]  # fmt: skip
     for name in ours + theirs:
         (tmp_path / name).write_bytes(b"x")
-    removed = remove_stale_temps(tmp_path)
+    removed = ModelDir.at(tmp_path).remove_stale_temps()
     assert sorted(str(p.relative_to(tmp_path)) for p in removed) == sorted(ours)
     assert all((tmp_path / name).exists() for name in theirs)

@@ -19,8 +19,8 @@ import torch
 from safetensors.torch import load_file
 from test_training_loop import make_copy_data
 
+from nmt.dirs.state import load_state
 from nmt.errors import NmtError
-from nmt.modeldir import load_state
 from nmt.train import distributed
 
 REPO = Path(__file__).resolve().parent.parent

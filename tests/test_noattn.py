@@ -15,6 +15,7 @@ from nmt.config import Config, load_config, model_config
 from nmt.decode.options import ResolvedOptions
 from nmt.decode.search.beam import beam_search
 from nmt.decode.search.greedy import greedy_search
+from nmt.dirs import ModelDir
 from nmt.errors import NmtError
 from nmt.models import VocabInfo, build
 
@@ -72,7 +73,8 @@ def test_preset_matches_bahdanau_but_attention():
 def noattn_dir(tmp_path_factory):
     """A randomly initialised tiny no-attention model directory, as `nmt train` would write it."""
     from nmt.data.vocab import Tokenizer, train_spm
-    from nmt.modeldir import save_weights, write_meta
+    from nmt.dirs.model import ModelDir
+    from nmt.dirs.weights import save_weights
 
     root = tmp_path_factory.mktemp("noattn")
     words = "a man in a blue shirt rides his bike down the street two dogs play".split()
@@ -89,7 +91,7 @@ def noattn_dir(tmp_path_factory):
     cfg.decoding.max_len_b = 4
     torch.manual_seed(0)
     model_dir = root / "model"
-    write_meta(model_dir, cfg, "en", "de", spm, spm, vocab)
+    ModelDir.at(model_dir).write_meta(cfg, ("en", "de"), (spm, spm), vocab)
     save_weights(build(cfg.model, vocab), model_dir / "checkpoints" / "best.safetensors")
     return model_dir
 
@@ -117,7 +119,7 @@ def test_capabilities_say_what_each_model_gives_without_asking_its_architecture(
     from nmt.decode.translator import Translator
     from nmt.models.ensemble import Ensemble
 
-    with Translator.from_dir(noattn_dir, workers=1) as tr:
+    with Translator.from_dir(ModelDir(noattn_dir), workers=1) as tr:
         caps = tr.capabilities
         assert (caps.sampling, caps.attention, caps.with_attention, caps.slots) == (
             True,

@@ -10,6 +10,7 @@ from torch import nn
 
 from nmt.decode.packed import PackedLinear, _pack, pack_for_decoding
 from nmt.decode.translator import Translator
+from nmt.dirs import ModelDir
 
 needs_onednn = pytest.mark.skipif(
     _pack(torch.randn(8, 4)) is None, reason="this PyTorch cannot run oneDNN's packed matmul"
@@ -94,10 +95,14 @@ def test_translations_are_those_of_the_plain_products(tiny_model_dir, monkeypatc
     if precision == "bf16" and _pack(torch.randn(8, 4).to(torch.bfloat16)) is None:
         pytest.skip("this PyTorch cannot run oneDNN's packed bf16 matmul here")
     lines = synthetic_lines(40, seed=5)
-    packed = Translator.from_dir(tiny_model_dir, device="cpu", workers=1, precision=precision)
+    packed = Translator.from_dir(
+        ModelDir(tiny_model_dir), device="cpu", workers=1, precision=precision
+    )
     assert isinstance(packed.model.output, PackedLinear)
     monkeypatch.setattr("nmt.decode.translator.pack_for_decoding", lambda model: 0)
-    plain = Translator.from_dir(tiny_model_dir, device="cpu", workers=1, precision=precision)
+    plain = Translator.from_dir(
+        ModelDir(tiny_model_dir), device="cpu", workers=1, precision=precision
+    )
     assert type(plain.model.output) is nn.Linear
     for opts in ({"greedy": True}, {"beam_size": 4, "nbest": 2}):
         a, b = packed.translate(lines, **opts), plain.translate(lines, **opts)

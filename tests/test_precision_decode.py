@@ -17,6 +17,7 @@ from nmt.cli.app import app
 from nmt.config import Config, model_config
 from nmt.data.vocab import Tokenizer, VocabInfo
 from nmt.decode.translator import Translator
+from nmt.dirs import ModelDir
 from nmt.errors import NmtError
 
 EMULATED = (
@@ -28,7 +29,8 @@ EMULATED = (
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory) -> dict[str, Path]:
     """The tiny random Transformer of test_translate and a tiny Bahdanau Seq2Seq with its spm."""
-    from nmt.modeldir import save_weights, write_meta
+    from nmt.dirs.model import ModelDir
+    from nmt.dirs.weights import save_weights
     from nmt.models import build
 
     transformer = build_tiny_model_dir(tmp_path_factory.mktemp("t"))
@@ -44,7 +46,7 @@ def model_dirs(tmp_path_factory) -> dict[str, Path]:
     cfg.decoding.max_len_b = 5
     torch.manual_seed(0)
     seq2seq = root / "model"
-    write_meta(seq2seq, cfg, "en", "de", spm, spm, vocab)
+    ModelDir.at(seq2seq).write_meta(cfg, ("en", "de"), (spm, spm), vocab)
     save_weights(build(cfg.model, vocab), seq2seq / "checkpoints" / "best.safetensors")
     return {"transformer": transformer, "seq2seq": seq2seq}
 
@@ -53,10 +55,10 @@ def model_dirs(tmp_path_factory) -> dict[str, Path]:
 @pytest.mark.parametrize("beam", [1, 4])
 def test_bf16_decoding_matches_fp32(model_dirs, arch, beam):
     lines = synthetic_lines(60, seed=3)
-    fp32 = Translator.from_dir(model_dirs[arch], device="cpu", precision="fp32")
+    fp32 = Translator.from_dir(ModelDir(model_dirs[arch]), device="cpu", precision="fp32")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        bf16 = Translator.from_dir(model_dirs[arch], device="cpu", precision="bf16")
+        bf16 = Translator.from_dir(ModelDir(model_dirs[arch]), device="cpu", precision="bf16")
     assert [str(w.message) for w in caught] == [EMULATED]  # conftest pins NMT_CPU_BF16=0
     assert bf16.precision == "bf16" and fp32.precision == "fp32"
     # Transformer: weights (and so the KV cache) cast; Seq2Seq: fp32 weights under autocast
@@ -77,17 +79,19 @@ def test_bf16_decoding_matches_fp32(model_dirs, arch, beam):
 
 def test_auto_decodes_in_fp32_with_or_without_native_bf16(model_dirs, monkeypatch, tmp_path):
     wide = build_tiny_model_dir(tmp_path, d_model=128)
-    assert Translator.from_dir(wide, device="cpu").precision == "fp32"
+    assert Translator.from_dir(ModelDir(wide), device="cpu").precision == "fp32"
     monkeypatch.setenv("NMT_CPU_BF16", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # native: no warning
-        tr = Translator.from_dir(wide, device="cpu")
-        explicit = Translator.from_dir(model_dirs["transformer"], device="cpu", precision="bf16")
+        tr = Translator.from_dir(ModelDir(wide), device="cpu")
+        explicit = Translator.from_dir(
+            ModelDir(model_dirs["transformer"]), device="cpu", precision="bf16"
+        )
     assert tr.precision == "fp32"  # batch-invariant: the default on every CPU
     assert {p.dtype for p in tr.model.parameters()} == {torch.float32}
     assert explicit.precision == "bf16"  # an explicit choice is kept
     assert {p.dtype for p in explicit.model.parameters()} == {torch.bfloat16}
-    assert Translator.from_dir(model_dirs["seq2seq"], device="cpu").precision == "fp32"
+    assert Translator.from_dir(ModelDir(model_dirs["seq2seq"]), device="cpu").precision == "fp32"
 
 
 def test_decode_precision_rules(monkeypatch):
@@ -110,7 +114,7 @@ def test_decode_precision_rules(monkeypatch):
 
 def test_fp16_on_cpu_is_refused(model_dirs):
     with pytest.raises(NmtError, match=r"^--precision fp16 needs a GPU; use bf16 or fp32 on CPU$"):
-        Translator.from_dir(model_dirs["transformer"], device="cpu", precision="fp16")
+        Translator.from_dir(ModelDir(model_dirs["transformer"]), device="cpu", precision="fp16")
     res = CliRunner().invoke(
         app, ["translate", "-m", str(model_dirs["transformer"]), "--precision", "fp16", "-q"],
         input="a man .\n",
@@ -170,8 +174,8 @@ def test_a_seq2seq_decoding_under_autocast_is_not_packed(model_dirs):
 
     from nmt.decode.packed import PackedLinear, _pack
 
-    bf16 = Translator.from_dir(model_dirs["seq2seq"], device="cpu", precision="bf16")
+    bf16 = Translator.from_dir(ModelDir(model_dirs["seq2seq"]), device="cpu", precision="bf16")
     assert type(bf16.model.output) is nn.Linear
-    fp32 = Translator.from_dir(model_dirs["seq2seq"], device="cpu", precision="fp32")
+    fp32 = Translator.from_dir(ModelDir(model_dirs["seq2seq"]), device="cpu", precision="fp32")
     if _pack(torch.randn(8, 4)) is not None:
         assert isinstance(fp32.model.output, PackedLinear)

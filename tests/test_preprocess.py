@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from nmt import textio
-from nmt.data import dataset
 from nmt.data import preprocess as pp
 from nmt.data.preprocess import PreprocessConfig
 from nmt.data.summary import summary_notes
+from nmt.dirs import data as dataset
 from nmt.errors import NmtError
 
 WORDS = "dog cat man woman child ball park street water red blue big small runs jumps sits".split()
@@ -74,8 +74,8 @@ def test_cleaning_counts_on_crafted_corpus(tmp_path):
         "invalid_utf8": 1, "empty": 2, "duplicate": 2, "too_long": 1, "ratio": 1
     }  # fmt: skip
     assert t["kept"] == len(good)
-    split = dataset.load(tmp_path / "out", "train")
-    src_tok, _ = dataset.tokenizers(tmp_path / "out")
+    split = dataset.DataDir(tmp_path / "out").split("train")
+    src_tok, _ = dataset.DataDir(tmp_path / "out").tokenizers
     assert [src_tok.decode(x) for x in split.src] == [s for s, _ in good]
 
     m = _preprocess(
@@ -92,11 +92,11 @@ def test_valid_keeps_every_line_and_raw_text(tmp_path):
     train = _synthetic(tmp_path)
     valid = _write(tmp_path / "v", ["  dog  runs ", "", "cat"], ["god", "  ", "tac\t"])
     _preprocess(train, tmp_path / "d", valid=valid, vocab_size=100)
-    v = dataset.load(tmp_path / "d", "valid")
+    v = dataset.DataDir(tmp_path / "d").split("valid")
     assert len(v) == 3 and v.src.lengths[1] == 0 and v.tgt.lengths[1] == 0
     assert (tmp_path / "d/valid.en.txt").read_text() == "  dog  runs \n\ncat\n"
     assert (tmp_path / "d/valid.de.txt").read_text() == "god\n  \ntac\t\n"
-    src_tok, _ = dataset.tokenizers(tmp_path / "d")
+    src_tok, _ = dataset.DataDir(tmp_path / "d").tokenizers
     assert src_tok.decode(v.src[0]) == "dog runs"
 
 
@@ -121,12 +121,12 @@ def test_long_eval_lines_are_counted_and_the_result_is_fsynced(tmp_path, monkeyp
     sizes = (3, 200, 300, 600)  # words of one subword each: under, under, over 256, over both
     valid = _write(tmp_path / "v", [" ".join(["dog"] * n) for n in sizes], ["god"] * 4)
     m = _preprocess(train, tmp_path / "d", valid=valid, tests=[valid], vocab_size=100)
-    lengths = dataset.load(tmp_path / "d", "valid").src.lengths
+    lengths = dataset.DataDir(tmp_path / "d").split("valid").src.lengths
     assert list(lengths) == list(sizes)
     for split in ("valid", "v"):
         assert m["splits"][split]["over_limits"] == {"256": 2, "512": 1}
     assert "over_limits" not in m["splits"]["train"]
-    assert dataset.read_manifest(tmp_path / "d")["splits"]["valid"]["over_limits"]["512"] == 1
+    assert dataset.DataDir(tmp_path / "d").manifest["splits"]["valid"]["over_limits"]["512"] == 1
     assert summary_notes(m)[0] == (
         "valid: lines longer than a model's max_positions (subwords + eos): 2 over 256, "
         "1 over 512; validation cuts them to the model's limit"
@@ -138,11 +138,11 @@ def test_separate_vocabularies(tmp_path):
     prefix = _synthetic(tmp_path)
     m = _preprocess(prefix, tmp_path / "d", vocab_size=60, joint=False)
     assert m["spm"] == {"src": "spm.en.model", "tgt": "spm.de.model"}
-    src_tok, tgt_tok = dataset.tokenizers(tmp_path / "d")
+    src_tok, tgt_tok = dataset.DataDir(tmp_path / "d").tokenizers
     assert src_tok is not tgt_tok and src_tok.path.name == "spm.en.model"
-    info = dataset.vocab_info(tmp_path / "d")
+    info = dataset.DataDir(tmp_path / "d").vocab_info
     assert not info.joint and info.src_size == src_tok.vocab_size == m["vocab_size"]["src"]
-    train = dataset.load(tmp_path / "d", "train")
+    train = dataset.DataDir(tmp_path / "d").split("train")
     assert tgt_tok.decode(train.tgt[0]) == Path(f"{prefix}.de").read_text().splitlines()[0]
 
 
@@ -154,7 +154,7 @@ def test_parallel_encoding_matches_serial(tmp_path, monkeypatch):
     _preprocess(prefix, tmp_path / "two", threads=2, **kw)
     for name in ("train.en.ids", "train.en.idx", "train.de.ids", "train.de.idx"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
-    assert len(dataset.load(tmp_path / "two", "train")) == 400
+    assert len(dataset.DataDir(tmp_path / "two").split("train")) == 400
 
 
 class _InlineExecutor:
@@ -255,9 +255,9 @@ def test_gzip_input_and_force_replaces(tmp_path):
     _preprocess(prefix, out, vocab_size=50)
     with pytest.raises(NmtError, match="exists and is not empty"):
         _preprocess(prefix, out, vocab_size=45)
-    assert dataset.read_manifest(out)["vocab_size"]["src"] == 50
+    assert dataset.DataDir(out).manifest["vocab_size"]["src"] == 50
     m = _preprocess(prefix, out, vocab_size=45, force=True)
-    assert dataset.read_manifest(out)["vocab_size"]["src"] == m["vocab_size"]["src"] == 45
+    assert dataset.DataDir(out).manifest["vocab_size"]["src"] == m["vocab_size"]["src"] == 45
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from nmt.config import load_config
+from nmt.dirs import DataDir, ModelDir
 from nmt.errors import NmtError
 from nmt.eval import tuning
-from nmt.modeldir import checkpoint_path, read_meta, state_path, write_default
 from nmt.train.loop import train
 from nmt.train.selection import average
 
@@ -63,7 +63,7 @@ def averaged_run(data, tmp_path_factory):
         "training.max_steps=20", "training.valid_every=5", "training.keep_last=3",
         "training.average_last=3", "training.early_stop_metric=bleu", "training.lr=0.005",
     )  # fmt: skip
-    summary = train(cfg, data, out, "cpu", quiet=True, threads=1)
+    summary = train(cfg, DataDir(data), ModelDir.at(out), "cpu", quiet=True, threads=1)
     return out, summary
 
 
@@ -126,7 +126,7 @@ def test_average_best_averages_the_best_on_validation_not_the_newest(data, tmp_p
                 "training.keep_last=1", "training.average_best=3", "training.patience=0",
                 "training.early_stop_metric=bleu", "training.lr=0.005")  # fmt: skip
     out = tmp_path / "m"
-    s = train(cfg, data, out, "cpu", quiet=True, threads=1)
+    s = train(cfg, DataDir(data), ModelDir.at(out), "cpu", quiet=True, threads=1)
     assert [v["step"] for v in _events(out, "valid")] == [5, 10, 15, 20, 25, 30]
     averaged = _events(out, "averaged")
     assert [(a["steps"], a["bleu"], a["chosen"]) for a in averaged] == [([5, 10, 15], 44.0, "best")]
@@ -180,9 +180,9 @@ def test_training_ends_with_a_validated_average_and_a_default_choice(averaged_ru
     assert max(v["bleu"] for v in _events(out, "valid")) <= round(s.final_score, 2) + 0.005
     (end,) = _events(out, "end")
     assert end["final_checkpoint"] == s.final_checkpoint and end["steps"] == 20
-    default = checkpoint_path(out, "default")
+    default = ModelDir(out).checkpoint("default")
     assert default.name == f"{s.final_checkpoint}.safetensors"
-    assert checkpoint_path(out, "best").name == "best.safetensors"  # explicit names still work
+    assert ModelDir(out).checkpoint("best").name == "best.safetensors"  # explicit names still work
 
 
 def test_default_means_the_recorded_choice_else_best(averaged_run, tmp_path):
@@ -190,20 +190,20 @@ def test_default_means_the_recorded_choice_else_best(averaged_run, tmp_path):
 
     out = tmp_path / "m"
     shutil.copytree(averaged_run[0], out)
-    write_default(out, {"checkpoint": "averaged"})
-    assert checkpoint_path(out, "default").name == "averaged.safetensors"
-    average(out, last=2)  # a new, unvalidated average: the choice is forgotten
+    ModelDir.at(out).write_default({"checkpoint": "averaged"})
+    assert ModelDir(out).checkpoint("default").name == "averaged.safetensors"
+    average(ModelDir.at(out), last=2)  # a new, unvalidated average: the choice is forgotten
     assert not (out / "checkpoints" / "default.json").exists()
-    assert checkpoint_path(out, "default").name == "best.safetensors"
-    write_default(out, {"checkpoint": "averaged"})
+    assert ModelDir(out).checkpoint("default").name == "best.safetensors"
+    ModelDir.at(out).write_default({"checkpoint": "averaged"})
     (out / "checkpoints" / "averaged.safetensors").unlink()
-    assert checkpoint_path(out, "default").name == "best.safetensors"
+    assert ModelDir(out).checkpoint("default").name == "best.safetensors"
 
 
 def test_averaging_is_skipped_with_fewer_than_two_step_checkpoints(data, tmp_path):
     cfg = _tiny("training.max_steps=4", "training.valid_every=0", "training.keep_last=5",
                 "training.average_last=5")  # fmt: skip
-    s = train(cfg, data, tmp_path / "m", "cpu", quiet=True, threads=1)
+    s = train(cfg, DataDir(data), ModelDir.at(tmp_path / "m"), "cpu", quiet=True, threads=1)
     assert _events(tmp_path / "m", "averaged") == [] and s.final_checkpoint == "best"
     assert not (tmp_path / "m" / "checkpoints" / "averaged.safetensors").exists()
 
@@ -213,7 +213,7 @@ def test_early_stopping_on_bleu_stops_a_run_that_no_longer_improves(data, tmp_pa
     cfg = _tiny("training.max_steps=200", "training.valid_every=2", "training.patience=2",
                 "training.early_stop_metric=bleu", "training.lr=1e-9", "training.keep_last=2",
                 "training.average_last=2")  # fmt: skip
-    s = train(cfg, data, tmp_path / "m", "cpu", quiet=True, threads=1)
+    s = train(cfg, DataDir(data), ModelDir.at(tmp_path / "m"), "cpu", quiet=True, threads=1)
     assert (s.stopped, s.steps, s.best_step) == ("early stopping", 6, 2)
     assert [v["step"] for v in _events(tmp_path / "m", "valid")] == [2, 4, 6]
     assert _events(tmp_path / "m", "averaged")[0]["steps"] == [4, 6]
@@ -227,12 +227,12 @@ def test_out_of_patience_with_a_cooldown_anneals_before_stopping(data, tmp_path,
     cfg = _tiny("training.max_steps=40", "training.valid_every=2", "training.patience=2",
                 "training.lr=1e-30", "training.schedule=constant", "training.warmup=0",
                 "training.cooldown=0.5", "training.keep_last=2", "training.average_last=2")  # fmt: skip
-    s = train(cfg, data, tmp_path / "m", "cpu", quiet=True, threads=1)
+    s = train(cfg, DataDir(data), ModelDir.at(tmp_path / "m"), "cpu", quiet=True, threads=1)
     assert (s.stopped, s.steps, s.best_step) == ("early stopping", 26, 2)
     # update s runs at the share done before it, (s - 1) / 40
     lrs = {r["step"]: r["lr"] / 1e-30 for r in _events(tmp_path / "m", "train")}
     assert lrs == pytest.approx({5: 1.0, 10: 0.85, 15: 0.6, 20: 0.35, 25: 0.1})
-    state = torch.load(state_path(tmp_path / "m"), weights_only=True)["train_state"]
+    state = torch.load(ModelDir.at(tmp_path / "m").state_path, weights_only=True)["train_state"]
     assert state["cooldown_end"] == pytest.approx(0.65)
     # Killed in the cooldown and resumed, the run follows the same rates and stops at step 26.
     from nmt.train.loop import Trainer
@@ -246,9 +246,11 @@ def test_out_of_patience_with_a_cooldown_anneals_before_stopping(data, tmp_path,
 
     monkeypatch.setattr(Trainer, "_after_step", killed_at_12)
     with pytest.raises(RuntimeError, match="killed"):
-        train(cfg, data, tmp_path / "cut", "cpu", quiet=True, threads=1)
+        train(cfg, DataDir(data), ModelDir.at(tmp_path / "cut"), "cpu", quiet=True, threads=1)
     monkeypatch.undo()
-    s = train(cfg, data, tmp_path / "cut", "cpu", resume=True, quiet=True, threads=1)
+    s = train(
+        cfg, DataDir(data), ModelDir.at(tmp_path / "cut"), "cpu", resume=True, quiet=True, threads=1
+    )
     assert (s.stopped, s.steps) == ("early stopping", 26)
     resumed = {r["step"]: r["lr"] / 1e-30 for r in _events(tmp_path / "cut", "train")}
     assert resumed == pytest.approx(lrs)
@@ -262,8 +264,15 @@ def test_the_time_budget_keeps_room_for_validating_the_average(data, tmp_path):
     cfg = _tiny("training.max_time=100s", "training.keep_last=2", "training.average_last=2")
     out = tmp_path / "m"
     out.mkdir()
-    t = Trainer(cfg, data, out, __import__("torch").device("cpu"), distributed.from_env(), False,
-                True)  # fmt: skip
+    t = Trainer(
+        cfg,
+        DataDir(data),
+        ModelDir.at(out),
+        __import__("torch").device("cpu"),
+        distributed.from_env(),
+        False,
+        True,
+    )
     t.budget.start -= 85  # 15 s left
     t.state.step = t.state.last_valid_step = 10  # just validated: only the average's validation
     t.valid_seconds = 10.0
@@ -304,7 +313,7 @@ def test_tune_scores_each_grid_point_and_writes_the_choice(averaged_run, tmp_pat
     assert (src.name, ref.name) == ("valid.en.txt", "valid.de.txt")
     lines = src.read_text().splitlines()[:20]
     refs = ref.read_text().splitlines()[:20]
-    translator = Translator.from_dir(out, device="cpu")
+    translator = Translator.from_dir(ModelDir(out), device="cpu")
     rows = tuning.tune(translator, lines, refs, [(1, None), (2, 0.6)])
     greedy = [t.text for t in translator.translate(lines, greedy=True)]
     from nmt.eval.scoring import score
@@ -312,9 +321,9 @@ def test_tune_scores_each_grid_point_and_writes_the_choice(averaged_run, tmp_pat
     assert rows[0].bleu == score(greedy, [refs], ["bleu"])[0].score  # what nmt score would say
     assert [(r.beam_size, r.length_penalty) for r in rows] == [(1, None), (2, 0.6)]
     tuning.write_decoding(out, tuning.TuneRow(2, 0.6, 0.0, 1.0, ""))
-    cfg, _, _ = read_meta(out)
+    cfg = ModelDir(out).config
     assert (cfg.decoding.beam_size, cfg.decoding.length_penalty) == (2, 0.6)
-    assert cfg.model == read_meta(averaged_run[0])[0].model  # nothing else changed
+    assert cfg.model == ModelDir(averaged_run[0]).config.model  # nothing else changed
 
 
 @pytest.mark.slow
@@ -332,7 +341,7 @@ def test_tune_decoding_script_prints_json_and_writes_config(averaged_run, tmp_pa
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
     assert res["sentences"] == 10 and len(res["rows"]) == 2
-    cfg, _, _ = read_meta(out)
+    cfg = ModelDir(out).config
     assert cfg.decoding.beam_size == res["chosen"]["beam_size"]
     bad = subprocess.run(
         [sys.executable, "scripts/tune_decoding.py", "-m", str(out), "--src", "x"],

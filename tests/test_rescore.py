@@ -21,6 +21,7 @@ from nmt.decode.rescore import rescore
 from nmt.decode.search.beam import beam_search
 from nmt.decode.search.greedy import greedy_search
 from nmt.decode.translator import Translator
+from nmt.dirs import ModelDir
 from nmt.errors import NmtError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,7 +45,7 @@ def _padded(ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_scores_are_what_search_reports_for_the_same_tokens(dirs):
-    tr = Translator.from_dir(dirs[0], device="cpu")
+    tr = Translator.from_dir(ModelDir(dirs[0]), device="cpu")
     src = tr.encode_sources(synthetic_lines(12, seed=1), 1, print)
     s, lens = _padded(src)
     opts = ResolvedOptions(beam_size=3, nbest=3, max_len_a=1.0, max_len_b=3)
@@ -61,7 +62,7 @@ def test_scores_are_what_search_reports_for_the_same_tokens(dirs):
 
 
 def test_scores_do_not_depend_on_batching(dirs):
-    tr = Translator.from_dir(dirs[0], device="cpu")
+    tr = Translator.from_dir(ModelDir(dirs[0]), device="cpu")
     sources = synthetic_lines(30, seed=2)
     targets = synthetic_lines(30, seed=3)
     big = rescore(tr, sources, targets, batch_tokens=4096)
@@ -76,8 +77,8 @@ def test_scores_do_not_depend_on_batching(dirs):
 
 
 def test_an_ensemble_scores_with_its_mixture(dirs):
-    a, b = (Translator.from_dir(d, device="cpu") for d in dirs)
-    both = Translator.from_dir(list(dirs), device="cpu")
+    a, b = (Translator.from_dir(ModelDir(d), device="cpu") for d in dirs)
+    both = Translator.from_dir([ModelDir(d) for d in dirs], device="cpu")
     sources, targets = synthetic_lines(8, seed=4), synthetic_lines(8, seed=5)
     sa, sb, sab = (rescore(t, sources, targets) for t in (a, b, both))
     for x, y, m in zip(sa, sb, sab, strict=True):
@@ -86,7 +87,7 @@ def test_an_ensemble_scores_with_its_mixture(dirs):
 
 
 def test_long_targets_are_cut_with_a_warning_naming_the_line(dirs):
-    tr = Translator.from_dir(dirs[0], device="cpu")  # max_positions 64: 63 target tokens
+    tr = Translator.from_dir(ModelDir(dirs[0]), device="cpu")  # max_positions 64: 63 target tokens
     long = " ".join(synthetic_lines(20, seed=6))
     warnings: list[str] = []
     (score,) = rescore(tr, ["one line"], [long], first_line=7, on_warning=warnings.append)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmt.data.dataset import load, tokenizers
 from nmt.data.resegment import Ragged, Resegmenter
+from nmt.dirs.data import DataDir
 
 WORDS = "the cat sat on mat dog ran fast under table with red blue ball".split()
 
@@ -45,9 +45,9 @@ def test_ragged_indexes_like_a_token_array():
 
 
 def test_samples_decode_to_the_corpus_and_change_every_epoch(data):
-    train = load(data, "train")
-    src_tok, tgt_tok = tokenizers(data)
-    seg = Resegmenter(tokenizers(data), train, alpha=0.2)
+    train = DataDir(data).split("train")
+    src_tok, tgt_tok = DataDir(data).tokenizers
+    seg = Resegmenter(DataDir(data).tokenizers, train, alpha=0.2)
     e0, e1 = seg.epoch(3, 0), seg.epoch(3, 1)
     for side, tok, canon in (("src", src_tok, train.src), ("tgt", tgt_tok, train.tgt)):
         a, b = getattr(e0, side), getattr(e1, side)
@@ -62,21 +62,21 @@ def test_samples_decode_to_the_corpus_and_change_every_epoch(data):
 
 
 def test_an_epoch_is_the_same_prefetched_fresh_or_out_of_order(data):
-    train = load(data, "train")
-    run = Resegmenter(tokenizers(data), train, alpha=0.2, background=True)
+    train = DataDir(data).split("train")
+    run = Resegmenter(DataDir(data).tokenizers, train, alpha=0.2, background=True)
     first = [run.epoch(7, e) for e in (0, 1, 2)]  # epochs 1 and 2 were sampled ahead
-    resumed = Resegmenter(tokenizers(data), train, alpha=0.2, background=True).epoch(
+    resumed = Resegmenter(DataDir(data).tokenizers, train, alpha=0.2, background=True).epoch(
         7, 2
     )  # resumed in epoch 2
     assert _rows(resumed.src) == _rows(first[2].src)
     assert _rows(resumed.tgt) == _rows(first[2].tgt)
     jumped = run.epoch(7, 1)  # not the one prefetched (3): sampled afresh, still the same
     assert _rows(jumped.tgt) == _rows(first[1].tgt)
-    inline = Resegmenter(tokenizers(data), train, alpha=0.2).epoch(
+    inline = Resegmenter(DataDir(data).tokenizers, train, alpha=0.2).epoch(
         7, 2
     )  # no spare core: sampled on demand
     assert _rows(inline.src) == _rows(first[2].src)
-    other_seed = Resegmenter(tokenizers(data), train, alpha=0.2).epoch(8, 2)
+    other_seed = Resegmenter(DataDir(data).tokenizers, train, alpha=0.2).epoch(8, 2)
     assert _rows(other_seed.tgt) != _rows(first[2].tgt)
 
 
@@ -93,11 +93,11 @@ def test_sentences_with_unknown_characters_keep_their_segmentation(tmp_path):
         "en", "de", tmp_path / "train", vocab_size=60, threads=1, character_coverage=0.995
     )
     preprocess(cfg, tmp_path / "data", quiet=True)
-    train = load(tmp_path / "data", "train")
+    train = DataDir(tmp_path / "data").split("train")
     canon = train.src[5].tolist()
     assert canon.count(1) == 2  # UNK_ID twice
     for epoch in range(3):
-        seg = Resegmenter(tokenizers(tmp_path / "data"), train, alpha=0.2).epoch(3, epoch)
+        seg = Resegmenter(DataDir(tmp_path / "data").tokenizers, train, alpha=0.2).epoch(3, epoch)
         assert seg.src[5].tolist() == seg.tgt[5].tolist() == canon
         changed = sum(
             r != np.asarray(c).tolist() for r, c in zip(_rows(seg.src), train.src, strict=True)

@@ -19,6 +19,7 @@ from nmt.decode.options import ResolvedOptions, Sampling
 from nmt.decode.search.greedy import greedy_search, sample_search
 from nmt.decode.search.sampling import draw, uniforms
 from nmt.decode.translator import Translator
+from nmt.dirs import ModelDir
 from nmt.errors import NmtError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -141,7 +142,7 @@ def test_samples_do_not_depend_on_batching_or_other_lines():
 
 @pytest.mark.slow
 def test_translator_samples_are_the_same_whatever_the_batches(tiny_model_dir):
-    tr = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
+    tr = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu", workers=1)
     lines = synthetic_lines(40, seed=5)
     lines[7] = ""  # an empty line stays empty
     s = Sampling(top_p=0.95, seed=2)
@@ -149,7 +150,7 @@ def test_translator_samples_are_the_same_whatever_the_batches(tiny_model_dir):
     assert len(base) == 40 and all(len(t.hypotheses) == 3 for t in base if t.source)
     assert base[7].hypotheses[0].text == ""
     small = tr.translate(lines, sampling=s, nbest=3, batch_tokens=40)
-    two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2)
+    two = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu", workers=2)
     threaded = two.translate(lines, sampling=s, nbest=3, batch_tokens=40)
     streamed = list(tr.translate_stream(lines, buffer_size=7, sampling=s, nbest=3))
     texts = [[h.text for h in t.hypotheses] for t in base]

@@ -11,6 +11,7 @@ from nmt.data.sentences import Pieces, Segmenter, fit
 from nmt.decode.engine import TextHypothesis, Translation
 from nmt.decode.options import DecodeOptions
 from nmt.decode.paragraphs import translate_lines
+from nmt.dirs import ModelDir
 from nmt.errors import NmtError
 
 CASES = [
@@ -252,7 +253,7 @@ def test_cli_gives_line_n_for_line_n_from_files_and_pipes(tmp_path):
         said = subprocess.run(loud + [str(src), flag], capture_output=True, text=True).stderr
         assert "note:" not in said
     whole, split_all, default = outs["--whole-lines"], outs["--split-sentences"], outs["default"]
-    with Translator.from_dir(model, workers=1) as tr:
+    with Translator.from_dir(ModelDir(model), workers=1) as tr:
         assert whole == [t.text for t in tr.translate(lines)]
         assert split_all[2].startswith("  ") and split_all[2].endswith("  ")
         assert split_all[1] == ""

@@ -36,6 +36,7 @@ from nmt.decode.lines import format_translation  # noqa: E402
 from nmt.decode.options import Sampling  # noqa: E402
 from nmt.decode.rescore import rescore  # noqa: E402
 from nmt.decode.translator import Translator  # noqa: E402
+from nmt.dirs import ModelDir
 from nmt.errors import NmtError  # noqa: E402
 from nmt.serve import Settings, create_app  # noqa: E402
 
@@ -55,7 +56,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def translator(model_dir) -> Translator:
-    return Translator.from_dir(model_dir, device="cpu")
+    return Translator.from_dir(ModelDir(model_dir), device="cpu")
 
 
 class Counting:
@@ -535,7 +536,7 @@ def test_served_batches_use_free_workers_only(model_dir):
     """A server translator with 2 worker processes offers 2 slots, and a batch given one slot
     is decoded as one batch with the same translations as the whole call."""
     lines = [f"{w} dogs play in the snow ." for w in ("one", "two", "three", "four")]
-    with Translator.from_dir(model_dir, device="cpu", workers=2) as tr:
+    with Translator.from_dir(ModelDir(model_dir), device="cpu", workers=2) as tr:
         tr.start_workers()
         assert tr.capabilities.slots == 2
         opts = tr.resolve_options(beam_size=2)
@@ -712,7 +713,9 @@ def export_dir(model_dir, tmp_path_factory) -> Path:
     pytest.importorskip("ctranslate2")
     from nmt.export.ctranslate2 import export_ctranslate2
 
-    return export_ctranslate2(model_dir, tmp_path_factory.mktemp("export") / "ct2", quiet=True)
+    return export_ctranslate2(
+        ModelDir(model_dir), tmp_path_factory.mktemp("export") / "ct2", quiet=True
+    )
 
 
 def test_an_export_is_served_by_ctranslate2(export_dir, tmp_path):

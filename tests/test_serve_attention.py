@@ -24,6 +24,7 @@ from test_serve import start_server, stop_server  # noqa: E402
 from test_translate import build_tiny_model_dir  # noqa: E402
 
 from nmt.decode.translator import Translator  # noqa: E402
+from nmt.dirs import ModelDir  # noqa: E402
 from nmt.serve import Settings, create_app  # noqa: E402
 
 SOURCE = "a man in a blue shirt ."
@@ -166,7 +167,7 @@ def test_seq2seq_has_cross_attention_only(dirs):
 def test_a_model_without_attention_has_none_to_show(dirs, tmp_path):
     plain = member_dir(dirs["transformer"], tmp_path, seed=3, type="seq2seq", embed_dim=16,
                        hidden_size=16, attention="none")  # fmt: skip
-    translator = Translator.from_dir(plain, device="cpu")
+    translator = Translator.from_dir(ModelDir(plain), device="cpu")
     with TestClient(create_app(lambda: translator, Settings(model_dir=str(plain)))) as client:
         deadline = time.monotonic() + 20
         while client.get("/health").status_code != 200:

@@ -22,6 +22,8 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 from test_serve import start_server, stop_server  # noqa: E402
 from test_translate import build_tiny_model_dir  # noqa: E402
 
+from nmt.dirs import ModelDir  # noqa: E402
+
 CHROMIUM = os.environ.get("NMT_CHROMIUM", "/usr/bin/chromium")
 DRIVER = os.environ.get("NMT_CHROMEDRIVER", "/usr/bin/chromedriver")
 SENTENCES = ["a man in a blue shirt is riding his bike .", "two dogs play in the snow ."]
@@ -289,7 +291,9 @@ def test_page_serves_an_export_without_sampling(browser, tmp_path):
     pytest.importorskip("ctranslate2")
     from nmt.export.ctranslate2 import export_ctranslate2
 
-    export = export_ctranslate2(build_tiny_model_dir(tmp_path), tmp_path / "ct2", quiet=True)
+    export = export_ctranslate2(
+        ModelDir(build_tiny_model_dir(tmp_path)), tmp_path / "ct2", quiet=True
+    )
     proc, url = start_server(export)
     try:
         browser.get(url + "/")

@@ -19,6 +19,7 @@ from test_translate import (
 
 from nmt.decode.lines import PipeLines, one_line, read_batches
 from nmt.decode.translator import Translator
+from nmt.dirs import ModelDir
 from nmt.errors import NmtError
 
 
@@ -57,7 +58,7 @@ def test_pipe_answers_each_line_before_the_next(model_dir):
         assert answers.empty() and without_limit_warning(proc.stderr.read()) == ""
     finally:
         proc.kill()
-    expected = Translator.from_dir(model_dir, device="cpu").translate(sent)
+    expected = Translator.from_dir(ModelDir(model_dir), device="cpu").translate(sent)
     assert got == [one_line(t.text) + "\n" for t in expected] and got[2] == "\n"
 
 
@@ -104,7 +105,7 @@ def test_cli_reads_a_fifo_like_a_file(model_dir, tmp_path):
     r = run_cli("translate", "-m", str(model_dir), str(fifo))
     thread.join(timeout=5)
     assert r.exit_code == 0, r.output
-    expected = Translator.from_dir(model_dir, device="cpu").translate(sent)
+    expected = Translator.from_dir(ModelDir(model_dir), device="cpu").translate(sent)
     assert r.stdout.splitlines() == [one_line(t.text) for t in expected]
     r = run_cli("translate", "-m", str(model_dir), str(tmp_path), input=b"")
     assert r.exit_code == 2 and f"error: {tmp_path}: is a directory, not a text file" in r.output

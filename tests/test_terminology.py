@@ -18,6 +18,7 @@ from nmt.decode.constraints import Glossary, parse_jsonl_line
 from nmt.decode.options import DecodeOptions
 from nmt.decode.paragraphs import translate_lines
 from nmt.decode.translator import Translator
+from nmt.dirs import ExportDir, ModelDir
 from nmt.errors import NmtError
 
 LINES = [
@@ -36,7 +37,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def translator(model_dir) -> Translator:
-    return Translator.from_dir(model_dir, device="cpu")
+    return Translator.from_dir(ModelDir(model_dir), device="cpu")
 
 
 def holds(tr: Translator, pieces: list[str], phrase: str) -> bool:
@@ -116,9 +117,10 @@ def test_every_constraint_in_every_hypothesis_and_free_lines_unchanged(translato
 def test_ensembles_and_seq2seq_hold_constraints(model_dir, tmp_path):
     from test_export import VARIANTS, build_model_dir
 
-    ensemble = Translator.from_dir([model_dir, model_dir], device="cpu")
+    ensemble = Translator.from_dir([ModelDir(model_dir), ModelDir(model_dir)], device="cpu")
     rnn = Translator.from_dir(
-        build_model_dir(tmp_path, VARIANTS["pre-tied-sin-relu"], model_type="seq2seq"), "cpu"
+        ModelDir(build_model_dir(tmp_path, VARIANTS["pre-tied-sin-relu"], model_type="seq2seq")),
+        "cpu",
     )
     for tr in (ensemble, rnn):
         got = tr.translate(LINES, beam_size=4, constraints=PHRASES)
@@ -234,9 +236,12 @@ def test_an_export_refuses_constraints(tmp_path):
     from nmt.decode.ct2 import CT2Translator
     from nmt.export.ctranslate2 import export_ctranslate2
 
-    out = export_ctranslate2(build_model_dir(tmp_path, VARIANTS["pre-tied-sin-relu"]),
-                             tmp_path / "export", quiet=True)  # fmt: skip
-    ct2 = CT2Translator.from_dir(out, device="cpu")
+    out = export_ctranslate2(
+        ModelDir(build_model_dir(tmp_path, VARIANTS["pre-tied-sin-relu"])),
+        tmp_path / "export",
+        quiet=True,
+    )
+    ct2 = CT2Translator.from_dir(ExportDir(out), device="cpu")
     assert not ct2.capabilities.constraints
     with pytest.raises(NmtError, match="cannot apply them"):
         ct2.translate(["a b"], constraints=[["c"]])

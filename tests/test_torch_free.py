@@ -20,6 +20,7 @@ from test_translate import build_tiny_model_dir
 
 pytest.importorskip("ctranslate2")
 
+from nmt.dirs import ModelDir
 from nmt.export.ctranslate2 import export_ctranslate2  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +34,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def export(model_dir) -> Path:
-    return export_ctranslate2(model_dir, model_dir.parent / "export", quiet=True)
+    return export_ctranslate2(ModelDir(model_dir), model_dir.parent / "export", quiet=True)
 
 
 def imported(importtime: str) -> set[str]:

@@ -17,8 +17,9 @@ import torch
 from safetensors.torch import load_file
 
 from nmt.config import load_config
+from nmt.dirs import DataDir, ModelDir
+from nmt.dirs.state import SavedState, load_state
 from nmt.errors import NmtError
-from nmt.modeldir import SavedState, load_state
 from nmt.runtime import KERNEL_CACHE_VARIABLES
 from nmt.train.finetune import check_init_outside
 from nmt.train.loop import train
@@ -69,7 +70,15 @@ def _tiny(*overrides: str):
 
 def _run(data: Path, out: Path, *overrides: str, resume: bool = False):
     """A quiet one-thread CPU run of the tiny preset with `overrides`."""
-    return train(_tiny(*overrides), data, out, "cpu", resume=resume, quiet=True, threads=1)
+    return train(
+        _tiny(*overrides),
+        DataDir(data),
+        ModelDir.at(out),
+        "cpu",
+        resume=resume,
+        quiet=True,
+        threads=1,
+    )
 
 
 def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
@@ -79,11 +88,31 @@ def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.slow
 def test_resume_equals_uninterrupted_run_bitwise(copy_data, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
-    s_full = train(_tiny("training.max_steps=30"), copy_data, full, "cpu", quiet=True, threads=1)
-    s1 = train(_tiny("training.max_steps=15"), copy_data, cut, "cpu", quiet=True, threads=1)
+    s_full = train(
+        _tiny("training.max_steps=30"),
+        DataDir(copy_data),
+        ModelDir.at(full),
+        "cpu",
+        quiet=True,
+        threads=1,
+    )
+    s1 = train(
+        _tiny("training.max_steps=15"),
+        DataDir(copy_data),
+        ModelDir.at(cut),
+        "cpu",
+        quiet=True,
+        threads=1,
+    )
     assert s1.steps == 15
     s2 = train(
-        _tiny("training.max_steps=30"), copy_data, cut, "cpu", resume=True, quiet=True, threads=1
+        _tiny("training.max_steps=30"),
+        DataDir(copy_data),
+        ModelDir.at(cut),
+        "cpu",
+        resume=True,
+        quiet=True,
+        threads=1,
     )
     assert s2.steps == s_full.steps == 30
     a, b = _weights(full), _weights(cut)
@@ -119,7 +148,7 @@ def test_cooldown_ends_a_step_budget_at_min_lr(copy_data, tmp_path):
         "training.max_steps=20", "training.schedule=constant", "training.cooldown=0.5",
         "training.lr=0.002", "training.min_lr=0.0001",
     )  # fmt: skip
-    train(cfg, copy_data, tmp_path / "m", "cpu", quiet=True, threads=1)
+    train(cfg, DataDir(copy_data), ModelDir.at(tmp_path / "m"), "cpu", quiet=True, threads=1)
     rows = [json.loads(x) for x in (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()]
     lrs = {r["step"]: r["lr"] for r in rows if r["event"] == "train"}
     # Warmup to step 10, then a straight line to min_lr at the end of the budget: update s
@@ -129,24 +158,50 @@ def test_cooldown_ends_a_step_budget_at_min_lr(copy_data, tmp_path):
 
 def test_model_dir_is_self_contained_and_reused_dirs_are_refused(copy_data, tmp_path):
     out = tmp_path / "m"
-    train(_tiny("training.max_steps=2"), copy_data, out, "cpu", quiet=True, threads=1)
+    train(
+        _tiny("training.max_steps=2"),
+        DataDir(copy_data),
+        ModelDir.at(out),
+        "cpu",
+        quiet=True,
+        threads=1,
+    )
     for name in ("config.yaml", "vocab.json", "spm.model", "metrics.jsonl"):
         assert (out / name).exists(), name
     for name in ("last.safetensors", "last.state.pt", "best.safetensors"):
         assert (out / "checkpoints" / name).exists(), name
     with pytest.raises(NmtError, match="already has checkpoints; use --resume"):
-        train(_tiny("training.max_steps=2"), copy_data, out, "cpu", quiet=True, threads=1)
+        train(
+            _tiny("training.max_steps=2"),
+            DataDir(copy_data),
+            ModelDir.at(out),
+            "cpu",
+            quiet=True,
+            threads=1,
+        )
     # --resume before any save (a preempted first run) starts from scratch.
     new = train(
-        _tiny("training.max_steps=1"), copy_data, tmp_path / "new", "cpu", resume=True, quiet=True
+        _tiny("training.max_steps=1"),
+        DataDir(copy_data),
+        ModelDir.at(tmp_path / "new"),
+        "cpu",
+        resume=True,
+        quiet=True,
     )
     assert new.steps == 1
-    s = train(_tiny("training.max_steps=1"), copy_data, out, "cpu", force=True, quiet=True)
+    s = train(
+        _tiny("training.max_steps=1"),
+        DataDir(copy_data),
+        ModelDir.at(out),
+        "cpu",
+        force=True,
+        quiet=True,
+    )
     assert s.steps == 1
     # The translation side can rebuild the model from the directory alone.
-    from nmt.modeldir import load_model
+    from nmt.dirs.loaded import load_model
 
-    model, cfg, vocab, meta = load_model(out, "last")
+    model, cfg, vocab, meta = load_model(ModelDir(out), "last")
     assert cfg.model.d_model == 64 and meta["src_lang"] == "en"
 
 
@@ -167,8 +222,16 @@ def test_init_from_the_output_dir_is_refused_before_its_checkpoints_are_deleted(
         )
         for resume, force in ((False, True), (False, False)):
             with pytest.raises(NmtError) as e:
-                train(_tiny("training.max_steps=2", f"training.init_from={init}"), copy_data, out,
-                      "cpu", resume=resume, force=force, quiet=True, threads=1)  # fmt: skip
+                train(
+                    _tiny("training.max_steps=2", f"training.init_from={init}"),
+                    DataDir(copy_data),
+                    ModelDir.at(out),
+                    "cpu",
+                    resume=resume,
+                    force=force,
+                    quiet=True,
+                    threads=1,
+                )
             assert str(e.value) == msg
     best = out / "checkpoints" / "best.safetensors"
     cfg = _tiny(
@@ -176,14 +239,14 @@ def test_init_from_the_output_dir_is_refused_before_its_checkpoints_are_deleted(
         f"training.init_checkpoint={best}",
     )  # fmt: skip
     with pytest.raises(NmtError) as e:
-        train(cfg, copy_data, out, "cpu", force=True, quiet=True, threads=1)
+        train(cfg, DataDir(copy_data), ModelDir.at(out), "cpu", force=True, quiet=True, threads=1)
     assert str(e.value) == (
         f"{best}: training.init_checkpoint is inside the output directory {out}'s checkpoints "
         "(training would delete it before it loads); train into a new directory"
     )
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == kept
     # a model directory merely under the output directory is not deleted by training: allowed
-    check_init_outside(_tiny(f"training.init_from={out}").training, tmp_path)
+    check_init_outside(_tiny(f"training.init_from={out}").training, ModelDir.at(tmp_path))
 
 
 def test_resume_refuses_a_model_of_other_heads_and_keeps_config_yaml(copy_data, tmp_path):
@@ -215,12 +278,26 @@ def test_second_process_is_refused_by_the_lock(copy_data, tmp_path):
         assert sleeper.stdout is not None and sleeper.stdout.readline() == "held\n"
         (out / ".lock").write_text(f"{os.uname().nodename} {sleeper.pid}\n")
         with pytest.raises(NmtError, match="another process is training into this directory"):
-            train(_tiny("training.max_steps=1"), copy_data, out, "cpu", quiet=True, threads=1)
+            train(
+                _tiny("training.max_steps=1"),
+                DataDir(copy_data),
+                ModelDir.at(out),
+                "cpu",
+                quiet=True,
+                threads=1,
+            )
     finally:
         sleeper.kill()
         sleeper.wait()
     # The kernel released the dead holder's lock.
-    s = train(_tiny("training.max_steps=1"), copy_data, out, "cpu", quiet=True, threads=1)
+    s = train(
+        _tiny("training.max_steps=1"),
+        DataDir(copy_data),
+        ModelDir.at(out),
+        "cpu",
+        quiet=True,
+        threads=1,
+    )
     assert s.steps == 1 and not (out / ".lock").exists()
 
 
@@ -237,7 +314,14 @@ def test_nonfinite_losses_skip_updates_then_abort(copy_data, tmp_path, monkeypat
 
     monkeypatch.setattr(loss_mod, "linear_smoothed_nll", flaky)
     out = tmp_path / "a"
-    s = train(_tiny("training.max_steps=4"), copy_data, out, "cpu", quiet=True, threads=1)
+    s = train(
+        _tiny("training.max_steps=4"),
+        DataDir(copy_data),
+        ModelDir.at(out),
+        "cpu",
+        quiet=True,
+        threads=1,
+    )
     assert s.steps == 4
     after = _weights(out)
     assert all(torch.isfinite(v).all() for v in after.values() if v.is_floating_point())
@@ -249,7 +333,13 @@ def test_nonfinite_losses_skip_updates_then_abort(copy_data, tmp_path, monkeypat
         loss_mod, "linear_smoothed_nll", lambda h, w, t, e, p=0: (h.sum() * float("inf"), 0, 1)
     )
     with pytest.raises(NmtError, match="training diverged: 10 non-finite losses in a row"):
-        train(_tiny("training.max_steps=50"), copy_data, tmp_path / "b", "cpu", quiet=True)
+        train(
+            _tiny("training.max_steps=50"),
+            DataDir(copy_data),
+            ModelDir.at(tmp_path / "b"),
+            "cpu",
+            quiet=True,
+        )
 
 
 def _cli(*args: str, **kw) -> subprocess.Popen:
@@ -402,7 +492,7 @@ def test_tiny_transformer_learns_to_copy(copy_data, tmp_path):
             "model.dropout=0.0",
         ],
     )
-    s = train(cfg, copy_data, tmp_path / "m", "cpu", quiet=True, threads=1)
+    s = train(cfg, DataDir(copy_data), ModelDir.at(tmp_path / "m"), "cpu", quiet=True, threads=1)
     assert s.best_score > 90, s
 
 
@@ -436,7 +526,13 @@ def test_save_every_saves_state_without_validation(
     _stop_after(monkeypatch, 7)
     out = tmp_path / "m"
     with pytest.raises(RuntimeError, match="killed"):
-        train(_tiny("training.max_steps=20", *overrides), copy_data, out, "cpu", quiet=True)
+        train(
+            _tiny("training.max_steps=20", *overrides),
+            DataDir(copy_data),
+            ModelDir.at(out),
+            "cpu",
+            quiet=True,
+        )
     st = load_state(out / "checkpoints" / "last.state.pt")
     assert st["train_state"]["step"] == saved_step
     assert (out / "checkpoints" / "last.safetensors").exists()
@@ -446,12 +542,19 @@ def test_resume_refuses_other_batching_and_retunes_the_optimizer(copy_data, tmp_
     import shutil
 
     out = tmp_path / "m"
-    train(_tiny("training.max_steps=3"), copy_data, out, "cpu", quiet=True, threads=1)
+    train(
+        _tiny("training.max_steps=3"),
+        DataDir(copy_data),
+        ModelDir.at(out),
+        "cpu",
+        quiet=True,
+        threads=1,
+    )
     moved = tmp_path / "data2"
     shutil.copytree(copy_data, moved)
     changed = _tiny("training.max_steps=5", "training.max_tokens=500", "training.seed=2")
     with pytest.raises(NmtError) as e:
-        train(changed, moved, out, "cpu", resume=True, quiet=True, threads=1)
+        train(changed, DataDir(moved), ModelDir.at(out), "cpu", resume=True, quiet=True, threads=1)
     assert str(e.value) == (
         "--resume: training.max_tokens changed (600 -> 500), training.seed changed (1 -> 2), "
         f"data directory changed ({copy_data.resolve()} -> {moved.resolve()}); the saved data "
@@ -464,7 +567,7 @@ def test_resume_refuses_other_batching_and_retunes_the_optimizer(copy_data, tmp_
         "training.max_steps=5", "training.max_tokens=500", "training.reset_data_position=true",
         "training.lr=0.001", "training.betas=[0.8, 0.9]",
     )  # fmt: skip
-    train(opt_in, copy_data, out, "cpu", resume=True, threads=1)
+    train(opt_in, DataDir(copy_data), ModelDir.at(out), "cpu", resume=True, threads=1)
     err = capsys.readouterr().err
     assert "training.max_tokens changed (600 -> 500): epoch 1 starts over" in err
     assert "optimizer settings changed: training.lr 0.002 -> 0.001, training.betas " in err
@@ -500,7 +603,15 @@ def test_resume_keeps_the_room_max_time_leaves_for_validation(copy_data, tmp_pat
     saved = load_state(out / "checkpoints" / "last.state.pt")["valid_seconds"]
     assert saved > 0
     cfg = _tiny("training.max_steps=20", "training.valid_every=5")
-    trainer = Trainer(cfg, copy_data, out, torch.device("cpu"), distributed.from_env(), True, True)
+    trainer = Trainer(
+        cfg,
+        DataDir(copy_data),
+        ModelDir.at(out),
+        torch.device("cpu"),
+        distributed.from_env(),
+        True,
+        True,
+    )
     assert trainer.valid_seconds == saved
 
 
@@ -551,7 +662,7 @@ def test_validation_decodes_in_the_precision_translate_would_use(
         "training.max_steps=4", "training.valid_every=2", "training.log_every=2",
         f"training.precision={precision}",
     )  # fmt: skip
-    train(cfg, copy_data, tmp_path / "m", "cpu", quiet=True, threads=1)
+    train(cfg, DataDir(copy_data), ModelDir.at(tmp_path / "m"), "cpu", quiet=True, threads=1)
     rows = [json.loads(x) for x in (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()]
     start = next(r for r in rows if r["event"] == "start")
     trained = "fp32" if precision == "fp32" else "bf16"
@@ -622,8 +733,8 @@ def test_resume_turns_on_the_weight_average_from_the_restored_weights(copy_data,
 def test_training_opens_its_data_folder_once(copy_data, tmp_path, monkeypatch):
     """One manifest parse and one SentencePiece load (a joint vocabulary) per training process,
     with validation and subword sampling, which all read the folder."""
-    from nmt.data import dataset
     from nmt.data.vocab import Tokenizer
+    from nmt.dirs import data as dataset
 
     parses, loads = [], []
     parse, load = dataset._parse_manifest, Tokenizer.load.__func__  # type: ignore[attr-defined]
@@ -668,7 +779,7 @@ def test_nmt_train_reads_each_model_directory_once(copy_data, tmp_path, monkeypa
     from typer.testing import CliRunner
 
     import nmt.config.load as load
-    import nmt.modeldir as modeldir
+    import nmt.dirs.model as modeldir
     from nmt.cli.app import app
 
     base = tmp_path / "base"

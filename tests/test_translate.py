@@ -27,6 +27,7 @@ from nmt.decode.options import Sampling
 from nmt.decode.translate_files import translate_files
 from nmt.decode.translator import Translator
 from nmt.decode.workers import decode_workers
+from nmt.dirs import ModelDir
 from nmt.errors import NmtError
 
 WORDS = "a man in a blue shirt is riding his bike down the street two dogs play in the snow".split()
@@ -56,7 +57,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 def build_tiny_model_dir(root: Path, d_model: int = 32) -> Path:
     """Write ROOT/model: a tiny random Transformer with its SentencePiece model (shared by tests)."""
     from nmt.data.vocab import Tokenizer, train_spm
-    from nmt.modeldir import save_weights, write_meta
+    from nmt.dirs.model import ModelDir
+    from nmt.dirs.weights import save_weights
     from nmt.models import build
 
     spm = train_spm(synthetic_lines(300), root / "spm", vocab_size=200)
@@ -72,7 +74,7 @@ def build_tiny_model_dir(root: Path, d_model: int = 32) -> Path:
     torch.manual_seed(0)
     model = build(cfg.model, vocab)
     model_dir = root / "model"
-    write_meta(model_dir, cfg, "en", "de", spm, spm, vocab)
+    ModelDir.at(model_dir).write_meta(cfg, ("en", "de"), (spm, spm), vocab)
     save_weights(model, model_dir / "checkpoints" / "best.safetensors")
     return model_dir
 
@@ -113,7 +115,7 @@ class Echo:
 
 @pytest.fixture(scope="module")
 def echo(tiny_model_dir) -> Translator:
-    real = Translator.from_dir(tiny_model_dir, device="cpu")
+    real = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu")
     model = Echo(real.src_tok.vocab_size, max_positions=21)
     return Translator(model, real.cfg, real.src_tok, real.tgt_tok, "cpu")
 
@@ -266,7 +268,7 @@ def test_stream_matches_batch_and_bounds_chunks(echo):
 
 
 def test_real_model_batched_equals_one_at_a_time(tiny_model_dir):
-    tr = Translator.from_dir(tiny_model_dir, device="cpu")
+    tr = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu")
     lines = synthetic_lines(7, seed=5)
     batched = tr.translate(lines, nbest=2)
     for line, b in zip(lines, batched, strict=True):
@@ -280,7 +282,7 @@ def test_real_model_batched_equals_one_at_a_time(tiny_model_dir):
 
 def test_greedy_without_scores_same_text_nan_scores(tiny_model_dir, tmp_path):
     """Text output asks greedy search for no scores: the same lines; JSONL keeps its scores."""
-    tr = Translator.from_dir(tiny_model_dir, device="cpu")
+    tr = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu")
     lines = synthetic_lines(9, seed=3) + [""]
     scored = tr.translate(lines, greedy=True)
     bare = tr.translate(lines, greedy=True, scores=False)
@@ -303,8 +305,8 @@ def test_greedy_without_scores_same_text_nan_scores(tiny_model_dir, tmp_path):
 def test_worker_threads_same_output_in_order_and_threads_restored(tiny_model_dir):
     """Batches decoded on two worker threads: the same translations and scores in input order,
     progress for every line, and the caller's intra-op thread count back afterwards."""
-    one = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
-    two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2, processes=False)
+    one = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu", workers=1)
+    two = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu", workers=2, processes=False)
     names: set[str] = set()
     search = two._search
 
@@ -334,8 +336,8 @@ def test_worker_processes_same_output_attention_and_sampling(tiny_model_dir):
     are other processes that stop on close."""
     from nmt.decode.options import Sampling
 
-    one = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
-    two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2)
+    one = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu", workers=1)
+    two = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu", workers=2)
     assert two.worker_processes and two._pool is None  # forked at the first batches, not before
     lines = synthetic_lines(40, seed=7) + ["", "two dogs ."]
     done: list[int] = []
@@ -371,7 +373,9 @@ def test_worker_processes_same_output_attention_and_sampling(tiny_model_dir):
 
 @pytest.mark.parametrize("processes", [False, sys.platform == "linux"])
 def test_worker_error_reaches_the_caller(tiny_model_dir, processes):
-    two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2, processes=processes)
+    two = Translator.from_dir(
+        ModelDir(tiny_model_dir), device="cpu", workers=2, processes=processes
+    )
 
     def failing(batch, *args, **kwargs):
         raise NmtError(f"batch of {len(batch)} failed")
@@ -406,7 +410,7 @@ def test_a_worker_process_that_dies_while_starting_is_one_error(monkeypatch):
 @pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
 @pytest.mark.slow
 def test_a_worker_process_that_dies_is_one_error(tiny_model_dir):
-    two = Translator.from_dir(tiny_model_dir, device="cpu", workers=2)
+    two = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu", workers=2)
 
     def dying(batch, *args, **kwargs):
         os._exit(3)  # as the OOM killer would
@@ -419,7 +423,7 @@ def test_a_worker_process_that_dies_is_one_error(tiny_model_dir):
     assert two._pool is not None and two._pool.pids() == []  # stopped
     del two._search  # the next batches fork new processes, which work
     lines = synthetic_lines(30, seed=2)
-    one = Translator.from_dir(tiny_model_dir, device="cpu", workers=1)
+    one = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu", workers=1)
     assert [t.text for t in two.translate(lines, batch_tokens=30)] == [
         t.text for t in one.translate(lines, batch_tokens=30)
     ]
@@ -439,11 +443,11 @@ def test_decode_workers_rule(tiny_model_dir):
     finally:
         torch.set_num_threads(before)
     with pytest.raises(NmtError, match=r"^--workers must be 0 \(auto\) or more, got -1$"):
-        Translator.from_dir(tiny_model_dir, device="cpu", workers=-1)
+        Translator.from_dir(ModelDir(tiny_model_dir), device="cpu", workers=-1)
 
 
 def test_options_default_to_model_config_and_are_checked(tiny_model_dir):
-    tr = Translator.from_dir(tiny_model_dir, device="cpu")
+    tr = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu")
     assert tr.resolve_options().beam_size == 3 and tr.resolve_options(beam_size=7).beam_size == 7
     with pytest.raises(Exception, match=r"^nbest must be between 1 and the beam size \(3\)"):
         tr.translate(["a man"], nbest=4)
@@ -631,7 +635,7 @@ def test_cli_attention_png(tiny_model_dir, tmp_path):
     sentence = "a man in a blue shirt is riding his bike ."
     r = run_cli("attention", "-m", str(tiny_model_dir), sentence, "-o", str(out))
     assert r.exit_code == 0, r.output
-    tr = Translator.from_dir(tiny_model_dir, device="cpu")
+    tr = Translator.from_dir(ModelDir(tiny_model_dir), device="cpu")
     weights, src, tgt, text = tr.attention(sentence)
     assert weights.shape == (2, 2, len(tgt), len(src)) and src[-1] == tgt[-1] == "</s>"
     w, h = figure_size(src, tgt)
@@ -667,7 +671,8 @@ def test_seq2seq_force_decodes_the_whole_target_and_an_empty_source_is_refused(t
     # Seq2Seq has no position limit (max_positions 0): a given target is not cut.
     from nmt.config import load_config
     from nmt.data.vocab import Tokenizer, train_spm
-    from nmt.modeldir import save_weights, write_meta
+    from nmt.dirs.model import ModelDir
+    from nmt.dirs.weights import save_weights
     from nmt.models import build
 
     spm = train_spm(synthetic_lines(300), tmp_path / "spm", vocab_size=200)
@@ -676,9 +681,9 @@ def test_seq2seq_force_decodes_the_whole_target_and_an_empty_source_is_refused(t
     cfg = load_config(preset="seq2seq-tiny")
     torch.manual_seed(0)
     model_dir = tmp_path / "model"
-    write_meta(model_dir, cfg, "en", "de", spm, spm, vocab)
+    ModelDir.at(model_dir).write_meta(cfg, ("en", "de"), (spm, spm), vocab)
     save_weights(build(cfg.model, vocab), model_dir / "checkpoints" / "best.safetensors")
-    tr = Translator.from_dir(model_dir, device="cpu")
+    tr = Translator.from_dir(ModelDir(model_dir), device="cpu")
     target = "zwei kinder spielen im park mit einem roten ball ."
     weights, src, tgt, text = tr.attention("a man rides a bike .", target=target)
     assert text == target and tgt == tok.pieces(target) + ["</s>"]
@@ -705,7 +710,7 @@ def test_translate_opens_each_model_directory_once(tiny_model_dir, tmp_path, mon
     """`nmt translate` (an ensemble of two: each member is its own directory) reads each
     config.yaml and vocab.json once and each SentencePiece model once, checks before the model
     loads included."""
-    import nmt.modeldir as modeldir
+    import nmt.dirs.model as modeldir
     from nmt.data.vocab import Tokenizer
 
     reads: list[str] = []

@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from nmt.data import corpus, dataset
+from nmt.data import corpus
 from nmt.data import preprocess as pp
 from nmt.data.cleaning import PairFilter, clean_train, read_pairs
 from nmt.data.preprocess import PreprocessConfig
 from nmt.data.summary import summary_notes, summary_table
 from nmt.data.tsv import column_order, read_tsv_pairs
+from nmt.dirs import data as dataset
 from nmt.errors import NmtError
 
 WORDS = "dog cat man woman child ball park street water red blue big small runs jumps sits".split()
@@ -63,8 +64,8 @@ def _texts(data: Path, split: str) -> tuple[list[str], list[str]]:
 
 def _train_sources(data: Path) -> list[str]:
     """Train's source sentences, decoded from their ids."""
-    split = dataset.load(data, "train")
-    src_tok, _ = dataset.tokenizers(data)
+    split = dataset.DataDir(data).split("train")
+    src_tok, _ = dataset.DataDir(data).tokenizers
     return [src_tok.decode(x) for x in split.src]
 
 
@@ -166,7 +167,7 @@ def test_held_out_splits_are_deterministic_and_test_sources_stay_out_of_train(tm
     assert any(
         n.startswith("train: 40 pairs held out as valid and 50 as test") for n in summary_notes(a)
     )
-    ds = dataset.load(tmp_path / "a", "test")
+    ds = dataset.DataDir(tmp_path / "a").split("test")
     assert len(ds) == 50
 
 

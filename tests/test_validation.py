@@ -11,7 +11,7 @@ import pytest
 
 from nmt.config import load_config
 from nmt.data import batching
-from nmt.data.dataset import DataDir
+from nmt.dirs import DataDir, ModelDir
 from nmt.train.loop import train
 
 VOCAB = "red green blue cyan pink gray gold jade ruby teal".split()
@@ -49,7 +49,7 @@ def test_long_valid_line_is_truncated_and_reported_once(long_valid_data, tmp_pat
         ],
     )
     out = tmp_path / "m"
-    s = train(cfg, long_valid_data, out, "cpu", threads=1)
+    s = train(cfg, DataDir(long_valid_data), ModelDir.at(out), "cpu", threads=1)
     assert s.steps == 4
     err = capsys.readouterr().err
     line = "warning: valid: 1 sentences over model.max_positions 24 truncated for validation"
@@ -79,11 +79,11 @@ def test_seq2seq_has_no_position_limit(long_valid_data, tmp_path, capsys, recwar
         overrides=["model.max_positions=4", "training.max_steps=2", "training.max_tokens=400"],
     )
     out = tmp_path / "s2s"
-    train(cfg, long_valid_data, out, "cpu", threads=1)
+    train(cfg, DataDir(long_valid_data), ModelDir.at(out), "cpu", threads=1)
     err = capsys.readouterr().err
     assert "training pairs are longer" not in err and "truncated for validation" not in err, err
     assert "400 training pairs" in err  # none dropped (400 lines of 2-4 words)
-    translator = Translator.from_dir(out, device="cpu", checkpoint="last")
+    translator = Translator.from_dir(ModelDir(out), device="cpu", checkpoint="last")
     (result,) = translator.translate([" ".join(VOCAB * 2)], greedy=True)
     assert result.source_tokens[-2:] == ["▁teal", "</s>"]  # the whole 20-word source, uncut
     assert len(result.source_tokens) > 20

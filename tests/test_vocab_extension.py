@@ -18,8 +18,9 @@ from nmt.data.preprocess import PreprocessConfig, preprocess
 from nmt.data.summary import summary_notes
 from nmt.data.vocab import UNK_ID, Tokenizer, train_spm
 from nmt.data.vocab_extension import extend_for, model_type, unknown_characters
+from nmt.dirs import DataDir, ModelDir
+from nmt.dirs.loaded import load_model
 from nmt.errors import NmtError
-from nmt.modeldir import load_model
 from nmt.train import distributed
 from nmt.train.finetune import VOCAB_ROWS
 from nmt.train.loop import Trainer, train
@@ -128,9 +129,16 @@ def test_preprocess_records_the_extension(base, extended):  # noqa: F811
 def test_init_from_copies_trained_rows_and_starts_new_ones_at_their_mean(base, extended, tmp_path):  # noqa: F811
     _, model = base
     cfg = _tiny(f"training.init_from={model}")
-    trainer = Trainer(cfg, extended, tmp_path / "ft", torch.device("cpu"),
-                      distributed.from_env(), False, True)  # fmt: skip
-    trained = load_model(model)[0].state_dict()
+    trainer = Trainer(
+        cfg,
+        DataDir(extended),
+        ModelDir.at(tmp_path / "ft"),
+        torch.device("cpu"),
+        distributed.from_env(),
+        False,
+        True,
+    )
+    trained = load_model(ModelDir(model))[0].state_dict()
     ours = trainer.model.state_dict()
     size = Tokenizer.load(extended / "spm.model").vocab_size
     n = Tokenizer.load(base[0] / "spm.model").vocab_size
@@ -143,8 +151,14 @@ def test_init_from_copies_trained_rows_and_starts_new_ones_at_their_mean(base, e
         else:
             assert torch.equal(ours[key], trained[key])
     assert trainer.init is not None and trainer.init["new_rows"]["tgt_embed.weight"] == size - n
-    summary = train(_tiny(f"training.init_from={model}", "training.max_steps=6"), extended,
-                    tmp_path / "run", "cpu", quiet=True, threads=1)  # fmt: skip
+    summary = train(
+        _tiny(f"training.init_from={model}", "training.max_steps=6"),
+        DataDir(extended),
+        ModelDir.at(tmp_path / "run"),
+        "cpu",
+        quiet=True,
+        threads=1,
+    )
     assert summary.steps == 6
 
 
@@ -213,8 +227,14 @@ def test_extension_errors_are_one_line(base, tmp_path):  # noqa: F811
                        extend_vocab=10)  # fmt: skip
     model = base[1]  # another model's pieces, extended, are still not this model's
     with pytest.raises(NmtError) as e:
-        train(_tiny(f"training.init_from={model}", "training.max_steps=2"), data,
-              tmp_path / "m", "cpu", quiet=True, threads=1)  # fmt: skip
+        train(
+            _tiny(f"training.init_from={model}", "training.max_steps=2"),
+            DataDir(data),
+            ModelDir.at(tmp_path / "m"),
+            "cpu",
+            quiet=True,
+            threads=1,
+        )
     assert str(e.value) == (
         f"{data}: its source vocabulary differs from {model}'s (preprocess the corpus with "
         f"--spm-from {model})"

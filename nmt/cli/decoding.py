@@ -142,8 +142,9 @@ def translate_cmd(
         Glossary,
         check_constraint_options,
     )
-    from nmt.decode.loading import checked_export, open_dirs  # model directories, or an export
+    from nmt.decode.loading import checked_export  # model directories, or an export
     from nmt.decode.options import check_search
+    from nmt.dirs import open_dirs
     from nmt.errors import NmtError
 
     if input_format not in INPUT_FORMATS:
@@ -192,9 +193,12 @@ def open_for(
     already opened), refused at once when it cannot decode as `options` ask (attention from a
     model without any; sampling from an `nmt export`)."""
     from nmt.decode.loading import open_translator
+    from nmt.dirs import open_dirs
     from nmt.errors import NmtError
 
-    translator = open_translator(opened or model_dir, device, checkpoint, precision, workers)
+    translator = open_translator(
+        opened or open_dirs(model_dir), device, checkpoint, precision, workers
+    )
     if options.with_attention:
         require_attention(translator, ", ".join(model_dir))
     if options.sampling is not None and not translator.capabilities.sampling:
@@ -256,8 +260,9 @@ def rescore_cmd(
     check_model_dirs(model_dir)
     from nmt.decode.loading import open_translator  # a model directory, or an `nmt export` of one
     from nmt.decode.rescore import rescore_files
+    from nmt.dirs import open_dirs
 
-    with open_translator(model_dir, device, checkpoint, precision) as translator:
+    with open_translator(open_dirs(model_dir), device, checkpoint, precision) as translator:
         rescore_files(
             translator, source, target, output, fmt=fmt, average=average,
             batch_tokens=batch_tokens, on_warning=warn_to_stderr(f"{source}, {target}"),
@@ -311,7 +316,7 @@ def attention_cmd(
     check_model_dirs(model_dir)
     from nmt.decode.paragraphs import prefixed
     from nmt.decode.translator import Translator
-    from nmt.modeldir import ModelDir
+    from nmt.dirs.model import ModelDir
     from nmt.plots.heatmaps import plot_attention
 
     opened = ModelDir(model_dir)

@@ -78,20 +78,14 @@ def export_cmd(
 ) -> None:
     """Export a Transformer to a self-contained CTranslate2 directory (needs the ct2 extra);
     `nmt translate -m EXPORT_DIR` translates with it."""
-    from nmt.errors import NmtError
-    from nmt.export.ctranslate2 import FORMATS, export_ctranslate2
+    from pathlib import Path
 
-    if fmt == "huggingface":
-        from nmt.export.huggingface import export_huggingface
+    from nmt.dirs import ModelDir
+    from nmt.export import check_export_options, export
 
-        export_huggingface(model_dir, out_dir, checkpoint, force=force, quiet=quiet)
-        return
-    if fmt not in FORMATS:
-        # tests/test_export.py matches the first part of this line
-        raise NmtError(
-            f"--format must be {' or '.join(FORMATS)}, got {fmt!r} (the other format: huggingface)"
-        )
-    export_ctranslate2(model_dir, out_dir, quantization, checkpoint, force=force, quiet=quiet)
+    check_export_options(fmt, quantization)  # before the model directory is read
+    opened = ModelDir(model_dir)
+    export(opened, Path(out_dir), fmt, quantization, checkpoint, force=force, quiet=quiet)
 
 
 @commands.command("import")

@@ -52,24 +52,30 @@ def train_cmd(
     if distributed.needs_launch(nproc):  # every option but --nproc goes to the torchrun workers
         raise SystemExit(distributed.launch(nproc, distributed.relaunch_args(ctx, skip={"nproc"})))
     from nmt.config import resolve_train_config
-    from nmt.modeldir import CONFIG
+    from nmt.dirs import DataDir, ModelDir
+    from nmt.dirs.model import CONFIG
     from nmt.train.loop import train
     from nmt.train.setup import open_existing
 
     flags = {
-        "max_steps": max_steps, "max_epochs": max_epochs, "max_time": max_time, "seed": seed,
+        "max_steps": max_steps,
+        "max_epochs": max_epochs,
+        "max_time": max_time,
+        "seed": seed,
         "init_from": init_from,
-    }  # fmt: skip
-    opened = open_existing([model_dir if resume else None, init_from])  # each read once
-    read = {(d.path / CONFIG).resolve(): d.config for d in opened}
+    }
+    resumed = open_existing(model_dir) if resume else None  # each directory read once
+    init = open_existing(init_from)
+    read = {(d.path / CONFIG).resolve(): d.config for d in (resumed, init) if d is not None}
     if init_from and preset and not config:  # the preset laid over the initial model's config
         from nmt.train.finetune import preset_over_initial
 
         cfg = preset_over_initial(preset, overrides or [], model_dir, flags, read)
     else:
         cfg = resolve_train_config(config, preset, overrides or [], model_dir, resume, flags, read)
+    out = resumed or ModelDir.at(model_dir)
     summary = train(
-        cfg, data_dir, model_dir, device, resume=resume, force=force, quiet=quiet, opened=opened
+        cfg, DataDir.at(data_dir), out, device, init=init, resume=resume, force=force, quiet=quiet
     )
     if summary.exit_code:
         raise SystemExit(summary.exit_code)
@@ -84,9 +90,10 @@ def average_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Average checkpoints into MODEL_DIR/checkpoints/averaged.safetensors."""
+    from nmt.dirs import ModelDir
     from nmt.train.selection import average
 
-    path, steps = average(model_dir, last=last, best=best)
+    path, steps = average(ModelDir.at(model_dir), last=last, best=best)
     if not quiet:
         sys.stderr.write(f"averaged steps {', '.join(map(str, steps))} -> {path}\n")
 
@@ -107,17 +114,11 @@ def plot_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Training curves of one or several models in one figure, from their metrics.jsonl."""
-    from nmt.errors import NmtError
-    from nmt.plots.curves import check_axes, curves, plot_curves
+    from nmt.plots.curves import plot_runs
 
-    check_axes(x, y)
-    if output is None and not as_json:
-        raise NmtError("nothing to do: give -o FILE.png and/or --json")
-    series = curves(model_dirs, x, y)
-    if output is not None:
-        path = plot_curves(series, output, x, y)
-        if not quiet and not as_json:
-            print(f"wrote {path}")
+    series, path = plot_runs(model_dirs, x, y, output, series=as_json)
+    if path is not None and not quiet and not as_json:
+        print(f"wrote {path}")
     if as_json:
         import json
 

@@ -333,7 +333,7 @@ class Config:
 
 
 DURATIONS = tuple(f.name for f in dataclasses.fields(TrainingConfig) if f.metadata.get("duration"))
-INIT_CHECKPOINTS = ("default", "best", "last", "averaged")  # nmt.modeldir's names
+INIT_CHECKPOINTS = ("default", "best", "last", "averaged")  # nmt.dirs.model's names
 
 
 SECTIONS = [f.name for f in dataclasses.fields(Config)]

@@ -1,4 +1,4 @@
-"""Encoding text into the binary DATA_DIR format: `<split>.<lang>.ids` and `.idx` (read by nmt.data.dataset).
+"""Encoding text into the binary DATA_DIR format: `<split>.<lang>.ids` and `.idx` (read by nmt.dirs.data).
 
 Train is encoded in worker processes over byte ranges of the cleaned files, each returning compact
 numpy arrays, and filtered by length and length ratio; valid/test splits keep every line.

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from nmt.data.marian_vocab import VocabTokenizer, imported_pair
-from nmt.data.spm_source import MODEL_META, SpmSource, spm_source
+from nmt.data.spm_source import SpmSource, spm_source
 from nmt.data.vocab import Tokenizer, VocabInfo
+from nmt.dirs.model import MODEL_META
 from nmt.errors import NmtError
 from nmt.textio import read_json_object
 

@@ -3,7 +3,7 @@
 The steps live in their own modules (`nmt.data.cleaning`, `nmt.data.vocab`, `nmt.data.encoding`,
 and `nmt.data.split_entry` for each split's record); this module holds the settings
 (`PreprocessConfig`), runs the steps in order inside a temporary folder, and writes the manifest
-that `nmt.data.dataset` reads. Memory stays flat as the corpus grows: train is streamed into
+that `nmt.dirs.data` reads. Memory stays flat as the corpus grows: train is streamed into
 cleaned text files, SentencePiece samples a bounded number of sentences, and encoding runs in worker
 processes over byte ranges of the cleaned files.
 """
@@ -31,7 +31,6 @@ from nmt.data.cleaning import (
     resolve_input,
 )
 from nmt.data.corpus import sha256_file
-from nmt.data.dataset import FORMAT, MANIFEST
 from nmt.data.encoding import ChunkJob, check_eval, encode_eval, encode_train
 from nmt.data.holdout import Held, HoldOut, ValidSample, hold_out
 from nmt.data.model_tokenizer import (
@@ -45,6 +44,7 @@ from nmt.data.split_entry import check_inputs_outside, over_limits, split_entry,
 from nmt.data.spm_source import SpmSource, copy_models, lowercase_mismatch, spm_source
 from nmt.data.tsv import column_order, is_tsv, train_pairs
 from nmt.data.vocab import SPECIAL_IDS, Tokenizer, train_spm
+from nmt.dirs.data import FORMAT, write_manifest
 from nmt.errors import NmtError
 from nmt.runtime import usable_cpus
 from nmt.textio import building_dir, check_out_dir
@@ -279,7 +279,7 @@ class _Run:
         for split, unknown in self.unknown.items():
             splits[split]["unknown_lines"] = unknown
         manifest = self.manifest(models, toks, dtype, splits)
-        _write_manifest(self.tmp / MANIFEST, manifest)
+        write_manifest(self.tmp, manifest)
         return manifest
 
     def clean_train(self, clean: Pair) -> tuple[dict[str, int], list[Chunk]]:
@@ -439,10 +439,3 @@ class _Run:
             "options": cfg.manifest_options(),
             "splits": splits,
         } | own
-
-
-def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    """Write manifest.json (no atomic rename: the temporary folder is renamed into place whole)."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, ensure_ascii=False)
-        f.write("\n")

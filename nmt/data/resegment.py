@@ -21,9 +21,9 @@ from typing import TypeVar
 import numpy as np
 import sentencepiece as spm
 
-from nmt.data.dataset import Split, TokenArray
 from nmt.data.encoding import flatten, seq_lengths
 from nmt.data.vocab import UNK_ID, Tokenizer
+from nmt.dirs.data import Split, TokenArray
 
 T = TypeVar("T")
 _SEED_LOCK = threading.Lock()  # SentencePiece's sampling seed is process-wide

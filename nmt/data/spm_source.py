@@ -7,11 +7,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from nmt.data.dataset import MANIFEST, lowercased, read_manifest
+from nmt.dirs.data import DataDir
+from nmt.dirs.model import ModelDir
+from nmt.dirs.opening import VOCABULARY, open_dir
 from nmt.errors import NmtError
-from nmt.textio import read_json_object
-
-MODEL_META = "vocab.json"  # a MODEL_DIR's vocabulary facts and SentencePiece file names
 
 
 @dataclass(frozen=True)
@@ -35,22 +34,19 @@ class SpmSource:
 def spm_source(directory: str | Path) -> SpmSource:
     """Find the SentencePiece models of a model directory (vocab.json) or data directory
     (manifest.json); a folder that is neither, or a missing model file, is a one-line error."""
-    d = Path(directory)
-    if (d / MODEL_META).is_file():
-        meta = read_json_object(d / MODEL_META)
-        names = meta.get("src_spm"), meta.get("tgt_spm")
-        lowercase = meta.get("lowercase", False)
-    elif (d / MANIFEST).is_file():
-        meta = read_manifest(d)
+    opened = open_dir(directory, VOCABULARY)
+    d = opened.path
+    if isinstance(opened, DataDir):
+        meta = opened.manifest
         spm = meta.get("spm")
         names = (spm.get("src"), spm.get("tgt")) if isinstance(spm, dict) else (None, None)
-        lowercase = lowercased(meta)
-    elif d.is_dir():
-        raise NmtError(
-            f"{d}: neither a model directory ({MODEL_META}) nor a data directory ({MANIFEST})"
-        )
-    else:
-        raise NmtError(f"{d}: directory not found")
+        lowercase = opened.lowercase
+    elif isinstance(opened, ModelDir):
+        meta = opened.meta
+        names = meta.get("src_spm"), meta.get("tgt_spm")
+        lowercase = meta.get("lowercase", False)
+    else:  # not asked for: open_dir opens only the kinds named
+        raise NmtError(f"{d}: names no SentencePiece models")
     if not all(isinstance(n, str) and n for n in names):
         raise NmtError(f"{d}: names no SentencePiece models")
     src, tgt = (d / str(n) for n in names)
@@ -59,9 +55,14 @@ def spm_source(directory: str | Path) -> SpmSource:
             raise NmtError(f"{path}: SentencePiece model not found")
     kind = meta.get("spm_type")
     return SpmSource(
-        d, src, tgt, str(meta.get("src_lang", "")), str(meta.get("tgt_lang", "")),
-        kind if isinstance(kind, str) else None, lowercase is True,
-    )  # fmt: skip
+        dir=d,
+        src=src,
+        tgt=tgt,
+        src_lang=str(meta.get("src_lang", "")),
+        tgt_lang=str(meta.get("tgt_lang", "")),
+        spm_type=kind if isinstance(kind, str) else None,
+        lowercase=lowercase is True,
+    )
 
 
 def lowercase_mismatch(spm_dir: Path, lowercased: bool) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from nmt.data.dataset import lowercased
+from nmt.dirs.data import lowercased
 
 
 def print_summary(manifest: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """`CT2Translator`: translate with an `nmt export` directory through `ctranslate2.Translator`,
 with the results and options of `nmt.decode.translator.Translator`, so `nmt translate -m EXPORT_DIR`
 keeps the same command line. Pieces, ids and special tokens are the model's own (an imported
-Marian model's `</s>`, `<unk>` and vocabulary; `nmt.decode.exported`).
+Marian model's `</s>`, `<unk>` and vocabulary; `nmt.dirs.export`).
 
 How the options map (CTranslate2 has no per-sentence maximum and its own length penalty):
 - max_len_a / max_len_b: exact. Beam search: sentences are grouped by their own maximum
@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,7 +50,6 @@ from nmt.decode.engine import (
     gnmt_length_penalty,
     translate_chunks,
 )
-from nmt.decode.exported import ExportDir, export_decoding, export_pieces, require_ctranslate2
 from nmt.decode.options import (
     DecodeOptions,
     OptionError,
@@ -59,6 +57,7 @@ from nmt.decode.options import (
     given_options,
 )
 from nmt.decode.workers import resolve_workers
+from nmt.dirs.export import ExportDir, export_decoding, export_pieces, require_ctranslate2
 from nmt.errors import NmtError
 from nmt.runtime import parse_device, usable_cpus
 
@@ -99,7 +98,7 @@ class CT2Translator:
     @classmethod
     def from_dir(
         cls,
-        export_dir: str | Path | ExportDir,
+        export_dir: ExportDir,
         device: str = "auto",
         threads: int = 0,
         workers: int = 0,
@@ -110,8 +109,7 @@ class CT2Translator:
         (CTranslate2's `default` compute type): float32 unless `nmt export --quantization` chose
         int8 or bfloat16, the faster explicit choices (DESIGN.md, "Decisions")."""
         ct2 = require_ctranslate2()
-        opened = export_dir if isinstance(export_dir, ExportDir) else ExportDir(export_dir)
-        export_dir, manifest = opened.path, opened.manifest
+        opened, manifest = export_dir, export_dir.manifest
         src_tok, tgt_tok = opened.tokenizers
         dev, index = _ct2_device(device, ct2)
         cores = threads or usable_cpus()
@@ -119,14 +117,14 @@ class CT2Translator:
         intra = threads if workers == 1 else max(1, cores // workers)
         try:
             translator = ct2.Translator(
-                str(export_dir),
+                str(opened.path),
                 device=dev,
                 device_index=index,
                 intra_threads=intra,
                 inter_threads=workers,
             )
         except (RuntimeError, ValueError) as e:
-            raise NmtError(f"{export_dir}: cannot load the CTranslate2 model ({e})") from None
+            raise NmtError(f"{opened.path}: cannot load the CTranslate2 model ({e})") from None
         return cls(translator, manifest, src_tok, tgt_tok)
 
     # CTranslate2 draws no keyed samples and answers no attention queries; it gives the cross

@@ -195,10 +195,9 @@ def decoding_defaults(model_dir: str | Path | HasDecoding) -> DecodingConfig:
     (`ModelDir`, `ExportDir`) gives its own."""
     if not isinstance(model_dir, str | Path):
         return model_dir.decoding
-    from nmt.decode.exported import ExportDir, is_export
-    from nmt.modeldir import ModelDir
+    from nmt.dirs import open_model
 
-    return (ExportDir(model_dir) if is_export(model_dir) else ModelDir(model_dir)).decoding
+    return open_model(model_dir).decoding
 
 
 def check_search(model_dir: str | Path | HasDecoding, options: DecodeOptions) -> ResolvedOptions:

@@ -4,8 +4,8 @@ same casing)."""
 from __future__ import annotations
 
 from nmt.data.vocab import vocabulary_difference
+from nmt.dirs.model import ModelDir
 from nmt.errors import NmtError
-from nmt.modeldir import ModelDir
 
 
 def check_same_vocabulary(first: ModelDir, other: ModelDir) -> None:

@@ -11,7 +11,6 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,8 +44,8 @@ from nmt.device import (
     emulated_bf16_warning,
     resolve_device,
 )
+from nmt.dirs.model import ModelDir
 from nmt.errors import NmtError
-from nmt.modeldir import ModelDir
 from nmt.models.base import Decoder
 from nmt.models.ensemble import Ensemble
 
@@ -87,7 +86,7 @@ class Translator:
     @classmethod
     def from_dir(
         cls,
-        model_dir: str | Path | ModelDir | Sequence[str | Path | ModelDir],
+        model_dir: ModelDir | Sequence[ModelDir],
         device: str = "auto",
         checkpoint: str = "default",
         precision: str = "auto",
@@ -102,12 +101,11 @@ class Translator:
         decoder cache follows); scores stay fp32 (log-softmax in fp32). `workers` batches run at
         once (0: one per intra-op thread, at most 4), on forked processes where `processes`
         (None: on Linux CPUs, `nmt.decode.workers`), else on threads; `close` stops the processes."""
-        from nmt.modeldir import load_model
+        from nmt.dirs.loaded import load_model
 
-        given = [model_dir] if isinstance(model_dir, str | Path | ModelDir) else list(model_dir)
-        if not given:
+        dirs = [model_dir] if isinstance(model_dir, ModelDir) else list(model_dir)
+        if not dirs:
             raise NmtError("no model directory given")
-        dirs = [d if isinstance(d, ModelDir) else ModelDir(d) for d in given]
         dev = resolve_device(device)
         prec = decode_precision(precision, dev)  # fp16 on a CPU: refused before any weights load
         src_tok, tgt_tok = dirs[0].tokenizers

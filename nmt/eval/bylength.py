@@ -145,23 +145,15 @@ def source_lengths(lines: Sequence[str], unit: str, spm: str | Path | None = Non
 def source_spm(path: str | Path) -> tuple[Path, bool]:
     """The source-side SentencePiece model of a .model file, a DATA_DIR or a MODEL_DIR, and
     whether it was learnt on lowercased text (so lengths count the pieces the model saw)."""
-    import json
-
-    from nmt.data.dataset import lowercased
+    from nmt.data.spm_source import spm_source
 
     p = Path(path)
     if p.is_file():
         return p, False
-    for meta, key in (("manifest.json", None), ("vocab.json", "src_spm")):
-        if (p / meta).is_file():
-            try:
-                data = json.loads((p / meta).read_text(encoding="utf-8"))
-                name = data["spm"]["src"] if key is None else data[key]
-                lc = lowercased(data) if key is None else data.get("lowercase") is True
-            except (ValueError, KeyError, TypeError, AttributeError):
-                raise NmtError(f"{p / meta}: no source SentencePiece model named in it") from None
-            return p / name, lc
-    raise NmtError(f"{p}: not a SentencePiece model, DATA_DIR or MODEL_DIR")
+    if not p.is_dir():
+        raise NmtError(f"{p}: not a SentencePiece model, DATA_DIR or MODEL_DIR")
+    source = spm_source(p)  # the directory opened by what it holds
+    return source.src, source.lowercase
 
 
 def assign(lengths: Sequence[int], buckets: Sequence[Bucket]) -> tuple[list[list[int]], int]:

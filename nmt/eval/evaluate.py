@@ -93,8 +93,9 @@ def evaluate(
     how = dataclasses.replace(decoding or DecodeOptions(), scores=False)  # only text is scored
 
     from nmt.decode.loading import open_translator  # torch only for a model directory
+    from nmt.dirs import open_dirs
 
-    translator = open_translator(dirs[0] if len(dirs) == 1 else dirs, device, checkpoint, precision)
+    translator = open_translator(open_dirs(dirs), device, checkpoint, precision)
     advance = None if progress is None else lambda n: progress(n, len(src_lines))
     with translator:  # its worker processes end with the translation
         languages = source_languages(getattr(translator, "src_tok", None))

@@ -39,9 +39,9 @@ class TuneRow:
 
 def valid_files(model_dir: str | Path, data_dir: str | Path | None) -> tuple[Path, Path]:
     """DATA_DIR's raw valid source and references (DATA_DIR: given, else the one training used)."""
-    from nmt.modeldir import read_meta
+    from nmt.dirs.model import ModelDir
 
-    _, _, meta = read_meta(model_dir)
+    meta = ModelDir(model_dir).meta
     data = Path(data_dir) if data_dir else training_data_dir(model_dir)
     paths = tuple(data / f"valid.{meta[k]}.txt" for k in ("src_lang", "tgt_lang"))
     for p in paths:
@@ -54,9 +54,10 @@ def valid_files(model_dir: str | Path, data_dir: str | Path | None) -> tuple[Pat
 
 def training_data_dir(model_dir: str | Path) -> Path:
     """The DATA_DIR recorded in MODEL_DIR's trainer state."""
-    from nmt.modeldir import read_state, state_path
+    from nmt.dirs.model import ModelDir
+    from nmt.dirs.state import read_state
 
-    path = state_path(model_dir)
+    path = ModelDir.at(model_dir).state_path
     if not path.exists():
         raise NmtError(f"{path}: no trainer state to find the training DATA_DIR; give --data")
     data = read_state(path).settings.get("data_dir")
@@ -117,9 +118,9 @@ def best(rows: list[TuneRow]) -> TuneRow:
 
 def write_decoding(model_dir: str | Path, row: TuneRow) -> Path:
     """Make `row` MODEL_DIR's decoding defaults (config.yaml rewritten atomically)."""
-    from nmt.modeldir import read_meta
+    from nmt.dirs.model import ModelDir
 
-    cfg, _, _ = read_meta(model_dir)
+    cfg = ModelDir(model_dir).config
     cfg.decoding.beam_size = row.beam_size
     if row.length_penalty is not None:
         cfg.decoding.length_penalty = row.length_penalty

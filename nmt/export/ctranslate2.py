@@ -19,32 +19,31 @@ ours does. What CTranslate2's model cannot hold, the manifest does: the target i
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nmt.decode.exported import (
-    EXPORT_FORMAT,
-    EXPORT_MANIFEST,
-    TOKENIZER_KEYS,
+from nmt.dirs.export import (
+    export_manifest,
     export_pieces,
     require_ctranslate2,
+    tokenizer_files,
+    write_export_manifest,
 )
+from nmt.dirs.model import ModelDir
 from nmt.errors import NmtError
 
 if TYPE_CHECKING:  # the export's modules load when it runs
     from nmt.config import TransformerConfig
     from nmt.data.vocab import VocabInfo
-    from nmt.modeldir import ModelDir
 
 FORMATS = ("ctranslate2",)
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16")
 
 
 def export_ctranslate2(
-    model_dir: str | Path,
-    out_dir: str | Path,
+    model_dir: ModelDir,
+    out_dir: Path,
     quantization: str = "float32",
     checkpoint: str = "default",
     force: bool = False,
@@ -52,21 +51,19 @@ def export_ctranslate2(
 ) -> Path:
     """Convert MODEL_DIR's checkpoint into OUT_DIR (built in a temporary folder, renamed at the
     end, so OUT_DIR is never half-written); returns OUT_DIR."""
-    from nmt.modeldir import ModelDir, checkpoint_path, weights_step
+    from nmt.dirs.weights import weights_step
     from nmt.textio import building_dir, check_out_dir
 
-    model_dir, out_dir = Path(model_dir), Path(out_dir)
     if quantization not in QUANTIZATIONS:
         raise NmtError(f"--quantization must be {', '.join(QUANTIZATIONS)}; got {quantization!r}")
-    opened = ModelDir(model_dir)
-    cfg, meta = opened.config, opened.meta
-    if cfg.model.type != "transformer":
+    kind = model_dir.config.model.type
+    if kind != "transformer":
         raise NmtError(
-            f"{model_dir}: a {cfg.model.type} model cannot be exported to CTranslate2 "
+            f"{model_dir.path}: a {kind} model cannot be exported to CTranslate2 "
             "(it has no RNN decoder); only Transformer models can"
         )
     check_out_dir(out_dir, force)
-    weights = checkpoint_path(model_dir, checkpoint)
+    weights = model_dir.checkpoint(checkpoint)
     _check_not_inside(model_dir, out_dir, weights)
     ct2 = require_ctranslate2()
     with building_dir(out_dir, force) as tmp:  # a full disk names OUT_DIR
@@ -75,11 +72,10 @@ def export_ctranslate2(
         for item in (tmp / "ct2").iterdir():
             item.rename(tmp / item.name)
         (tmp / "ct2").rmdir()
-        for name in _tokenizer_files(meta):
-            shutil.copyfile(model_dir / name, tmp / name)
-        step = weights_step(weights)
-        manifest = _manifest(opened, weights.stem, step, quantization)
-        (tmp / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        for name in tokenizer_files(model_dir):
+            shutil.copyfile(model_dir.path / name, tmp / name)
+        manifest = export_manifest(model_dir, weights.stem, weights_step(weights), quantization)
+        write_export_manifest(tmp, manifest)
     if not quiet:
         import sys
 
@@ -87,17 +83,15 @@ def export_ctranslate2(
     return out_dir
 
 
-def _check_not_inside(model_dir: Path, out_dir: Path, weights: Path) -> None:
+def _check_not_inside(model: ModelDir, out_dir: Path, weights: Path) -> None:
     """--force must never delete the model being exported: its directory, its checkpoints, the
     folder of the weights file exported, or a folder inside it that holds weights or state."""
-    from nmt.modeldir import CHECKPOINTS
-
-    out = out_dir.resolve()
+    out, model_dir = out_dir.resolve(), model.path
     if model_dir.resolve().is_relative_to(out):
         raise NmtError(
             f"{out_dir}: would replace the model directory {model_dir}; choose another -o"
         )
-    for folder in (model_dir / CHECKPOINTS, weights.parent):
+    for folder in (model.checkpoints, weights.parent):
         if folder.resolve().is_relative_to(out):
             raise NmtError(
                 f"{out_dir}: would replace {folder}, which holds the weights of {model_dir}; "
@@ -117,50 +111,6 @@ def _holds_weights(folder: Path) -> bool:
     return any(p.suffix in (".safetensors", ".pt") for p in folder.rglob("*") if p.is_file())
 
 
-def _tokenizer_files(meta: dict) -> list[str]:
-    """The files of MODEL_DIR's tokenizer: SentencePiece model(s), an imported model's
-    piece -> id vocabularies."""
-    names = [meta["src_spm"], meta["tgt_spm"], meta.get("pieces"), meta.get("target_pieces")]
-    return sorted({n for n in names if n})
-
-
-def _manifest(
-    opened: ModelDir, checkpoint: str, step: int | None, quantization: str
-) -> dict[str, Any]:
-    """What the export came from and how to decode with it (read by nmt.decode.ct2): the
-    model's special ids (`vocab`), the target ids CTranslate2 must never emit (`suppress`), and
-    for an imported model what builds its tokenizer (`pieces`, `target_pieces`, `special_pieces`)."""
-    import dataclasses
-
-    from nmt import __version__
-
-    cfg, meta, vocab = opened.config, opened.meta, opened.vocab
-    imported = bool(meta.get("pieces"))
-    return {
-        "format": "ctranslate2",
-        "format_version": EXPORT_FORMAT,
-        "nmt_version": __version__,
-        "source_model_dir": str(opened.path.resolve()),
-        "checkpoint": checkpoint,
-        "step": step,
-        "quantization": quantization,
-        "src_lang": meta["src_lang"],
-        "tgt_lang": meta["tgt_lang"],
-        "src_spm": meta["src_spm"],
-        "tgt_spm": meta["tgt_spm"],
-        **{key: meta.get(key) for key in TOKENIZER_KEYS if imported},
-        "lowercase": meta.get("lowercase", False) is True,  # lowercase input before SentencePiece
-        "max_positions": cfg.model.max_positions,
-        "vocab": dataclasses.asdict(vocab) | {"never": list(vocab.never)},
-        # nmt's own models never predict pad or bos (CTranslate2 would renormalize around them);
-        # an imported one gives its <pad> (the decoder start) some probability: banned, as
-        # transformers' bad_words_ids and nmt's search ban it
-        "suppress": list(vocab.banned if imported else vocab.never),
-        "model": dataclasses.asdict(cfg.model),
-        "decoding": dataclasses.asdict(cfg.decoding),
-    }
-
-
 # ---- the converter ----------------------------------------------------------------------------
 
 
@@ -171,7 +121,7 @@ def _converter_class(ct2: Any) -> type:
     class NmtConverter(Converter):
         """Fills a TransformerSpec from an nmt model directory's weights."""
 
-        def __init__(self, model_dir: Path, checkpoint: str) -> None:
+        def __init__(self, model_dir: ModelDir, checkpoint: str) -> None:
             self.model_dir, self.checkpoint = model_dir, checkpoint
 
         def _load(self) -> Any:
@@ -183,15 +133,14 @@ def _converter_class(ct2: Any) -> type:
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}  # CTranslate2's names
 
 
-def build_spec(model_dir: Path, checkpoint: str) -> Any:
+def build_spec(model_dir: ModelDir, checkpoint: str) -> Any:
     """The TransformerSpec of MODEL_DIR's checkpoint, weights, vocabularies and special tokens set."""
     from ctranslate2.specs import common_spec, transformer_spec
 
     from nmt.config import TransformerConfig
-    from nmt.modeldir import ModelDir, load_model
+    from nmt.dirs.loaded import load_model
 
-    opened = ModelDir(model_dir)
-    model, cfg, vocab, _ = load_model(opened, checkpoint=checkpoint, device="cpu")
+    model, cfg, vocab, _ = load_model(model_dir, checkpoint=checkpoint, device="cpu")
     m = cfg.model
     assert isinstance(m, TransformerConfig)  # export_ctranslate2 refused other types
     spec = transformer_spec.TransformerSpec.from_config(
@@ -209,7 +158,7 @@ def build_spec(model_dir: Path, checkpoint: str) -> Any:
     # sources are ids + [eos]: nmt.decode.ct2 passes the eos itself, so that return_attention
     # has its column (CTranslate2 leaves an added one out)
     spec.config.add_source_eos = False
-    src_tok, tgt_tok = opened.tokenizers
+    src_tok, tgt_tok = model_dir.tokenizers
     spec.register_source_vocabulary(export_pieces(src_tok))
     target = export_pieces(tgt_tok)
     spec.register_target_vocabulary(target)

@@ -28,7 +28,7 @@ from nmt.errors import NmtError
 if TYPE_CHECKING:
     from nmt.config import Config, TransformerConfig
     from nmt.data.vocab import VocabInfo
-    from nmt.modeldir import ModelDir
+    from nmt.dirs.model import ModelDir
 
 CLASSES = {
     "post": ("marian", "MarianMTModel"),
@@ -38,8 +38,8 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish"}  # transformers
 
 
 def export_huggingface(
-    model_dir: str | Path,
-    out_dir: str | Path,
+    model_dir: ModelDir,
+    out_dir: Path,
     checkpoint: str = "default",
     force: bool = False,
     quiet: bool = False,
@@ -47,24 +47,22 @@ def export_huggingface(
     """Write MODEL_DIR's checkpoint as a transformers directory OUT_DIR (built beside it and
     renamed, never half-written); returns OUT_DIR."""
     from nmt.export.ctranslate2 import _check_not_inside
-    from nmt.modeldir import ModelDir, checkpoint_path
     from nmt.textio import building_dir, check_out_dir
 
-    model_dir, out_dir = Path(model_dir), Path(out_dir)
-    opened = ModelDir(model_dir)
-    expressible(model_dir, opened)
+    cfg, vocab = model_dir.config, model_dir.vocab
+    expressible(model_dir)
     check_out_dir(out_dir, force)
-    weights = checkpoint_path(model_dir, checkpoint)
+    weights = model_dir.checkpoint(checkpoint)
     _check_not_inside(model_dir, out_dir, weights)
     with building_dir(out_dir, force) as tmp:
-        _write_weights(tmp, opened, checkpoint)
-        _write_json(tmp / "config.json", hf_config(opened.config, opened.vocab))
-        _write_json(tmp / "generation_config.json", generation_config(opened.config, opened.vocab))
-        _write_tokenizer(tmp, opened)
+        _write_weights(tmp, model_dir, checkpoint)
+        _write_json(tmp / "config.json", hf_config(cfg, vocab))
+        _write_json(tmp / "generation_config.json", generation_config(cfg, vocab))
+        _write_tokenizer(tmp, model_dir)
     if not quiet:
         import sys
 
-        sys.stderr.write(f"exported {weights} ({CLASSES[_norm(opened)][1]}) -> {out_dir}\n")
+        sys.stderr.write(f"exported {weights} ({CLASSES[_norm(model_dir)][1]}) -> {out_dir}\n")
     return out_dir
 
 
@@ -72,7 +70,7 @@ def _norm(opened: ModelDir) -> str:
     return str(getattr(opened.config.model, "norm", ""))
 
 
-def expressible(model_dir: Path, opened: ModelDir) -> None:
+def expressible(opened: ModelDir) -> None:
     """Refuse, in one line, a model no transformers class computes exactly."""
     m, vocab = opened.config.model, opened.vocab
     why = None
@@ -85,7 +83,7 @@ def expressible(model_dir: Path, opened: ModelDir) -> None:
     elif vocab.lowercase or opened.meta.get("lowercase") is True:
         why = "a lowercasing vocabulary (MarianTokenizer does not lowercase)"
     if why is not None:
-        raise NmtError(f"{model_dir}: cannot export to huggingface: {why}")
+        raise NmtError(f"{opened.path}: cannot export to huggingface: {why}")
 
 
 def _write_json(path: Path, value: dict[str, Any]) -> None:
@@ -98,7 +96,7 @@ def _write_weights(tmp: Path, opened: ModelDir, checkpoint: str) -> None:
     from safetensors.torch import save_file
 
     from nmt.config import TransformerConfig
-    from nmt.modeldir import load_model
+    from nmt.dirs.loaded import load_model
     from nmt.pretrained.weights import from_nmt, permute_residual, residual_order
 
     model, cfg, _, _ = load_model(opened, checkpoint=checkpoint, device="cpu")

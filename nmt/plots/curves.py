@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nmt.dirs.model import ModelDir
 from nmt.errors import NmtError
 
 X_AXES = {"minutes": "elapsed", "steps": "step", "epochs": "epoch"}
@@ -44,7 +45,7 @@ class Series:
 
 def read_events(model_dir: str | Path) -> list[dict[str, Any]]:
     """The JSON objects of MODEL_DIR/metrics.jsonl (blank or torn lines skipped)."""
-    path = Path(model_dir) / "metrics.jsonl"
+    path = ModelDir.at(model_dir).metrics_path
     if not path.is_file():
         raise NmtError(f"{path}: file not found (is {model_dir} a model directory of nmt train?)")
     events = []
@@ -140,3 +141,16 @@ def plot_curves(series: list[Series], path: str | Path, x: str, y: str) -> Path:
     ax.set_title(f"{Y_LABELS[y]} by {X_LABELS[x]}")
     ax.legend(frameon=False)
     return save_png(fig, path)
+
+
+def plot_runs(
+    model_dirs: list[str], x: str, y: str, output: str | Path | None, series: bool = False
+) -> tuple[list[Series], Path | None]:
+    """`nmt plot`: the curves of `model_dirs`, drawn into the PNG `output` when one is given;
+    returns them (for `series`, the plotted data) and the PNG written. Asking for neither is
+    refused."""
+    check_axes(x, y)
+    if output is None and not series:
+        raise NmtError("nothing to do: give -o FILE.png and/or --json")
+    found = curves(model_dirs, x, y)
+    return found, None if output is None else plot_curves(found, output, x, y)

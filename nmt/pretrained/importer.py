@@ -5,7 +5,6 @@ and renamed into place, so a refused import writes nothing."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -14,8 +13,8 @@ from pathlib import Path
 import torch
 
 from nmt.data.marian_vocab import VocabTokenizer, load_vocab_pair
+from nmt.dirs.model import CONFIG, MODEL_FORMAT, ModelDir
 from nmt.errors import NmtError
-from nmt.modeldir import CHECKPOINTS, CONFIG, MODEL_FORMAT, ModelDir
 from nmt.pretrained.marian import MarianDir, model_config, nmt_config, open_marian, special_ids
 from nmt.pretrained.npz import as_marian_dir, is_release
 from nmt.pretrained.weights import embedding_rows, read_checkpoint, to_nmt
@@ -88,8 +87,7 @@ def _write_meta(out: Path, m: MarianDir, vocab_fields: dict, languages: list[str
         "imported_from": "marian",
         **vocab_fields,
     }
-    with atomic_write(out / "vocab.json") as f:
-        json.dump(meta, f, indent=2)
+    ModelDir.at(out).write_vocab_json(meta)
 
 
 def import_marian(source: str, out_dir: Path, force: bool = False) -> ModelDir:
@@ -135,10 +133,11 @@ def _import(
 def _save_weights(tmp: Path, cfg, vocab, state: dict, path: Path) -> None:
     """Build nmt's model, load every tensor into it (a shape that disagrees is one line naming the
     checkpoint), and save it as checkpoints/best.safetensors."""
-    from nmt.modeldir import put_weights, save_weights
+    from nmt.dirs.weights import put_weights, save_weights
     from nmt.models import build
 
     model = build(cfg, vocab, init=False)
     put_weights(model, state, path, "the model config.json describes")
-    (tmp / CHECKPOINTS).mkdir()
-    save_weights(model, tmp / CHECKPOINTS / "best.safetensors")
+    building = ModelDir.at(tmp)
+    building.checkpoints.mkdir()
+    save_weights(model, building.weights("best"))

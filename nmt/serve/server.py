@@ -26,12 +26,12 @@ def translator_factory(
     """A deferred `open_translator`: a `Translator` for a model directory (a list: an ensemble),
     CTranslate2 for an `nmt export` directory (paths, or directories `open_dirs` opened);
     options that do not apply fail now."""
-    from nmt.decode.loading import checked_export, open_translator
+    from nmt.decode.loading import export_of, open_translator
 
     if precision not in PRECISIONS:
         raise NmtError(f"--precision must be {', '.join(PRECISIONS)}, got {precision!r}")
     given = model_dir if isinstance(model_dir, list) else [model_dir]
-    if checked_export(given, checkpoint, precision) is None:
+    if export_of(given, checkpoint, precision) is None:
         require_torch()  # a model directory decodes with PyTorch: fail before listening
     return lambda: open_translator(model_dir, device, checkpoint, precision)
 
@@ -73,7 +73,7 @@ def serve(
     Ctrl-C / SIGTERM."""
     import uvicorn
 
-    from nmt.decode.loading import open_dirs
+    from nmt.dirs import open_dirs
 
     dirs = [str(d) for d in model_dirs(model_dir)]
     settings = settings or Settings(model_dir=dirs[0], members=tuple(dirs) if len(dirs) > 1 else ())

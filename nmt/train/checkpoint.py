@@ -26,20 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from nmt.dirs.model import ModelDir
+from nmt.dirs.state import SavedState, read_state
+from nmt.dirs.weights import save_weights, tensor_bytes, weights_step
 from nmt.errors import NmtError
-from nmt.modeldir import (
-    CHECKPOINTS,
-    STATE,
-    SavedState,
-    has_checkpoints,
-    read_state,
-    save_weights,
-    tensor_bytes,
-    weights_step,
-)
 from nmt.textio import atomic_write, publishing
 
-INDEX = "index.json"
 _STEP = re.compile(r"^step-(\d+)\.safetensors$")
 
 
@@ -120,29 +112,30 @@ def restore(path: Path, model: Any, optimizer: Any, scaler: Any) -> SavedState:
 class Checkpoints:
     """The checkpoints folder of one model directory: write, rank, prune."""
 
-    def __init__(self, model_dir: str | Path, keep_best: int = 3, keep_last: int = 5) -> None:
-        self.dir = Path(model_dir) / CHECKPOINTS
+    def __init__(self, model_dir: ModelDir, keep_best: int = 3, keep_last: int = 5) -> None:
+        self.model_dir = model_dir
+        self.dir = model_dir.checkpoints
         self.keep_best = keep_best
         self.keep_last = keep_last
 
     @property
     def state_path(self) -> Path:
         """Where the resumable trainer state lives."""
-        return self.dir / STATE
+        return self.model_dir.state_path
 
     def exists(self) -> bool:
         """Whether a previous run left anything here."""
-        return has_checkpoints(self.dir.parent)
+        return self.model_dir.has_checkpoints()
 
     def save_last(self, model: Any, state: SavedState) -> None:
         """Write last.safetensors and the full trainer state (which embeds the weights too)."""
         save_state(self.state_path, state.to_saved())
         step = state.train_state.get("step")
-        save_weights(model, self.dir / "last.safetensors", step)
+        save_weights(model, self.model_dir.weights("last"), step)
 
     def read_index(self) -> list[dict[str, Any]]:
         """Kept step checkpoints with their scores, oldest first."""
-        path = self.dir / INDEX
+        path = self.model_dir.index_path
         if not path.exists():
             return []
         try:
@@ -152,21 +145,21 @@ class Checkpoints:
             raise NmtError(f"{path}: not a checkpoint index ({type(e).__name__}: {e})") from None
 
     def _write_index(self, entries: list[dict[str, Any]]) -> None:
-        with atomic_write(self.dir / INDEX) as f:
+        with atomic_write(self.model_dir.index_path) as f:
             json.dump(sorted(entries, key=lambda e: e["step"]), f, indent=1)
 
     def save_step(self, model: Any, step: int, metric: str, score: float, is_best: bool) -> None:
         """Save step-N (and best when it is), then drop step files no longer worth keeping."""
-        save_weights(model, self.dir / f"step-{step}.safetensors", step)
+        save_weights(model, self.model_dir.step_weights(step), step)
         if is_best:
-            save_weights(model, self.dir / "best.safetensors", step)
+            save_weights(model, self.model_dir.weights("best"), step)
         entries = [e for e in self.read_index() if e["step"] != step]
         entries.append({"step": step, "metric": metric, "score": score})
         keep = {e["step"] for e in ranked(entries)[: self.keep_best]}
         keep |= {e["step"] for e in entries[-self.keep_last :]} if self.keep_last > 0 else set()
         kept = [e for e in entries if e["step"] in keep]
         self._write_index(kept)
-        for path in self.dir.glob("step-*.safetensors"):
+        for path in self.model_dir.kept_steps():
             m = _STEP.match(path.name)
             if m and int(m.group(1)) not in keep:
                 path.unlink(missing_ok=True)
@@ -175,16 +168,16 @@ class Checkpoints:
         """Forget what a run that died after the resumed state wrote: newer step files (indexed
         or not) and a best.safetensors newer than the state (re-pointed to `best_step`)."""
         entries = self.read_index()
-        for path in self.dir.glob("step-*.safetensors"):
+        for path in self.model_dir.kept_steps():
             m = _STEP.match(path.name)
             if m and int(m.group(1)) > step:
                 path.unlink(missing_ok=True)
         if any(e["step"] > step for e in entries):
             self._write_index([e for e in entries if e["step"] <= step])
-        best = self.dir / "best.safetensors"
+        best = self.model_dir.weights("best")
         best_at = weights_step(best) if best.exists() else None
         if best_at is not None and best_at > step:
-            kept = self.dir / f"step-{best_step}.safetensors"
+            kept = self.model_dir.step_weights(best_step)
             if best_step > 0 and kept.exists():
                 with publishing(best, needed=kept.stat().st_size) as tmp:
                     shutil.copyfile(kept, tmp)

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from nmt.config import Config, ModelConfig, TrainingConfig
-from nmt.data.dataset import DataDir
-from nmt.data.spm_source import MODEL_META, spm_source
 from nmt.data.vocab import vocabulary_difference
+from nmt.dirs.data import DataDir
+from nmt.dirs.model import ModelDir
+from nmt.dirs.opening import VOCABULARY, open_dir
 from nmt.errors import NmtError
-from nmt.modeldir import ModelDir
 
 # The parameters with one row per vocabulary id, and the side whose vocabulary they follow.
 VOCAB_ROWS = {"src_embed.weight": 0, "tgt_embed.weight": 1, "output.weight": 1}
@@ -86,13 +86,12 @@ def check_special_ids(initial: ModelDir, source: DataDir) -> None:
         )
 
 
-def write_tokenizer(model_dir: Path, source: DataDir) -> None:
+def write_tokenizer(model_dir: ModelDir, source: DataDir) -> None:
     """A run on a corpus encoded with an imported model's tokenizer: copy its vocabularies into
     MODEL_DIR and name them in vocab.json, so the trained model tokenizes as the imported one."""
-    import json
     import shutil
 
-    from nmt.textio import atomic_write, read_json_object
+    from nmt.textio import atomic_write
 
     entry = source.tokenizer_from
     files = entry.get("files") if entry else None
@@ -100,33 +99,24 @@ def write_tokenizer(model_dir: Path, source: DataDir) -> None:
         return
     for key in ("pieces", "target_pieces"):
         if files.get(key):
-            with atomic_write(model_dir / files[key], "wb") as out:
+            with atomic_write(model_dir.path / files[key], "wb") as out:
                 with open(source.path / files[key], "rb") as src:
                     shutil.copyfileobj(src, out)
-    meta = read_json_object(model_dir / MODEL_META) | files
-    with atomic_write(model_dir / MODEL_META) as f:
-        json.dump(meta, f, indent=2)
+    model_dir.write_vocab_json(model_dir.meta | files)
 
 
 def init_weights(
     model: Any,
     arch: ModelConfig,
-    init_dir: str | Path | ModelDir,
+    initial: ModelDir,
     checkpoint: str,
     source: DataDir,
 ) -> dict[str, Any]:
     """Load MODEL_DIR's checkpoint into the freshly built `model` (of the model section `arch`),
     after checking vocabularies; returns what was loaded ({"init_from", "checkpoint", "step"})
     for the log and metrics."""
-    from nmt.modeldir import load_weights, weights_step
+    from nmt.dirs.weights import load_weights, weights_step
 
-    if isinstance(init_dir, ModelDir):
-        initial = init_dir  # read by the caller
-    else:
-        if not (Path(init_dir) / MODEL_META).is_file():
-            spm_source(init_dir)  # names what the folder is (missing, or a DATA_DIR)
-            raise NmtError(f"{init_dir}: not a model directory (--init-from takes a MODEL_DIR)")
-        initial = ModelDir(init_dir)  # read once
     init_dir = initial.path
     check_special_ids(initial, source)
     sizes = check_same_vocabulary(initial, source)
@@ -139,24 +129,44 @@ def init_weights(
     return {**loaded, "new_rows": added} if added else loaded
 
 
-def check_init_outside(tc: TrainingConfig, model_dir: Path) -> None:
+def open_initial(init_from: str | Path) -> ModelDir:
+    """The model directory `--init-from` names, opened once; a folder that is missing, or is
+    not a model directory, is a one-line error saying what it is."""
+    opened = open_dir(init_from, VOCABULARY)  # names what the folder is (missing, a DATA_DIR)
+    if not isinstance(opened, ModelDir):
+        raise NmtError(f"{init_from}: not a model directory (--init-from takes a MODEL_DIR)")
+    return opened
+
+
+def with_initial(cfg: Config, init: ModelDir | None) -> Config:
+    """`cfg` for a run that starts from `init`: training.init_from names it (a copy of `cfg`
+    when it named none), so the saved config.yaml records where the weights came from."""
+    if init is None or cfg.training.init_from:
+        return cfg
+    import copy
+
+    cfg = copy.deepcopy(cfg)
+    cfg.training.init_from = str(init.path)
+    return cfg
+
+
+def check_init_outside(tc: TrainingConfig, output: ModelDir) -> None:
     """Refuse an initial model that training would delete before loading it: the output
     MODEL_DIR itself, or anything in its checkpoints folder (emptied by --force). A model
     directory merely under MODEL_DIR (`-o runs --init-from runs/base`) is fine."""
-    from nmt.modeldir import CHECKPOINTS
-
     if not tc.init_from:
         return
-    out = Path(model_dir).resolve()
+    model_dir, out = output.path, output.path.resolve()
+    checkpoints = output.checkpoints.resolve()
     init = Path(tc.init_from).resolve()
-    if init == out or init.is_relative_to(out / CHECKPOINTS):
+    if init == out or init.is_relative_to(checkpoints):
         raise NmtError(
             f"{tc.init_from}: --init-from is the output directory {model_dir} or inside its "
             "checkpoints (training would delete the checkpoints it starts from); train into a "
             "new directory"
         )
     ckpt = tc.init_checkpoint
-    if ckpt.endswith(".safetensors") and Path(ckpt).resolve().is_relative_to(out / CHECKPOINTS):
+    if ckpt.endswith(".safetensors") and Path(ckpt).resolve().is_relative_to(checkpoints):
         raise NmtError(
             f"{ckpt}: training.init_checkpoint is inside the output directory {model_dir}'s "
             "checkpoints (training would delete it before it loads); train into a new directory"
@@ -167,7 +177,7 @@ def check_same_architecture(initial: ModelDir, arch: ModelConfig) -> None:
     """Refuse a model section whose architecture differs from the initial model's config.yaml:
     weights of the same shapes (other heads, activation ...) load, but compute another function.
     Dropout rates and max_positions may change (a longer learned position table fails to load)."""
-    from nmt.modeldir import architecture_changes
+    from nmt.dirs.model import architecture_changes
 
     init_dir = initial.path
     changes = architecture_changes(initial.config.model, arch, ignore=("max_positions",))
@@ -183,7 +193,7 @@ def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int
     """Load `path` into a model whose vocabularies extend the checkpoint's `sizes` (source,
     target): trained rows copied, new rows set to the mean trained row; None (nothing loaded)
     when the vocabularies are the checkpoint's own."""
-    from nmt.modeldir import put_weights, read_weights, unwrap
+    from nmt.dirs.weights import put_weights, read_weights, unwrap
 
     module = unwrap(model)
     own = module.state_dict()

@@ -11,9 +11,9 @@ import json
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nmt.dirs.model import ModelDir
 from nmt.runtime import rss_mb
 from nmt.textio import naming_output
 
@@ -151,9 +151,9 @@ class LiveBar:
 class Metrics:
     """metrics.jsonl (one JSON object per event) and TensorBoard when it is installed."""
 
-    def __init__(self, model_dir: Path, enabled: bool) -> None:
+    def __init__(self, model_dir: ModelDir, enabled: bool) -> None:
         self.model_dir = model_dir
-        self.path = model_dir / "metrics.jsonl"
+        self.path = model_dir.metrics_path
         self.enabled = enabled
         self.tb: Any = None
 
@@ -166,7 +166,7 @@ class Metrics:
         try:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(self.model_dir / "tensorboard"))
+            self.tb = SummaryWriter(str(self.model_dir.tensorboard))
         except Exception:  # noqa: BLE001 - TensorBoard is optional
             self.tb = None
 

@@ -1,12 +1,12 @@
 """The training loop: token-bucketed batches, label-smoothed loss, validation, early stopping,
 exact resume, and DDP when started by torchrun.
 
-`train(cfg, data_dir, model_dir)` is the whole job; `nmt train` is a thin wrapper around it.
+`train(cfg, data, out)` is the whole job; `nmt train` is a thin wrapper around it.
 The step loop does one host sync per update (nmt.train.update); everything else that costs time
 (validation, checkpoints, logging) runs on intervals. How a run is assembled lives in
 nmt.train.setup, what it prints and records in nmt.train.log, validation in nmt.train.validation,
 the learning-rate schedule and budget in nmt.train.schedule, the end-of-training average and the
-`default` checkpoint in nmt.train.selection, the MODEL_DIR lock and checks in nmt.modeldir.
+`default` checkpoint in nmt.train.selection, the MODEL_DIR's files, lock and checks in nmt.dirs.model.
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from nmt import modeldir
 from nmt.config import Config, parse_duration
 from nmt.data import batching
-from nmt.data.dataset import DataDir
 from nmt.data.resegment import Segmentation
 from nmt.device import autocast_for, resolve_device, resolve_precision
+from nmt.dirs.data import DataDir
+from nmt.dirs.model import ModelDir
+from nmt.dirs.weights import save_weights
 from nmt.errors import NmtError
 from nmt.runtime import (
     KERNEL_CACHE_VARIABLES,
@@ -39,7 +39,7 @@ from nmt.runtime import (
 )
 from nmt.train import checkpoint, distributed, selection, setup
 from nmt.train.checkpoint import Checkpoints
-from nmt.train.lock import model_dir_lock
+from nmt.train.finetune import with_initial
 from nmt.train.log import Log, Metrics, Reporter, TrainSummary, summarize
 from nmt.train.loss import LossHead
 from nmt.train.schedule import SaveClock, Stop, lr_at, out_of_patience, stop_signals
@@ -56,18 +56,18 @@ class Trainer:
     def __init__(
         self,
         cfg: Config,
-        data_dir: Path,
-        model_dir: Path,
+        data: DataDir,
+        out: ModelDir,
         device: torch.device,
         dist: distributed.DistInfo,
         resume: bool,
         quiet: bool,
-        opened: Sequence[modeldir.ModelDir] = (),
+        init: ModelDir | None = None,
     ) -> None:
         from nmt.models import count_parameters
 
         tc = cfg.training
-        self.cfg, self.tc, self.data_dir, self.model_dir = cfg, tc, data_dir, model_dir
+        self.cfg, self.tc, self.out = cfg, tc, out
         self.device, self.dist, self.resume = device, dist, resume
         self.log = Log(quiet or not dist.is_main)
         self.prec = setup.precisions(cfg, device)
@@ -76,22 +76,20 @@ class Trainer:
             retain_freed_memory()  # a step's large activations reuse heap memory, no page faults
         self.budget = setup.run_budget(tc)
         setup.seed_all(tc.seed)
-        self.data = load_data(DataDir(data_dir), tc.valid_max_sentences)
-        self.model, self.init = setup.build_model(cfg, self.data, device, resume, opened)
+        self.data = load_data(data, tc.valid_max_sentences)
+        self.model, self.init = setup.build_model(cfg, self.data, device, resume, init)
         self.n_params = count_parameters(self.model)
         self.optimizer = make_optimizer(self.model, tc, device)
         scaler = setup.grad_scaler(self.prec.train)
         train = self.data.train
         self.src_len, self.tgt_len = np.asarray(train.src.lengths), np.asarray(train.tgt.lengths)
-        self.context = setup.Run(
-            cfg, self.prec, self.data, data_dir, model_dir, device, dist, self.log, resume
-        )
+        self.context = setup.Run(cfg, self.prec, self.data, out, device, dist, self.log, resume)
         self.keep = setup.keep_mask(
             self.context, self.src_len, self.tgt_len, self.model.max_positions
         )
         self.segmentation = Segmentation(train.src, train.tgt)
         self.resegmenter = setup.resegmenter(self.data, tc, device)
-        self.settings = run_settings(tc, data_dir)  # saved with the state, checked on resume
+        self.settings = run_settings(tc, data)  # saved with the state, checked on resume
         self.resumed = setup.Resumed()
         if resume:
             self.resumed = setup.restore(
@@ -113,9 +111,9 @@ class Trainer:
             dist,
             device,
         )
-        self.ckpt = Checkpoints(model_dir, tc.keep_best, tc.keep_last)
+        self.ckpt = Checkpoints(out, tc.keep_best, tc.keep_last)
         self.save_clock = SaveClock(tc.save_every, parse_duration(tc.save_every_time))
-        self.report = Reporter(self.log, Metrics(model_dir, dist.is_main))
+        self.report = Reporter(self.log, Metrics(out, dist.is_main))
         self.stop_code: int = Stop.NONE  # the largest any process asked for
         self.train_seconds = 0.0  # time in update steps, this process
         self.tokens_at_start = self.state.tokens
@@ -160,7 +158,7 @@ class Trainer:
                 self.save_last()
             if self.dist.is_main and st.step > 0 and not self._can_validate():
                 # nothing to rank by: the newest is the best
-                modeldir.save_weights(self.eval_model, self.ckpt.dir / "best.safetensors")
+                save_weights(self.eval_model, self.out.weights("best"))
             if self.dist.is_main and st.step > 0 and not self._interrupted():
                 self._average_and_choose()
         summary = self._summary()
@@ -173,7 +171,7 @@ class Trainer:
         if self._can_validate():
             chosen = selection.average_and_choose(
                 self.model,
-                self.model_dir,
+                self.out,
                 self.tc,
                 self.state,
                 self.device,
@@ -240,7 +238,9 @@ class Trainer:
                 self.dist.world_size,
             )
             if not batches:
-                raise NmtError(f"{self.data_dir}: not enough training data for one batch per rank")
+                raise NmtError(
+                    f"{self.data.source.path}: not enough training data for one batch per rank"
+                )
             if st.position == 0:
                 ratio = batching.padding_ratio(batches, src_len, tgt_len)
                 self.report.epoch_event(st, batches, ratio)
@@ -378,7 +378,7 @@ class Trainer:
         peak = None
         if self.device.type == "cuda":
             peak = round(torch.cuda.max_memory_allocated(self.device) / 2**20)
-        st, metric, where = self.state, self.tc.early_stop_metric, str(self.model_dir)
+        st, metric, where = self.state, self.tc.early_stop_metric, str(self.out.path)
         run_tokens = st.tokens - self.tokens_at_start
         summary = summarize(
             st, run_tokens, self.train_seconds, metric, self.stop_code, where, peak, peak_rss_mb()
@@ -391,44 +391,45 @@ class Trainer:
 
 def train(
     cfg: Config,
-    data_dir: str | Path,
-    model_dir: str | Path,
+    data: DataDir,
+    out: ModelDir,
     device: str = "auto",
+    *,
+    init: ModelDir | None = None,
     resume: bool = False,
     force: bool = False,
     quiet: bool = False,
     threads: int | None = None,
-    opened: Sequence[modeldir.ModelDir] = (),
 ) -> TrainSummary:
-    """Train `cfg` on DATA_DIR into MODEL_DIR; returns the summary (steps, time, best score ...).
+    """Train `cfg` on `data` into `out`; returns the summary (steps, time, best score ...).
 
-    Under torchrun this runs DDP: every process calls train(), only rank 0 writes and prints.
-    `threads` (CPU) defaults to all cores shared among the local processes. `opened`: model
-    directories the caller has read already (the resumed one, the initial one), not read again.
+    Fine-tuning starts from `init` (else from the directory training.init_from names). Under
+    torchrun this runs DDP: every process calls train(), only rank 0 writes and prints.
+    `threads` (CPU) defaults to all cores shared among the local processes.
     """
-    data_dir, model_dir = Path(data_dir), Path(model_dir)
-    if not data_dir.is_dir():
-        raise NmtError(f"{data_dir}: data directory not found (run nmt preprocess first)")
+    if not data.path.is_dir():
+        raise NmtError(f"{data.path}: data directory not found (run nmt preprocess first)")
+    cfg = with_initial(cfg, init)
     size_kernel_caches()  # for library callers; `nmt train` set it before torch loaded
     dist = distributed.from_env()
     dev = resolve_device(device, dist.local_rank)
     autocast_for(resolve_precision(cfg.training.precision, dev), dev)  # fail early: fp16 on cpu
     with setup.process(dev, dist, threads):
         warn = Log(quiet or not dist.is_main).warn
-        has_state = setup.check_dirs(cfg, model_dir, resume, force, warn, opened)
+        has_state = setup.check_dirs(cfg, out, resume, force, warn)
         if distributed.agree_max(int(has_state), dist, dev) != -distributed.agree_max(
             -int(has_state), dist, dev
         ):  # a resumed run where some processes find no state would start them afresh
             raise NmtError(
-                f"{modeldir.state_path(model_dir)}: not every node sees it; --resume across "
+                f"{out.state_path}: not every node sees it; --resume across "
                 "machines needs MODEL_DIR on a shared file system"
             )
         distributed.barrier(dist)
-        lock = model_dir_lock(model_dir) if dist.is_main else contextlib.nullcontext()
+        lock = out.lock() if dist.is_main else contextlib.nullcontext()
         with lock:
             if dist.is_main and (force or resume and not has_state):  # no state: from scratch
-                modeldir.reset_model_dir(model_dir)
-            trainer = Trainer(cfg, data_dir, model_dir, dev, dist, has_state, quiet, opened)
+                out.reset()
+            trainer = Trainer(cfg, data, out, dev, dist, has_state, quiet, init)
             distributed.barrier(dist)
             summary = trainer.run()
             distributed.barrier(dist)

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from nmt.dirs.model import ModelDir
+from nmt.dirs.weights import load_weights, tensor_bytes
 from nmt.errors import NmtError
-from nmt.modeldir import clear_default, load_weights, saved_config, tensor_bytes, write_default
 from nmt.textio import publishing
 from nmt.train.checkpoint import Checkpoints, is_better, ranked
 
@@ -46,7 +47,7 @@ def record(st: TrainState, metric: str, result: ValidResult) -> bool:
 
 def average_and_choose(
     model: nn.Module,
-    model_dir: Path,
+    model_dir: ModelDir,
     tc: TrainingConfig,
     st: TrainState,
     device: torch.device,
@@ -73,8 +74,7 @@ def average_and_choose(
     better = is_better(metric, score, st.best_score)
     chosen = "averaged" if better else "best"
     final = (chosen, float(score) if better else st.best_score)
-    write_default(
-        model_dir,
+    model_dir.write_default(
         {
             "checkpoint": chosen,
             "metric": metric,
@@ -89,7 +89,7 @@ def average_and_choose(
     return final
 
 
-def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, list[int]]:
+def average(model_dir: ModelDir, last: int = 0, best: int = 0) -> tuple[Path, list[int]]:
     """Average the newest `last` or the `best` best step checkpoints into averaged.safetensors."""
     from safetensors.torch import save_file
 
@@ -100,10 +100,10 @@ def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, 
         raise NmtError("choose one of --last N or --best N (N >= 1)")
     ckpt = Checkpoints(model_dir)
     if not ckpt.dir.is_dir():
-        raise NmtError(f"{ckpt.dir}: no checkpoints (is {model_dir} a trained model directory?)")
-    entries = [
-        e for e in ckpt.read_index() if (ckpt.dir / f"step-{e['step']}.safetensors").exists()
-    ]
+        raise NmtError(
+            f"{ckpt.dir}: no checkpoints (is {model_dir.path} a trained model directory?)"
+        )
+    entries = [e for e in ckpt.read_index() if model_dir.step_weights(e["step"]).exists()]
     n = last or best
     if len(entries) < n:
         raise NmtError(
@@ -111,7 +111,7 @@ def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, 
             f"(steps: {', '.join(str(e['step']) for e in entries) or 'none'}); "
             "raise training.keep_last / training.keep_best when training"
         )
-    cfg = saved_config(model_dir)
+    cfg = model_dir.saved_config()
     if last and cfg is not None and n > cfg.training.keep_last:
         raise NmtError(
             f"{ckpt.dir}: --last {n}: training kept only the {cfg.training.keep_last} newest step "
@@ -124,15 +124,15 @@ def average(model_dir: str | Path, last: int = 0, best: int = 0) -> tuple[Path, 
     dtypes: dict[str, torch.dtype] = {}
     metadata: dict[str, str] | None = None
     for step in steps:
-        metadata = _accumulate(ckpt.dir / f"step-{step}.safetensors", total, dtypes)
+        metadata = _accumulate(model_dir.step_weights(step), total, dtypes)
     averaged = {
         k: (v / len(steps)).to(dtypes[k]).contiguous() if v.is_floating_point() else v
         for k, v in total.items()
     }
-    out = ckpt.dir / "averaged.safetensors"
+    out = model_dir.weights("averaged")
     with publishing(out, needed=tensor_bytes(averaged)) as tmp:
         save_file(averaged, tmp, metadata=metadata)
-    clear_default(model_dir, only="averaged")  # the new average has not been validated
+    model_dir.clear_default(only="averaged")  # the new average has not been validated
     return out, steps
 
 

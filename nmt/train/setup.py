@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import random
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -22,11 +22,9 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from nmt import modeldir
 from nmt.config import Config, TrainingConfig, parse_duration
 from nmt.data import batching
 from nmt.data.resegment import Resegmenter
-from nmt.data.spm_source import MODEL_META
 from nmt.device import (
     VALID_BF16_MIN_WIDTH,
     autocast_for,
@@ -34,11 +32,12 @@ from nmt.device import (
     inference_precision,
     resolve_precision,
 )
+from nmt.dirs.model import CONFIG, MODEL_META, ModelDir
 from nmt.errors import NmtError
 from nmt.runtime import usable_cpus
 from nmt.train import checkpoint, distributed
 from nmt.train.ema import WeightAverage
-from nmt.train.finetune import check_init_outside, init_weights, write_tokenizer
+from nmt.train.finetune import check_init_outside, init_weights, open_initial, write_tokenizer
 from nmt.train.log import Log, Metrics
 from nmt.train.schedule import Budget
 from nmt.train.state import (
@@ -73,8 +72,7 @@ class Run:
     cfg: Config
     prec: Precisions
     data: Data
-    data_dir: Path
-    model_dir: Path
+    out: ModelDir
     device: torch.device
     dist: distributed.DistInfo
     log: Log
@@ -115,17 +113,18 @@ def build_model(
     data: Data,
     device: torch.device,
     resume: bool,
-    opened: Sequence[modeldir.ModelDir] = (),
+    init: ModelDir | None = None,
 ) -> tuple[Model, dict[str, Any] | None]:
     """The model on `device` (unwrapped: validation and checkpoints use it) and, when fine-tuning,
-    what its initial weights were (a resumed run continues from its own weights instead)."""
+    what its initial weights were (a resumed run continues from its own weights instead): those of
+    `init`, else of the directory training.init_from names."""
     from nmt.models import build
 
     built = build(cfg.model, data.vocab).to(device)
     tc = cfg.training
     if not tc.init_from or resume:
         return built, None
-    initial = modeldir.opened_at(tc.init_from, opened) or tc.init_from
+    initial = init if init is not None else open_initial(tc.init_from)
     return built, init_weights(built, cfg.model, initial, tc.init_checkpoint, data.source)
 
 
@@ -155,7 +154,7 @@ def keep_mask(run: Run, src_len: np.ndarray, tgt_len: np.ndarray, max_positions:
     if bf16_warning:
         log.warn(bf16_warning)
     if keep.sum() == 0:
-        raise NmtError(f"{run.data_dir}: no training pair fits training.max_tokens")
+        raise NmtError(f"{run.data.source.path}: no training pair fits training.max_tokens")
     return keep
 
 
@@ -189,7 +188,7 @@ def restore(
     """Load the saved state into the model, optimizer and scaler; refuse a data position that now
     means other batches (or, opted in, start the epoch over)."""
     tc, log = run.tc, run.log
-    saved = checkpoint.restore(modeldir.state_path(run.model_dir), model, optimizer, scaler)
+    saved = checkpoint.restore(run.out.state_path, model, optimizer, scaler)
     state = TrainState(**saved.train_state)
     check_metric(saved, settings)
     changes = position_changes(saved, settings, run.dist.world_size)
@@ -239,13 +238,11 @@ def prepare_model_dir(
     if is_main and run.resume:
         ckpt.truncate_after(st.step, st.best_step)
     if is_main:
-        modeldir.clear_default(run.model_dir)
+        run.out.clear_default()
     metrics.open(st.step if run.resume else None)
     if is_main:
-        modeldir.write_meta(
-            run.model_dir, run.cfg, d.src_lang, d.tgt_lang, d.src_spm, d.tgt_spm, d.vocab
-        )
-        write_tokenizer(run.model_dir, d.source)  # an imported model's vocabularies
+        run.out.write_meta(run.cfg, d.source.languages, d.source.spm_paths, d.vocab)
+        write_tokenizer(run.out, d.source)  # an imported model's vocabularies
 
 
 def set_rngs(
@@ -291,7 +288,7 @@ def announce(
         f"{what} {cfg.model.type} ({n_params:,} parameters) on {where}, {precision}, "
         f"{pairs:,} training pairs"
         + (f", {', '.join(limits)}" if limits else "")
-        + f" -> {run.model_dir}"
+        + f" -> {run.out.path}"
     )
 
 
@@ -319,25 +316,20 @@ def process(
         sys.stderr.flush()
 
 
-def open_existing(paths: Sequence[str | Path | None]) -> list[modeldir.ModelDir]:
-    """The model directories among `paths` that have their config.yaml and vocab.json, each
-    opened once (`nmt train` hands them on, so its resumed and initial directories are read
-    once a process); the others are left to the checks that name what is wrong with them."""
-    names = (modeldir.CONFIG, MODEL_META)
-    present = [Path(p) for p in paths if p is not None]
-    return [modeldir.ModelDir(p) for p in present if all((p / n).is_file() for n in names)]
+def open_existing(path: str | Path | None) -> ModelDir | None:
+    """The model directory at `path` opened once, when it has its config.yaml and vocab.json
+    (`nmt train` hands it on, so its resumed and initial directories are read once a process);
+    None otherwise, left to the checks that name what is wrong with it."""
+    if path is None or not all((Path(path) / n).is_file() for n in (CONFIG, MODEL_META)):
+        return None
+    return ModelDir(path)
 
 
 def check_dirs(
-    cfg: Config,
-    model_dir: Path,
-    resume: bool,
-    force: bool,
-    warn: Callable[[str], None],
-    opened: Sequence[modeldir.ModelDir] = (),
+    cfg: Config, out: ModelDir, resume: bool, force: bool, warn: Callable[[str], None]
 ) -> bool:
     """Refuse an output directory that would lose a trained run, or the initial weights; True
     when there is a state to resume."""
-    if not (resume and modeldir.state_path(model_dir).exists()):  # the init weights load
-        check_init_outside(cfg.training, model_dir)
-    return modeldir.check_model_dir(model_dir, resume, force, cfg.model, warn, opened)
+    if not (resume and out.state_path.exists()):  # the init weights load
+        check_init_outside(cfg.training, out)
+    return out.check_training(resume, force, cfg.model, warn)

@@ -9,15 +9,15 @@ optimizer's settings (lr, betas, weight_decay) may change: they are applied to t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from nmt.config import TrainingConfig
+from nmt.dirs.data import DataDir
+from nmt.dirs.state import SavedState
 from nmt.errors import NmtError
-from nmt.modeldir import SavedState
 
 
 @dataclass
@@ -54,14 +54,14 @@ def make_optimizer(
     return torch.optim.AdamW(params, lr=tc.lr, betas=betas, weight_decay=tc.weight_decay, **kwargs)
 
 
-def run_settings(tc: TrainingConfig, data_dir: Path) -> dict[str, Any]:
+def run_settings(tc: TrainingConfig, data: DataDir) -> dict[str, Any]:
     """The settings a resumed run is compared against (saved in the trainer state)."""
     return {
         "max_tokens": tc.max_tokens,
         "accumulate": tc.accumulate,
         "seed": tc.seed,
         "subword_alpha": tc.subword_alpha,
-        "data_dir": str(Path(data_dir).resolve()),
+        "data_dir": str(data.path.resolve()),
         "lr": tc.lr,
         "betas": list(tc.betas),
         "weight_decay": tc.weight_decay,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -17,9 +16,9 @@ import torch
 from torch import nn
 
 from nmt.data import batching
-from nmt.data.dataset import DataDir, Split
 from nmt.data.vocab import PAD_ID, Tokenizer, VocabInfo
 from nmt.decode.workers import decode_workers, map_batches
+from nmt.dirs.data import DataDir, Split
 from nmt.models.base import Decoder
 from nmt.train.loss import chunked_nll, label_smoothed_nll
 
@@ -55,19 +54,14 @@ class Data:
     train: Split
     valid: ValidSet | None  # None: no valid split (or an empty one), so no validation
     vocab: VocabInfo
-    src_lang: str
-    tgt_lang: str
-    src_spm: Path
-    tgt_spm: Path
-    source: DataDir  # the folder, opened once
+    source: DataDir  # the folder, opened once: its languages and SentencePiece models
 
 
 def load_data(source: DataDir, valid_max: int = 0) -> Data:
     """Train split, valid split with its raw references, and vocabulary facts."""
-    src, tgt = source.languages
+    _ = source.languages  # first: a manifest that names none is a one-line error
     valid = load_valid(source, valid_max)
-    src_spm, tgt_spm = source.spm_paths
-    return Data(source.split("train"), valid, source.vocab_info, src, tgt, src_spm, tgt_spm, source)
+    return Data(source.split("train"), valid, source.vocab_info, source)
 
 
 def load_valid(source: DataDir, max_sentences: int = 0) -> ValidSet | None:

@@ -1,18 +1,16 @@
 """The lock a training run holds on its MODEL_DIR (`MODEL_DIR/.lock`: host and PID), so a second
-process cannot train into the same directory, and the clean-up of a killed run's temporaries."""
+process cannot train into the same directory (`ModelDir.lock` takes it)."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
-import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 from nmt.errors import NmtError
-from nmt.modeldir import CHECKPOINTS
 
 
 @contextlib.contextmanager
@@ -22,7 +20,6 @@ def model_dir_lock(model_dir: Path) -> Iterator[None]:
     lock = model_dir / ".lock"
     fd = _take_lock(model_dir, lock)
     try:
-        remove_stale_temps(model_dir)
         yield
     finally:
         lock.unlink(missing_ok=True)  # still held: a process that opened it re-checks the inode
@@ -58,28 +55,3 @@ def _same_file(fd: int, path: Path) -> bool:
         return False
     fst = os.fstat(fd)
     return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
-
-
-# Training's own temporaries (written under the lock). Not averaged.safetensors: `nmt average`
-# writes it without the lock, and its temporary may belong to a live process.
-_TEMPS = {
-    "": re.compile(r"^\.(config\.yaml|vocab\.json|metrics\.jsonl|[\w.-]+\.model)\.\w+\.tmp$"),
-    CHECKPOINTS: re.compile(
-        r"^\.(last\.state\.pt|(last|best|step-\d+)\.safetensors|(index|default)\.json)"
-        r"\.\w+\.tmp$"
-    ),
-}
-
-
-def remove_stale_temps(model_dir: Path) -> list[Path]:
-    """Delete temporaries of a killed run (training's own names only); call under the lock."""
-    removed = []
-    for sub, pattern in _TEMPS.items():
-        folder = model_dir / sub if sub else model_dir
-        if not folder.is_dir():
-            continue
-        for path in folder.iterdir():
-            if pattern.match(path.name) and path.is_file():
-                path.unlink(missing_ok=True)
-                removed.append(path)
-    return removed

@@ -4,7 +4,7 @@ DATA_DIR layout (docs/formats.md): manifest.json, spm.model (or spm.<lang>.model
 language `<split>.<lang>.ids` (token ids, no bos/eos) and `<split>.<lang>.idx` (int64 offsets, n+1), so
 sentence i is ids[idx[i]:idx[i+1]]. Valid and test splits also keep their raw lines in
 `<split>.<lang>.txt`, because BLEU is computed against untokenized references. `nmt.data.preprocess`
-writes it.
+builds it; `write_manifest` writes its manifest.
 """
 
 from __future__ import annotations
@@ -193,8 +193,21 @@ class DataDir:
     pair, loaded at first use). What training and the tools take instead of a path."""
 
     def __init__(self, path: str | Path) -> None:
+        """Open a data folder: its manifest read and checked now."""
         self.path = Path(path)
-        self.manifest = _parse_manifest(self.path)
+        _ = self.manifest
+
+    @classmethod
+    def at(cls, path: str | Path) -> DataDir:
+        """The data folder at `path`, its manifest read at first use."""
+        data = cls.__new__(cls)
+        data.path = Path(path)
+        return data
+
+    @functools.cached_property
+    def manifest(self) -> dict[str, Any]:
+        """Its manifest.json, checked for a format this nmt reads."""
+        return _parse_manifest(self.path)
 
     @property
     def languages(self) -> tuple[str, str]:
@@ -277,6 +290,14 @@ class DataDir:
         )
 
 
+def write_manifest(data_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write DATA_DIR/manifest.json (no atomic rename: `nmt preprocess` builds the folder in a
+    temporary one renamed into place whole)."""
+    with open(data_dir / MANIFEST, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
 def _parse_manifest(data_dir: Path) -> dict[str, Any]:
     """The manifest of a preprocessed data folder; a wrong folder is a user error."""
     path = data_dir / MANIFEST
@@ -297,27 +318,7 @@ def _parse_manifest(data_dir: Path) -> dict[str, Any]:
     return manifest
 
 
-def read_manifest(data_dir: str | Path) -> dict[str, Any]:
-    """The manifest of a preprocessed data folder (`DataDir(data_dir).manifest`)."""
-    return DataDir(data_dir).manifest
-
-
-def load(data_dir: str | Path, split: str) -> Split:
-    """Open one split of a data folder (`DataDir(data_dir).split(split)`)."""
-    return DataDir(data_dir).split(split)
-
-
-def tokenizers(data_dir: str | Path) -> tuple[Tokenizer, Tokenizer]:
-    """(source, target) tokenizers of a data folder (`DataDir(data_dir).tokenizers`)."""
-    return DataDir(data_dir).tokenizers
-
-
 def lowercased(manifest: dict[str, Any]) -> bool:
     """Whether a data folder's text was lowercased (`nmt preprocess --lowercase`; older
     manifests have no such option and were not)."""
     return bool(manifest.get("options", {}).get("lowercase", False))
-
-
-def vocab_info(data_dir: str | Path) -> VocabInfo:
-    """What a model needs to know about the vocabulary of a data folder."""
-    return DataDir(data_dir).vocab_info

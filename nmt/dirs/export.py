@@ -1,6 +1,6 @@
-"""What an `nmt export` directory is: its manifest, how to recognise one, its tokenizers and
-vocabulary pieces, and the optional ctranslate2 import. Torch-free, so the deployment path can
-read an export without torch.
+"""What an `nmt export` directory is: its manifest (written and read here), how to recognise one,
+its tokenizers and vocabulary pieces, and the optional ctranslate2 import. Torch-free, so the
+deployment path can read an export without torch.
 
 An export of an imported (Marian) model carries what its model directory tokenizes with: both
 SentencePiece models, the piece -> id vocabularies and the special pieces, named in the manifest
@@ -16,9 +16,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nmt import __version__
 from nmt.config import DecodingConfig
 from nmt.data.marian_vocab import VocabTokenizer, imported_pair
 from nmt.data.vocab import Tokenizer
+from nmt.dirs.model import ModelDir
 from nmt.errors import NmtError, check_format_version, install_hint
 
 EXPORT_MANIFEST = "nmt-export.json"
@@ -102,6 +104,53 @@ def export_decoding(manifest: dict[str, Any]) -> DecodingConfig:
     saved = manifest.get("decoding", {})
     known = {f.name for f in dataclasses.fields(DecodingConfig)}
     return DecodingConfig(**{k: v for k, v in saved.items() if k in known})
+
+
+def tokenizer_files(model: ModelDir) -> list[str]:
+    """The files of a model directory's tokenizer an export copies: SentencePiece model(s), an
+    imported model's piece -> id vocabularies."""
+    meta = model.meta
+    names = [meta["src_spm"], meta["tgt_spm"], meta.get("pieces"), meta.get("target_pieces")]
+    return sorted({n for n in names if n})
+
+
+def export_manifest(
+    model: ModelDir, checkpoint: str, step: int | None, quantization: str
+) -> dict[str, Any]:
+    """What an export came from and how to decode with it (`ExportDir` reads it): the model's
+    special ids (`vocab`), the target ids CTranslate2 must never emit (`suppress`), and for an
+    imported model what builds its tokenizer (`pieces`, `target_pieces`, `special_pieces`)."""
+    cfg, meta, vocab = model.config, model.meta, model.vocab
+    imported = bool(meta.get("pieces"))
+    return {
+        "format": "ctranslate2",
+        "format_version": EXPORT_FORMAT,
+        "nmt_version": __version__,
+        "source_model_dir": str(model.path.resolve()),
+        "checkpoint": checkpoint,
+        "step": step,
+        "quantization": quantization,
+        "src_lang": meta["src_lang"],
+        "tgt_lang": meta["tgt_lang"],
+        "src_spm": meta["src_spm"],
+        "tgt_spm": meta["tgt_spm"],
+        **{key: meta.get(key) for key in TOKENIZER_KEYS if imported},
+        "lowercase": meta.get("lowercase", False) is True,  # lowercase input before SentencePiece
+        "max_positions": cfg.model.max_positions,
+        "vocab": dataclasses.asdict(vocab) | {"never": list(vocab.never)},
+        # nmt's own models never predict pad or bos (CTranslate2 would renormalize around them);
+        # an imported one gives its <pad> (the decoder start) some probability: banned, as
+        # transformers' bad_words_ids and nmt's search ban it
+        "suppress": list(vocab.banned if imported else vocab.never),
+        "model": dataclasses.asdict(cfg.model),
+        "decoding": dataclasses.asdict(cfg.decoding),
+    }
+
+
+def write_export_manifest(export_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write EXPORT_DIR/nmt-export.json."""
+    text = json.dumps(manifest, indent=2) + "\n"
+    (export_dir / EXPORT_MANIFEST).write_text(text, encoding="utf-8")
 
 
 def is_export(model_dir: str | Path) -> bool:
