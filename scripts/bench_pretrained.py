@@ -29,10 +29,8 @@ one decoding worker process per thread, each on one thread).
   (sorted by length); nmt its own batching (the model's batch_tokens).
 
 Every round runs each measurement once per engine, the engines' order reversed in odd rounds.
-The defaults (batches of 512 target tokens, 2 + 4 steps, 24 lines, 3 rounds) keep a run at full
-size under 20 minutes on 2 threads: one fine-tuning step of 2,048 tokens takes 12-25 s there, and
-transformers translates about 1 sentence/s (--batch-tokens 2048 --steps 20 --warmup 5 --lines 300
-is the larger run, hours long).
+The defaults (batches of 512 target tokens, 2 + 4 steps, 24 lines, 3 rounds) keep a full-size run
+under 20 minutes on 2 threads (--batch-tokens 2048 --steps 20 --warmup 5 --lines 300: hours).
 Reported: each engine's median over --rounds, and nmt's ratio to each other engine, the median of
 the per-round ratios (each measured within one stretch of machine time), beside the targets.
 """
@@ -53,8 +51,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from benchlib import machine_line  # noqa: E402
-
-from nmt.dirs import ModelDir  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 EPS = 0.1  # label smoothing, both engines
@@ -189,7 +185,8 @@ def hf_step(dirs: dict[str, Path], precision: str) -> Step:
 
     from nmt.dirs.model import ModelDir
 
-    tc, pad = ModelDir(dirs["nmt"]).config.training, ModelDir(dirs["nmt"]).vocab.pad_id
+    opened = ModelDir(dirs["nmt"])
+    tc, pad = opened.config.training, opened.vocab.pad_id
     model = MarianMTModel.from_pretrained(dirs["hf"]).train()
     params = [p for p in model.parameters() if p.requires_grad]
     betas, decay = tuple(tc.betas), tc.weight_decay
@@ -251,6 +248,7 @@ def nmt_translate(
 ) -> Timed:
     """nmt's Translator (fp32); output token counts, eos not counted."""
     from nmt.decode.translator import Translator
+    from nmt.dirs.model import ModelDir
 
     opts = dict(min_len=args.out_len, max_len_a=0, max_len_b=args.out_len, scores=False)
     opts.update(greedy=True) if beam == 1 else opts.update(beam_size=beam)
