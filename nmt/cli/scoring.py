@@ -154,13 +154,11 @@ def evaluate_cmd(
     import contextlib
 
     from nmt.decode.lines import check_output
-    from nmt.errors import NmtError
     from nmt.eval.evaluate import evaluate
-    from nmt.eval.printing import print_scores
+    from nmt.eval.printing import check_width, print_scores
     from nmt.eval.scoring import Options
 
-    if width < 0:  # as `nmt score`, before anything is translated
-        raise NmtError(f"--width must be >= 0, got {width}")
+    check_width(width)  # as `nmt score`, before anything is translated
     check_output(None)  # the scores go to stdout, whether or not -o keeps the translations
     decoding = decode_options(
         beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, stop=stop,

@@ -340,6 +340,11 @@ class Tokenizer:
         """The id of one piece (unk's when the vocabulary lacks it)."""
         return int(self.sp.piece_to_id(piece))
 
+    def unknown_indices(self, texts: Iterable[str], threads: int | None = None) -> list[int]:
+        """The indices of the lines holding a piece the vocabulary lacks, where this tokenizer
+        tells them apart: none for a SentencePiece model (it covers its own pieces)."""
+        return []
+
     def same_pieces(self, other: Tokenizer) -> bool:
         """Whether every id means the same piece to both models (what a model's weights assume)."""
         size = self.vocab_size

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nmt.data.vocab import UNK_ID
 from nmt.decode.options import ResolvedOptions
 from nmt.errors import NmtError
 from nmt.textio import decode_line, open_binary
@@ -62,9 +61,10 @@ class Glossary:
                 entries[src] = tgt
         return cls(tuple(entries.items()), name)
 
-    def check(self, encode: Callable[[str], list[int]], unk: int = UNK_ID) -> None:
+    def check(self, encode: Callable[[str], list[int]], unk: int) -> None:
         """Refuse, naming the file and the term, a target term the model cannot write: one with
-        characters its vocabulary lacks (it could only be written as <unk>)."""
+        characters its vocabulary lacks (it could only be written as <unk>, the model's `unk`
+        id)."""
         for _, target in self.entries:
             if unk in encode(target):
                 raise NmtError(
@@ -115,11 +115,12 @@ def check_constraint_options(options: ResolvedOptions, flag: str = "") -> None:
 
 
 def constraint_ids(
-    phrases: Sequence[str], encode: Any, first_line: int, line: int, room: int, unk: int = UNK_ID
+    phrases: Sequence[str], encode: Any, first_line: int, line: int, room: int, unk: int
 ) -> list[list[int]]:
     """A line's phrases as target subword ids; refused (naming the line) when empty after
     encoding, when a phrase holds characters the target vocabulary lacks (it could only be
-    written as <unk>), or when together longer than the `room` its translation has."""
+    written as <unk>, the model's `unk` id), or when together longer than the `room` its
+    translation has."""
     phrases = list(dict.fromkeys(phrases))
     ids = [encode(p) for p in phrases]
     if any(not i for i in ids):
