@@ -221,10 +221,16 @@ def rescore_cmd(
 
     with open_translator(model_dir, device, checkpoint, precision) as translator:
         rescore_files(
-            translator, source, target, output, fmt=fmt, average=average,
-            batch_tokens=batch_tokens, on_warning=warn_to_stderr(f"{source}, {target}"),
+            translator,
+            source,
+            target,
+            output,
+            fmt=fmt,
+            average=average,
+            batch_tokens=batch_tokens,
+            on_warning=warn_to_stderr(f"{source}, {target}"),
             progress=None if quiet else lambda stack, n: count_progress(stack, n, "scoring"),
-        )  # fmt: skip
+        )
 
 
 @commands.command("attention")
@@ -285,8 +291,14 @@ def attention_cmd(
         text, target=target, options=decode_options(beam_size=beam_size), kind=kind
     )
     path = plot_attention(
-        weights, columns, rows, output, layer=layer, head=head,
-        title=f"{source}\n{translation}", kind=kind,
-    )  # fmt: skip
+        weights,
+        columns,
+        rows,
+        output,
+        layer=layer,
+        head=head,
+        title=f"{source}\n{translation}",
+        kind=kind,
+    )
     if not quiet:  # on stderr when the image itself goes to stdout
         print(f"{translation}\nwrote {path}", file=sys.stderr if output == "-" else sys.stdout)
