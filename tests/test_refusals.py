@@ -22,7 +22,7 @@ from nmt.decode.lines import check_model_dirs
 from nmt.decode.loading import open_dirs, open_translator
 from nmt.decode.options import DecodeOptions, Sampling, sampling_options
 from nmt.decode.rescore import rescore_files
-from nmt.decode.translate_files import check_engine, check_model, translate_files
+from nmt.decode.translate_files import check_engine, check_target, translate_files
 from nmt.errors import NmtError
 from nmt.eval.printing import check_width
 
@@ -66,9 +66,9 @@ def files(p: Place, engine: Engine | None = None, **kwargs: Any) -> None:
     translate_files(engine or p.engine, [str(p.src)], str(p.src) + ".out", **kwargs)
 
 
-def dirs(p: Place, **kwargs: Any) -> None:
-    """The checks before a model loads of the model directory."""
-    check_model(open_dirs([str(p.model)])[0], str(p.model), **kwargs)
+def target(p: Place, target_lang: str) -> None:
+    """The target language checked against the model directory before its model loads."""
+    check_target(open_dirs([str(p.model)])[0], str(p.model), target_lang)
 
 
 TRANSLATE = ["translate", "-m", "{model}", "{src}", "-o", "{src}.out", "--device", "cpu", "-q"]
@@ -112,7 +112,7 @@ CASES: list[tuple[str, list[str], Callable[[Place], object]]] = [
     (
         "target-lang",
         [*TRANSLATE, "--target-lang", "fra"],
-        lambda p: dirs(p, options=DecodeOptions(), target_lang="fra"),
+        lambda p: target(p, "fra"),
     ),
     (
         "glossary-export",

@@ -40,6 +40,7 @@ from nmt.cli.flags import (
 from nmt.cli.progress import count_progress, note_to_stderr
 
 if TYPE_CHECKING:
+    from nmt.decode.constraints import Glossary
     from nmt.decode.engine import Engine
     from nmt.decode.options import DecodeOptions
 
@@ -133,19 +134,24 @@ def translate_cmd(
     """Translate text: exactly one output line per input line, in order (N lines with --nbest
     N in text format). Empty lines give empty lines; --split-sentences for paragraphs;
     --glossary and --input-format jsonl for terminology."""
-    from nmt.decode.constraints import Glossary
-    from nmt.decode.lines import check_model_dirs
+    from nmt.decode.constraints import Glossary, check_input_format
+    from nmt.decode.lines import check_inputs, check_model_dirs, check_output
     from nmt.decode.loading import checked_export, open_dirs  # model directories, or an export
-    from nmt.decode.translate_files import check_files, check_model, translate_files
+    from nmt.decode.options import check_search
+    from nmt.decode.translate_files import check_target, translate_files
 
-    options = options_of(locals())  # the decoding flags among the parameters
-    check_files(inputs, output, options, fmt, errors, buffer_size, input_format)  # no model yet
+    check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)  # before the model loads
+    check_output(output)
     check_model_dirs(model_dir)
+    check_input_format(input_format)
     terms = Glossary.load(glossary) if glossary is not None else None
     export = checked_export(model_dir, checkpoint, precision)  # options an export refuses, first
     dirs = [export] if export is not None else open_dirs(model_dir)  # each read once, here
-    check_model(dirs[0], model_dir[0], options, terms, split_sentences, target_lang)
-    with open_for(model_dir, options, device, checkpoint, precision, workers, dirs) as translator:
+    check_target(dirs[0], model_dir[0], target_lang)
+    options = options_of(locals())  # the decoding flags among the parameters
+    check_search(dirs[0], options)  # an ensemble: its first one's defaults
+    engine = open_for(model_dir, options, device, checkpoint, precision, workers, dirs, terms)
+    with engine as translator:
         translate_files(
             translator,
             inputs,
@@ -171,15 +177,16 @@ def open_for(
     precision: str,
     workers: int,
     opened: list[Any] | None = None,
+    glossary: Glossary | None = None,
 ) -> Engine:
     """The engine of `model_dir` (nmt.decode.loading.open_translator; `opened`: its directories
-    already opened), refused at once when it cannot decode as `options` ask
+    already opened), refused at once when it cannot decode as `options` ask, with `glossary`
     (nmt.decode.translate_files.check_engine)."""
     from nmt.decode.loading import open_translator
     from nmt.decode.translate_files import check_engine
 
     translator = open_translator(opened or model_dir, device, checkpoint, precision, workers)
-    check_engine(translator, options, ", ".join(model_dir))
+    check_engine(translator, options, ", ".join(model_dir), glossary is not None)
     return translator
 
 

@@ -104,6 +104,12 @@ def parse_jsonl_line(raw: str, name: str, lineno: int) -> tuple[str, list[str]]:
     return record["text"], [p.strip() for p in phrases]
 
 
+def check_input_format(input_format: str) -> None:
+    """Refuse an input format other than text lines or {"text", "constraints"} records."""
+    if input_format not in INPUT_FORMATS:
+        raise NmtError(f"--input-format must be text or jsonl, got {input_format!r}")
+
+
 def check_constraint_options(options: ResolvedOptions, flag: str = "") -> None:
     """Constraints steer a beam: refuse greedy search (or a beam of 1) and sampling (`flag`
     names where the constraints came from)."""

@@ -10,14 +10,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
-from nmt.config import DecodingConfig
 from nmt.data.sentences import Segmenter
 from nmt.data.vocab import Tokenizer
 from nmt.decode.constraints import (
     CONSTRAINTS_REFUSED,
-    INPUT_FORMATS,
     Glossary,
     check_constraint_options,
+    check_input_format,
     parse_jsonl_line,
 )
 from nmt.decode.engine import Engine
@@ -36,7 +35,6 @@ from nmt.decode.lines import (
 )
 from nmt.decode.options import DecodeOptions, ResolvedOptions, given_options
 from nmt.decode.paragraphs import (
-    check_split_options,
     sentence_splitting,
     source_languages,
     split_notice,
@@ -96,13 +94,17 @@ def translate_files(
     translations stopped at the length limit, and lines holding pieces the model's vocabulary
     lacks (an imported model's), are named on stderr, per input, at the end."""
     opts = given_options(options, fields)
-    paths = check_files(inputs, output, opts, fmt, errors, buffer_size, input_format)
+    paths = check_inputs(inputs, fmt, errors, opts.with_attention, opts.nbest, buffer_size)
+    check_output(output)
+    check_input_format(input_format)
     opts = dataclasses.replace(opts, scores=fmt == "jsonl")
     resolved = translator.resolve_options(opts)  # bad options fail before any input is read
+    if glossary is not None:
+        check_glossary(translator, resolved)
     segmenter, several = sentence_splitting(split_sentences, opts, translator.languages[0])
     target_token(source_languages(translator.src_tok), target_lang)  # as the options
     if glossary is not None:  # before any input is read
-        check_glossary(translator, glossary, resolved)
+        glossary.check(translator.tgt_tok.encode, translator.tgt_tok.unk_id)
     jsonl = input_format == "jsonl"
     how = _How(translator, opts, fmt, jsonl, segmenter, several, glossary, target_lang)
     found: list[tuple[str, _Found]] = []
@@ -125,67 +127,33 @@ def translate_files(
             on_notice(split_notice(name, seen.split, seen.lines))
 
 
-class Opened(Protocol):
-    """An opened model or export directory, as the checks before its model loads read it."""
-
-    @property
-    def decoding(self) -> DecodingConfig: ...
+class HasTokenizers(Protocol):
+    """An opened model or export directory: its (source, target) tokenizers."""
 
     @property
     def tokenizers(self) -> tuple[Tokenizer, Tokenizer]: ...
 
 
-def check_files(
-    inputs: list[str] | None,
-    output: str | None,
-    options: DecodeOptions,
-    fmt: str = "text",
-    errors: str = "strict",
-    buffer_size: int | None = None,
-    input_format: str = "text",
-) -> list[str]:
-    """Refuse what `translate_files` would refuse of its inputs, output and formats, before a
-    model loads; the input paths ('-' for stdin when none is given)."""
-    paths = check_inputs(inputs, fmt, errors, options.with_attention, options.nbest, buffer_size)
-    check_output(output)
-    if input_format not in INPUT_FORMATS:
-        raise NmtError(f"--input-format must be text or jsonl, got {input_format!r}")
-    return paths
+def check_target(opened: HasTokenizers, name: str, target_lang: str | None = None) -> str | None:
+    """The token of `target_lang` for the model of `opened` (named `name`; an ensemble's first),
+    checked before it loads: a multilingual model needs one, any other takes none."""
+    return target_token(source_languages(opened.tokenizers[0]), target_lang, name)
 
 
-def check_model(
-    opened: Opened,
-    name: str,
-    options: DecodeOptions,
-    glossary: Glossary | None = None,
-    split_sentences: bool | None = None,
-    target_lang: str | None = None,
-) -> ResolvedOptions:
-    """Refuse what translating with the model of `opened` (named `name`; an ensemble's first)
-    would refuse of these options before it loads: a target language it does not take, an
-    impossible search, a glossary without beam search, a sentence split beside what it cannot
-    join. The options resolved against its defaults."""
-    target_token(source_languages(opened.tokenizers[0]), target_lang, name)
-    resolved = options.resolve(opened.decoding)
-    if glossary is not None:
-        check_constraint_options(resolved, "--glossary:")
-    if split_sentences is True:
-        check_split_options(options)
-    return resolved
-
-
-def check_glossary(engine: Engine, glossary: Glossary, options: ResolvedOptions) -> None:
-    """Refuse a glossary the engine cannot apply: no constrained search, a search that is not a
-    beam, or a target term its vocabulary cannot write."""
+def check_glossary(engine: Engine, options: ResolvedOptions) -> None:
+    """Refuse a glossary the engine cannot apply: no constrained search, or a search that is not
+    a beam."""
     if not engine.capabilities.constraints:
         raise NmtError(f"--glossary: {CONSTRAINTS_REFUSED}")
     check_constraint_options(options, "--glossary:")
-    glossary.check(engine.tgt_tok.encode, engine.tgt_tok.unk_id)
 
 
-def check_engine(engine: Engine, options: DecodeOptions, name: str) -> None:
+def check_engine(engine: Engine, options: DecodeOptions, name: str, glossary: bool = False) -> None:
     """Refuse at once, naming the model `name`, what the opened engine cannot decode as
-    `options` ask: attention from a model without any, sampling from an `nmt export`."""
+    `options` ask (with a `glossary`): constraints from an engine without a constrained search,
+    attention from a model without any, sampling from an `nmt export`."""
+    if glossary and not engine.capabilities.constraints:
+        raise NmtError(f"--glossary: {CONSTRAINTS_REFUSED}")
     if options.with_attention:
         require_attention(engine, name)
     if options.sampling is not None and not engine.capabilities.sampling:
