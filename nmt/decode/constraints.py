@@ -161,13 +161,16 @@ def warn_missing(
             continue
         phrases = list(dict.fromkeys(constraints[i]))
         for j in missing(tr.hypotheses[0].tokens, [[piece(t) for t in p] for p in ids]):
-            warn(f"line {first_line + i}: the translation lacks the constraint "
-                 f"{phrases[j]!r} (the maximum length came first)")  # fmt: skip
+            warn(
+                f"line {first_line + i}: the translation lacks the constraint "
+                f"{phrases[j]!r} (the maximum length came first)"
+            )
 
 
 def missing(tokens: Sequence[str], phrases: Sequence[Sequence[str]]) -> list[int]:
     """Indices of the phrases (as pieces) that `tokens` does not contain."""
     return [
-        i for i, p in enumerate(phrases)
+        i
+        for i, p in enumerate(phrases)
         if not any(list(tokens[j : j + len(p)]) == list(p) for j in range(len(tokens) - len(p) + 1))
-    ]  # fmt: skip
+    ]

@@ -55,8 +55,9 @@ def plan(
             body = line.strip()
             start = line.index(body[0])
             pieces = Pieces(line[:start], [body], line[start + len(body) :])
-        fitted = [p for s in pieces.sentences for p in (
-            [s] if fits(s, limit) else fit(s, count, limit))]  # fmt: skip
+        fitted = [
+            p for s in pieces.sentences for p in ([s] if fits(s, limit) else fit(s, count, limit))
+        ]
         cut = len(fitted) > len(pieces.sentences)
         out.append(dataclasses.replace(pieces, sentences=fitted, cut=cut))
     return out

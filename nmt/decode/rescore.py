@@ -128,9 +128,13 @@ def rescore_files(
         advance = progress(stack, total) if progress is not None and total is not None else None
         for src_lines, tgt_lines in _paired_chunks(source, target, BATCH_LINES):
             scores = rescore(
-                translator, src_lines, tgt_lines, batch_tokens, first_line=n + 1,
+                translator,
+                src_lines,
+                tgt_lines,
+                batch_tokens,
+                first_line=n + 1,
                 on_warning=on_warning,
-            )  # fmt: skip
+            )
             out.writelines(format_score(s, fmt, average) for s in scores)
             out.flush()  # a reader gone (`| head`) is found here, inside the command
             n += len(scores)

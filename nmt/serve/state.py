@@ -271,10 +271,19 @@ def _decoder(translator: Engine, budget: int, share: bool = False) -> Decode:
         sampled = keys if options.sampling is not None else None
         parts: dict[str, Any] = {"parts": slots} if share else {}  # the workers it holds
         out = translate_lines(
-            translator, items, options, segmenter=segmenter if split else None,
-            several=split is not None and split.several, tgt_lang=translator.languages[1], on_warning=log.warning, keys=sampled,
-            batch_tokens=budget, target_lang=target, **parts, **terms,
-        )  # fmt: skip
+            translator,
+            items,
+            options,
+            segmenter=segmenter if split else None,
+            several=split is not None and split.several,
+            tgt_lang=translator.languages[1],
+            on_warning=log.warning,
+            keys=sampled,
+            batch_tokens=budget,
+            target_lang=target,
+            **parts,
+            **terms,
+        )
         return [tr.to_json(options.with_attention) for tr in out]
 
     return decode
