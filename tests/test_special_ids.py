@@ -114,6 +114,16 @@ def run(args: list[str]) -> str:
     return result.stdout
 
 
+def served(model_dir: Path, line: str) -> str:
+    """The best translation of `line` from a real `nmt serve` of `model_dir` (one request)."""
+    proc, url = start_server(model_dir)
+    try:
+        answer = httpx.post(url + "/translate", json={"text": line}, timeout=30).json()
+    finally:
+        stop_server(proc)
+    return answer["translations"][0]["hypotheses"][0]["translation"]
+
+
 def test_a_model_with_its_own_special_ids_trains_decodes_exports_and_serves(imported, tmp_path):
     model, text = imported
     ids = json.loads((model / "vocab.json").read_text())
@@ -121,66 +131,32 @@ def test_a_model_with_its_own_special_ids_trains_decodes_exports_and_serves(impo
     assert (ids["pad_id"], ids["unk_id"], ids["bos_id"], ids["eos_id"]) == (pad, 1, pad, 0)
     data, tuned, export = tmp_path / "data", tmp_path / "tuned", tmp_path / "export"
     run(
-        [
-            "preprocess",
-            "--src-lang",
-            "en",
-            "--tgt-lang",
-            "de",
-            "--train",
-            str(text / "train"),
-            "--valid",
-            str(text / "valid"),
-            "-o",
-            str(data),
-            "--tokenizer-from",
-            str(model),
-            "--quiet",
-        ]
+        f"preprocess --src-lang en --tgt-lang de --train {text / 'train'} --valid "
+        f"{text / 'valid'} -o {data} --tokenizer-from {model} --quiet".split()
     )
-    sets = [
-        "training.max_steps=3",
-        "training.max_tokens=300",
-        "training.accumulate=1",
-        "training.warmup=1",
-        "training.valid_every=3",
-        "training.precision=fp32",
-        "training.max_time=",
-        "training.save_every_time=",
-        "training.average_last=1",
-    ]
+    sets = (
+        "training.max_steps=3 training.max_tokens=300 training.accumulate=1 training.warmup=1 "
+        "training.valid_every=3 training.precision=fp32 training.max_time= "
+        "training.save_every_time= training.average_last=1"
+    )
     run(
-        [
-            "train",
-            "-d",
-            str(data),
-            "-o",
-            str(tuned),
-            "--init-from",
-            str(model),
-            "--preset",
-            "finetune-marian-cpu",
-            "--device",
-            "cpu",
-            "--quiet",
-            *[a for s in sets for a in ("--set", s)],
-        ]
+        f"train -d {data} -o {tuned} --init-from {model} --preset finetune-marian-cpu "
+        "--device cpu --quiet".split()
+        + [a for s in sets.split() for a in ("--set", s)]
     )
     source = tmp_path / "in.txt"
     source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    decoded = run(
-        ["translate", "-m", str(tuned), "--device", "cpu", "-q", "--format", "jsonl", str(source)]
-    )
+    decoded = run(f"translate -m {tuned} --device cpu -q --format jsonl {source}".split())
     records = [json.loads(line) for line in decoded.splitlines()]
     assert len(records) == len(LINES) and records[2]["hypotheses"][0]["translation"] == ""
     for record in records[:2]:  # no special piece is written: the model's own were asked
         assert not {"<pad>", "</s>", "<unk>"} & set(record["hypotheses"][0]["tokens"])
-    run(["export", "-m", str(tuned), "-o", str(export), "--quiet"])
-    exported = run(["translate", "-m", str(export), "--device", "cpu", "-q", str(source)])
+    assert served(tuned, LINES[0]) == records[0]["hypotheses"][0]["translation"]
+    run(f"export -m {tuned} -o {export} --quiet".split())
+    exported = run(f"translate -m {export} --device cpu -q {source}".split())
     assert len(exported.splitlines()) == len(LINES)
-    proc, url = start_server(export)
-    try:
-        answer = httpx.post(url + "/translate", json={"text": LINES[0]}, timeout=30).json()
-    finally:
-        stop_server(proc)
-    assert answer["translations"][0]["hypotheses"][0]["translation"] == exported.splitlines()[0]
+    greedy = [
+        run(f"translate -m {m} --device cpu -q --greedy {source}".split()) for m in (tuned, export)
+    ]
+    assert greedy[0] == greedy[1]  # both engines start, stop and pad with the model's own ids
+    assert served(export, LINES[0]) == exported.splitlines()[0]
