@@ -97,7 +97,7 @@ def bench_train(preset: str, precision: str, device: Any, args: argparse.Namespa
     model = fresh_model(preset, device).train()
     optimizer = make_optimizer(model, tc, device)
     autocast = autocast_for(precision, device)
-    head = LossHead(model, tc.label_smoothing)
+    head = LossHead(model, tc.label_smoothing, model.vocab.pad_id)
     update = Updater(head, optimizer, None, None, autocast, tc.clip_norm, DistInfo(), device)
     state = TrainState()
     lr = tc.lr / max(1, tc.warmup)  # the first warm-up step's: the same work, safely finite

@@ -173,7 +173,8 @@ def step_flops(trainer, group) -> int:
     batch = batching.collate(train.src, train.tgt, group[0]).to(trainer.device)
     with FlopCounterMode(display=False) as counter, trainer.autocast():
         logits = trainer.model(batch.src, batch.src_lengths, batch.tgt_in)
-        loss, _, _ = label_smoothed_nll(logits, batch.tgt_out, trainer.tc.label_smoothing)
+        pad = trainer.model.vocab.pad_id
+        loss, _, _ = label_smoothed_nll(logits, batch.tgt_out, trainer.tc.label_smoothing, pad)
         loss.backward()
     trainer.model.zero_grad(set_to_none=True)
     return int(counter.get_total_flops())

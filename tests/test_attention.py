@@ -270,7 +270,7 @@ def test_translator_attention_kinds_have_the_right_shapes_and_pieces(model_dirs)
     target = "zwei kinder spielen im park ."
     forced, cols, rows, text4 = tr.attention(SENTENCE, target=target, kind="decoder")
     assert text4 == target and forced.shape[2:] == (len(rows), len(rows)) and rows[0] == "<s>"
-    with pytest.raises(NmtError, match="^attention kind must be cross, self or decoder, got 'x'$"):
+    with pytest.raises(NmtError, match="^kind must be cross, self or decoder, got 'x'$"):
         tr.attention(SENTENCE, kind="x")
 
 

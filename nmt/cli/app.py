@@ -20,10 +20,10 @@ app = typer.Typer(
 )
 
 # The commands in the order `nmt --help` lists them.
-ORDER = (
-    "preprocess", "train", "average", "translate", "rescore", "attention", "serve", "export",
-    "import", "score", "evaluate", "plot",
-)  # fmt: skip
+ORDER = tuple(
+    "preprocess train average translate rescore attention serve export import score evaluate "
+    "plot".split()
+)
 
 
 def register(target: typer.Typer, groups: list[typer.Typer]) -> None:

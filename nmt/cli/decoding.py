@@ -1,6 +1,7 @@
 """`nmt translate`, `nmt rescore` and `nmt attention`: a model (or an `nmt export`) over text
 files (nmt.decode.translate_files, nmt.decode.rescore) or one sentence's attention (nmt.plots.heatmaps).
-Every input and option is checked before the model loads."""
+Every input and option is checked before the model loads (by the library's checks, which its
+functions run too), save what only the loaded engine's capabilities tell."""
 
 from __future__ import annotations
 
@@ -34,10 +35,12 @@ from nmt.cli.flags import (
     TopKOpt,
     TopPOpt,
     decode_options,
+    options_of,
 )
 from nmt.cli.progress import count_progress, note_to_stderr
 
 if TYPE_CHECKING:
+    from nmt.decode.constraints import Glossary
     from nmt.decode.engine import Engine
     from nmt.decode.options import DecodeOptions
 
@@ -98,8 +101,8 @@ def translate_cmd(
     ),
     sampling: SamplingOpt = False,
     temperature: TemperatureOpt = None,
-    topk: TopKOpt = None,
-    topp: TopPOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
     seed: SamplingSeedOpt = None,
     split_sentences: bool = typer.Option(
         None,
@@ -131,53 +134,40 @@ def translate_cmd(
     """Translate text: exactly one output line per input line, in order (N lines with --nbest
     N in text format). Empty lines give empty lines; --split-sentences for paragraphs;
     --glossary and --input-format jsonl for terminology."""
+    from nmt.decode.constraints import Glossary, check_input_format
     from nmt.decode.lines import check_inputs, check_model_dirs, check_output
+    from nmt.decode.loading import checked_export  # model directories, or an export
+    from nmt.decode.options import check_search
+    from nmt.decode.translate_files import check_target, translate_files
+    from nmt.dirs import open_dirs
 
     check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)  # before the model loads
     check_output(output)
     check_model_dirs(model_dir)
-    from nmt.decode.constraints import (
-        CONSTRAINTS_REFUSED,
-        INPUT_FORMATS,
-        Glossary,
-        check_constraint_options,
-    )
-    from nmt.decode.loading import checked_export  # model directories, or an export
-    from nmt.decode.options import check_search
-    from nmt.dirs import open_dirs
-    from nmt.errors import NmtError
-
-    if input_format not in INPUT_FORMATS:
-        raise NmtError(f"--input-format must be text or jsonl, got {input_format!r}")
+    check_input_format(input_format)
     terms = Glossary.load(glossary) if glossary is not None else None
     export = checked_export(model_dir, checkpoint, precision)  # options an export refuses, first
     dirs = [export] if export is not None else open_dirs(model_dir)  # each read once, here
-    check_target_lang(dirs[0], target_lang, model_dir[0])
-    if terms is not None and export is not None:
-        raise NmtError(f"--glossary: {CONSTRAINTS_REFUSED}")
-    options = decode_options(
-        beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, nbest=nbest,
-        max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens,
-        stop=stop, with_attention=with_attention, sampling=sampling, temperature=temperature,
-        top_k=topk, top_p=topp, seed=seed,
-    )  # fmt: skip
-    resolved = check_search(dirs[0], options)  # an ensemble: its first one's defaults
-    if terms is not None:
-        check_constraint_options(resolved, "--glossary:")
-    from nmt.decode.paragraphs import check_split_options
-    from nmt.decode.translate_files import translate_files
-
-    if split_sentences is True:
-        check_split_options(options)
-
-    translator = open_for(model_dir, options, device, checkpoint, precision, workers, dirs)
-    with translator:  # its worker processes end with the command
+    check_target(dirs[0], model_dir[0], target_lang)
+    options = options_of(locals())  # the decoding flags among the parameters
+    check_search(dirs[0], options)  # an ensemble: its first one's defaults
+    engine = open_for(model_dir, options, device, checkpoint, precision, workers, dirs, terms)
+    with engine as translator:
         translate_files(
-            translator, inputs, output, options, fmt=fmt, errors=errors,
-            buffer_size=buffer_size, progress=None if quiet else count_progress,
-            split_sentences=split_sentences, input_format=input_format, glossary=terms,
-            on_notice=None if quiet else note_to_stderr, target_lang=target_lang,
-        )  # fmt: skip
+            translator,
+            inputs,
+            output,
+            options,
+            fmt=fmt,
+            errors=errors,
+            buffer_size=buffer_size,
+            input_format=input_format,
+            progress=None if quiet else count_progress,
+            split_sentences=split_sentences,
+            glossary=terms,
+            on_notice=None if quiet else note_to_stderr,
+            target_lang=target_lang,
+        )
 
 
 def open_for(
@@ -188,41 +178,19 @@ def open_for(
     precision: str,
     workers: int,
     opened: list[Any] | None = None,
-) -> Any:
+    glossary: Glossary | None = None,
+) -> Engine:
     """The engine of `model_dir` (nmt.decode.loading.open_translator; `opened`: its directories
-    already opened), refused at once when it cannot decode as `options` ask (attention from a
-    model without any; sampling from an `nmt export`)."""
+    already opened), refused at once when it cannot decode as `options` ask, with `glossary`
+    (nmt.decode.translate_files.check_engine)."""
     from nmt.decode.loading import open_translator
+    from nmt.decode.translate_files import check_engine
     from nmt.dirs import open_dirs
-    from nmt.errors import NmtError
 
-    translator = open_translator(
-        opened or open_dirs(model_dir), device, checkpoint, precision, workers
-    )
-    if options.with_attention:
-        require_attention(translator, ", ".join(model_dir))
-    if options.sampling is not None and not translator.capabilities.sampling:
-        raise NmtError(
-            f"{model_dir[0]}: --sampling needs a model directory (an `nmt export` directory "
-            "decodes with CTranslate2's search)"
-        )
+    dirs = opened or open_dirs(model_dir)
+    translator = open_translator(dirs, device, checkpoint, precision, workers)
+    check_engine(translator, options, ", ".join(model_dir), glossary is not None)
     return translator
-
-
-def check_target_lang(opened: Any, target_lang: str | None, model_dir: str) -> str | None:
-    """The token of `--target-lang` for the opened directory `opened` (a multilingual model
-    needs one, any other takes none), checked before the model loads."""
-    from nmt.decode.paragraphs import source_languages, target_token
-
-    return target_token(source_languages(opened.tokenizers[0]), target_lang, model_dir)
-
-
-def require_attention(translator: Engine, model_dir: str) -> None:
-    """One line instead of a failed search when the model has no attention to show."""
-    from nmt.errors import NmtError
-
-    if not translator.capabilities.with_attention:
-        raise NmtError(f"{model_dir}: this model has no attention (model.attention: none)")
 
 
 @commands.command("rescore")
@@ -264,10 +232,16 @@ def rescore_cmd(
 
     with open_translator(open_dirs(model_dir), device, checkpoint, precision) as translator:
         rescore_files(
-            translator, source, target, output, fmt=fmt, average=average,
-            batch_tokens=batch_tokens, on_warning=warn_to_stderr(f"{source}, {target}"),
+            translator,
+            source,
+            target,
+            output,
+            fmt=fmt,
+            average=average,
+            batch_tokens=batch_tokens,
+            on_warning=warn_to_stderr(f"{source}, {target}"),
             progress=None if quiet else lambda stack, n: count_progress(stack, n, "scoring"),
-        )  # fmt: skip
+        )
 
 
 @commands.command("attention")
@@ -308,27 +282,34 @@ def attention_cmd(
     """Draw the attention of one sentence as a PNG heatmap (subword pieces on both axes):
     Seq2Seq's attention, or a Transformer layer's encoder-decoder attention (or with --kind its
     encoder or decoder self-attention) per head."""
+    from nmt.decode.engine import check_attention_kind
     from nmt.decode.lines import check_model_dirs
-    from nmt.errors import NmtError
 
-    if kind not in ("cross", "self", "decoder"):
-        raise NmtError(f"--kind must be cross, self or decoder, got {kind!r}")
+    check_attention_kind(kind)
     check_model_dirs(model_dir)
-    from nmt.decode.paragraphs import prefixed
+    from nmt.decode.paragraphs import prefixed, source_languages, target_token
+    from nmt.decode.translate_files import require_attention
     from nmt.decode.translator import Translator
     from nmt.dirs.model import ModelDir
     from nmt.plots.heatmaps import plot_attention
 
     opened = ModelDir(model_dir)
-    (text,) = prefixed([source], check_target_lang(opened, target_lang, model_dir))
+    token = target_token(source_languages(opened.tokenizers[0]), target_lang, model_dir)
+    (text,) = prefixed([source], token)
     translator = Translator.from_dir(opened, device, checkpoint, precision)
     require_attention(translator, model_dir)
     weights, columns, rows, translation = translator.attention(
         text, target=target, options=decode_options(beam_size=beam_size), kind=kind
     )
     path = plot_attention(
-        weights, columns, rows, output, layer=layer, head=head,
-        title=f"{source}\n{translation}", kind=kind,
-    )  # fmt: skip
+        weights,
+        columns,
+        rows,
+        output,
+        layer=layer,
+        head=head,
+        title=f"{source}\n{translation}",
+        kind=kind,
+    )
     if not quiet:  # on stderr when the image itself goes to stdout
         print(f"{translation}\nwrote {path}", file=sys.stderr if output == "-" else sys.stdout)

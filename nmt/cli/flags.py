@@ -4,12 +4,14 @@ library's `DecodeOptions`. Imports typer alone: `nmt --help` loads no model code
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+import inspect
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 if TYPE_CHECKING:
-    from nmt.decode.options import DecodeOptions, Sampling
+    from nmt.decode.options import DecodeOptions
 
 # ---- models and where they run --------------------------------------------------------------
 
@@ -163,42 +165,28 @@ def decode_options(
     seed: int | None = None,
 ) -> DecodeOptions:
     """The decoding flags of a command as the library's options, the sampling ones checked
-    before any model loads (the model's own defaults are checked by `check_search`)."""
-    from nmt.decode.options import DecodeOptions
+    before any model loads (nmt.decode.options.sampling_options; the model's own defaults are
+    checked once its directory is opened)."""
+    from nmt.decode.options import DecodeOptions, sampling_options
 
+    sampled = sampling_options(sampling, temperature, top_k, top_p, seed, beam_size, greedy)
     return DecodeOptions(
-        beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, nbest=nbest,
-        max_len_a=max_len_a, max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens,
-        stop=stop, with_attention=with_attention,
-        sampling=sampling_options(sampling, temperature, top_k, top_p, seed, beam_size, greedy),
-    )  # fmt: skip
-
-
-def sampling_options(
-    on: bool,
-    temperature: float | None,
-    top_k: int | None,
-    top_p: float | None,
-    seed: int | None,
-    beam_size: int | None = None,
-    greedy: bool = False,
-) -> Sampling | None:
-    """The `--sampling` settings, or None; a search (`beam_size`, `greedy`) beside them is
-    refused first, and their flags without `--sampling` are refused too."""
-    from nmt.decode.options import Sampling, check_sampling
-    from nmt.errors import NmtError
-
-    check_sampling(beam_size, greedy, on)
-    if not on:
-        if (temperature, top_k, top_p, seed) != (None, None, None, None):
-            raise NmtError(
-                "--temperature, --sampling-topk, --sampling-topp and --seed need --sampling"
-            )
-        return None
-    default = Sampling()
-    return Sampling(
-        temperature=default.temperature if temperature is None else temperature,
-        top_k=default.top_k if top_k is None else top_k,
-        top_p=default.top_p if top_p is None else top_p,
-        seed=default.seed if seed is None else seed,
+        beam_size=beam_size,
+        greedy=greedy,
+        length_penalty=length_penalty,
+        nbest=nbest,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        min_len=min_len,
+        batch_tokens=batch_tokens,
+        stop=stop,
+        with_attention=with_attention,
+        sampling=sampled,
     )
+
+
+def options_of(given: Mapping[str, Any]) -> DecodeOptions:
+    """`decode_options` of the decoding flags among a command's parameters (its `locals()`,
+    taken first thing in its body): those named as `decode_options` names them."""
+    names = inspect.signature(decode_options).parameters
+    return decode_options(**{k: v for k, v in given.items() if k in names})

@@ -21,7 +21,7 @@ from nmt.cli.flags import (
     PrecisionOpt,
     StopOpt,
     TargetLangOpt,
-    decode_options,
+    options_of,
 )
 from nmt.cli.progress import batch_progress, note_to_stderr
 
@@ -102,13 +102,24 @@ def score_cmd(
 
     check_output(None)  # the scores go to stdout: a closed one fails before any file is read
     request = ScoreRequest(
-        refs=refs, hyps=hyps or ["-"], metrics=metric,
+        refs=refs,
+        hyps=hyps or ["-"],
+        metrics=metric,
         options=Options(tokenize, lowercase, chrf_word_order, ter_case_sensitive),
-        sentence=sentence, paired_bs=paired_bs, paired_ar=paired_ar, paired_n=paired_n,
-        by_length=by_length, buckets=buckets, length_unit=length_unit, spm=spm, plot=plot,
+        sentence=sentence,
+        paired_bs=paired_bs,
+        paired_ar=paired_ar,
+        paired_n=paired_n,
+        by_length=by_length,
+        buckets=buckets,
+        length_unit=length_unit,
+        spm=spm,
+        plot=plot,
         plot_relative=plot_relative,
-        labels=label, as_json=as_json, width=width,
-    )  # fmt: skip
+        labels=label,
+        as_json=as_json,
+        width=width,
+    )
     score_files(request)
 
 
@@ -154,27 +165,31 @@ def evaluate_cmd(
     import contextlib
 
     from nmt.decode.lines import check_output
-    from nmt.errors import NmtError
     from nmt.eval.evaluate import evaluate
-    from nmt.eval.printing import print_scores
+    from nmt.eval.printing import check_width, print_scores
     from nmt.eval.scoring import Options
 
-    if width < 0:  # as `nmt score`, before anything is translated
-        raise NmtError(f"--width must be >= 0, got {width}")
+    check_width(width)  # as `nmt score`, before anything is translated
     check_output(None)  # the scores go to stdout, whether or not -o keeps the translations
-    decoding = decode_options(
-        beam_size=beam_size, greedy=greedy, length_penalty=length_penalty, stop=stop,
-        max_len_a=max_len_a, max_len_b=max_len_b, batch_tokens=batch_tokens,
-    )  # fmt: skip
+    decoding = options_of(locals())  # the decoding flags among the parameters
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
         results = evaluate(
-            model_dir, src, refs, hyp_out=output, metrics=metric,
-            options=Options(tokenize, lowercase, chrf_word_order, False), decoding=decoding,
-            device=device, checkpoint=checkpoint, precision=precision, on_notice=notes.append,
-            progress=None if quiet else batch_progress(stack), split_sentences=split_sentences,
+            model_dir,
+            src,
+            refs,
+            hyp_out=output,
+            metrics=metric,
+            options=Options(tokenize, lowercase, chrf_word_order, False),
+            decoding=decoding,
+            device=device,
+            checkpoint=checkpoint,
+            precision=precision,
+            on_notice=notes.append,
+            progress=None if quiet else batch_progress(stack),
+            split_sentences=split_sentences,
             target_lang=target_lang,
-        )  # fmt: skip
+        )
     if notes and not quiet:  # after the progress bar has closed
         note_to_stderr(notes[0])
     print_scores([(output or src, results)], as_json, width)

@@ -211,9 +211,14 @@ def train_spm(
     model_prefix = Path(model_prefix)
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
     kwargs = _trainer_args(
-        model_prefix, vocab_size, model_type, character_coverage, input_sentence_size, threads,
+        model_prefix,
+        vocab_size,
+        model_type,
+        character_coverage,
+        input_sentence_size,
+        threads,
         seed_sentencepiece_size,
-    )  # fmt: skip
+    )
     temporary: list[str] = []
     try:
         files, tmp_input = _trainer_input(text, model_prefix.parent)
@@ -309,9 +314,13 @@ class Tokenizer:
         """Sampled segmentations (subword regularisation: unigram lattice sampling smoothed by
         alpha, or BPE-dropout), on one thread, from SentencePiece's seeded generator."""
         return self.sp.encode(
-            self._cased(texts), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1,
+            self._cased(texts),
+            out_type=int,
+            enable_sampling=True,
+            alpha=alpha,
+            nbest_size=-1,
             num_threads=1,
-        )  # fmt: skip
+        )
 
     def pieces(self, text: str) -> list[str]:
         """Subword pieces of one sentence (for inspection and attention plots)."""
@@ -339,6 +348,11 @@ class Tokenizer:
     def piece_to_id(self, piece: str) -> int:
         """The id of one piece (unk's when the vocabulary lacks it)."""
         return int(self.sp.piece_to_id(piece))
+
+    def unknown_indices(self, texts: Iterable[str], threads: int | None = None) -> list[int]:
+        """The indices of the lines holding a piece the vocabulary lacks, where this tokenizer
+        tells them apart: none for a SentencePiece model (it covers its own pieces)."""
+        return []
 
     def same_pieces(self, other: Tokenizer) -> bool:
         """Whether every id means the same piece to both models (what a model's weights assume)."""

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nmt.data.vocab import UNK_ID
 from nmt.decode.options import ResolvedOptions
 from nmt.errors import NmtError
 from nmt.textio import decode_line, open_binary
@@ -62,9 +61,10 @@ class Glossary:
                 entries[src] = tgt
         return cls(tuple(entries.items()), name)
 
-    def check(self, encode: Callable[[str], list[int]], unk: int = UNK_ID) -> None:
+    def check(self, encode: Callable[[str], list[int]], unk: int) -> None:
         """Refuse, naming the file and the term, a target term the model cannot write: one with
-        characters its vocabulary lacks (it could only be written as <unk>)."""
+        characters its vocabulary lacks (it could only be written as <unk>, the model's `unk`
+        id)."""
         for _, target in self.entries:
             if unk in encode(target):
                 raise NmtError(
@@ -104,6 +104,12 @@ def parse_jsonl_line(raw: str, name: str, lineno: int) -> tuple[str, list[str]]:
     return record["text"], [p.strip() for p in phrases]
 
 
+def check_input_format(input_format: str) -> None:
+    """Refuse an input format other than text lines or {"text", "constraints"} records."""
+    if input_format not in INPUT_FORMATS:
+        raise NmtError(f"--input-format must be text or jsonl, got {input_format!r}")
+
+
 def check_constraint_options(options: ResolvedOptions, flag: str = "") -> None:
     """Constraints steer a beam: refuse greedy search (or a beam of 1) and sampling (`flag`
     names where the constraints came from)."""
@@ -115,11 +121,12 @@ def check_constraint_options(options: ResolvedOptions, flag: str = "") -> None:
 
 
 def constraint_ids(
-    phrases: Sequence[str], encode: Any, first_line: int, line: int, room: int, unk: int = UNK_ID
+    phrases: Sequence[str], encode: Any, first_line: int, line: int, room: int, unk: int
 ) -> list[list[int]]:
     """A line's phrases as target subword ids; refused (naming the line) when empty after
     encoding, when a phrase holds characters the target vocabulary lacks (it could only be
-    written as <unk>), or when together longer than the `room` its translation has."""
+    written as <unk>, the model's `unk` id), or when together longer than the `room` its
+    translation has."""
     phrases = list(dict.fromkeys(phrases))
     ids = [encode(p) for p in phrases]
     if any(not i for i in ids):
@@ -154,13 +161,16 @@ def warn_missing(
             continue
         phrases = list(dict.fromkeys(constraints[i]))
         for j in missing(tr.hypotheses[0].tokens, [[piece(t) for t in p] for p in ids]):
-            warn(f"line {first_line + i}: the translation lacks the constraint "
-                 f"{phrases[j]!r} (the maximum length came first)")  # fmt: skip
+            warn(
+                f"line {first_line + i}: the translation lacks the constraint "
+                f"{phrases[j]!r} (the maximum length came first)"
+            )
 
 
 def missing(tokens: Sequence[str], phrases: Sequence[Sequence[str]]) -> list[int]:
     """Indices of the phrases (as pieces) that `tokens` does not contain."""
     return [
-        i for i, p in enumerate(phrases)
+        i
+        for i, p in enumerate(phrases)
         if not any(list(tokens[j : j + len(p)]) == list(p) for j in range(len(tokens) - len(p) + 1))
-    ]  # fmt: skip
+    ]

@@ -61,6 +61,11 @@ from nmt.dirs.export import ExportDir, export_decoding, export_pieces, require_c
 from nmt.errors import NmtError
 from nmt.runtime import parse_device, usable_cpus
 
+ATTENTION_REFUSED = (
+    "attention queries need a model directory: an `nmt export` decodes with CTranslate2, which "
+    "gives only the cross attention of its translations (with_attention)"
+)
+
 
 def _ct2_device(device: str, ct2: Any) -> tuple[str, int]:
     """(device, device_index) for ctranslate2.Translator: cpu or cuda, `cuda:N` split in two
@@ -215,6 +220,25 @@ class CT2Translator:
         """Translate an iterable chunk by chunk (`buffer_size` lines), yielding in input order."""
         return translate_chunks(self.translate, lines, options, buffer_size, first_line, kwargs)
 
+    def attention(
+        self,
+        source: str,
+        target: str | None = None,
+        options: DecodeOptions | None = None,
+        kind: str = "cross",
+        **fields: Any,
+    ) -> tuple[np.ndarray, list[str], list[str], str]:
+        """Refused: CTranslate2 answers no attention query (`capabilities.attention` is empty);
+        it gives the cross attention of its translations (`with_attention`)."""
+        raise NmtError(ATTENTION_REFUSED)
+
+    def check_constraints(
+        self, lines: Sequence[str], constraints: Sequence[Sequence[str]], **fields: Any
+    ) -> None:
+        """Refuse constraints, as `translate` does: CTranslate2 has no constrained search."""
+        if any(constraints):
+            raise NmtError(CONSTRAINTS_REFUSED)
+
     def describe(self) -> dict[str, Any]:
         """What runs, for `nmt serve`'s /info: engine, architecture, device and compute type."""
         return {
@@ -223,6 +247,7 @@ class CT2Translator:
             "device": self.ct2.device,
             "precision": self.manifest.get("quantization"),
             "lowercase": self.src_tok.lowercase,  # input lowercased (`preprocess --lowercase`)
+            "runtime": f"CTranslate2 {self.manifest.get('quantization')}",  # the page shows it
         }
 
     def score_ids(

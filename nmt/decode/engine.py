@@ -11,10 +11,13 @@ import numpy as np
 
 from nmt.config import DecodingConfig
 from nmt.data.vocab import Tokenizer
-from nmt.decode.options import DecodeOptions, ResolvedOptions
+from nmt.decode.options import DecodeOptions, OptionError, ResolvedOptions
 from nmt.errors import NmtError
 
 FORCED_FLOOR = -1000.0  # floor for a forced eos the model calls (near) impossible
+# the attention an engine may give (nmt.models.base.ATTENTION_KINDS): source-target, the
+# encoder's self-attention, the decoder's masked self-attention
+ATTENTION_KINDS = ("cross", "self", "decoder")
 
 
 def gnmt_length_penalty(length: Any, alpha: float) -> Any:
@@ -104,6 +107,12 @@ def translate_chunks(
         yield from translate(chunk, options, first_line=first_line, **kwargs)
 
 
+def check_attention_kind(kind: str) -> None:
+    """Refuse an attention kind no engine gives (`kind` names the option)."""
+    if kind not in ATTENTION_KINDS:
+        raise OptionError("{kind} must be cross, self or decoder, got {got!r}", got=kind)
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What an engine can do besides beam and greedy search, said in one place, so that callers
@@ -162,6 +171,26 @@ class Engine(Protocol):
     def resolve_options(
         self, options: DecodeOptions | None = None, **fields: Any
     ) -> ResolvedOptions: ...
+
+    def attention(
+        self,
+        source: str,
+        target: str | None = None,
+        options: DecodeOptions | None = None,
+        kind: str = "cross",
+        **fields: Any,
+    ) -> tuple[np.ndarray, list[str], list[str], str]:
+        """One sentence's attention of `kind` (one of `capabilities.attention`): (layers, heads,
+        rows, columns), the column pieces, the row pieces and the translation; searched with
+        `options` (`fields` on top), or force-decoded for `target`."""
+        ...
+
+    def check_constraints(
+        self, lines: Sequence[str], constraints: Sequence[Sequence[str]], **fields: Any
+    ) -> None:
+        """Refuse, naming the line, what `translate` would refuse of these lines' constraints
+        (with the options `fields`), before any of them is decoded."""
+        ...
 
     def score_ids(
         self, src: list[list[int]], tgt: list[list[int]], batch_tokens: int | None = None

@@ -266,8 +266,7 @@ def unknown_lines(engine: Engine, texts: Sequence[str], first: int = 1) -> list[
     """The numbers (counted from `first`) of the lines holding pieces the model's source
     vocabulary lacks, which it reads as `<unk>`, where its tokenizer tells them apart (an
     imported model's: `VocabTokenizer.unknown_indices`); none for other tokenizers."""
-    find = getattr(getattr(engine, "src_tok", None), "unknown_indices", None)
-    return [] if find is None or not texts else [first + i for i in find(list(texts))]
+    return [first + i for i in engine.src_tok.unknown_indices(list(texts))] if texts else []
 
 
 def unknown_warning(unknown: Sequence[int], lines: int) -> str:

@@ -157,6 +157,34 @@ def given_options(options: DecodeOptions | None, fields: dict[str, Any]) -> Deco
     return dataclasses.replace(given, **fields) if fields else given
 
 
+def sampling_options(
+    on: bool,
+    temperature: float | None,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int | None,
+    beam_size: int | None = None,
+    greedy: bool = False,
+) -> Sampling | None:
+    """The sampling settings of the command-line flags (`--sampling` `on`; None: its default),
+    or None; a search (`beam_size`, `greedy`) beside them is refused first, and their flags
+    without `--sampling` are refused too."""
+    check_sampling(beam_size, greedy, on)
+    if not on:
+        if (temperature, top_k, top_p, seed) != (None, None, None, None):
+            raise NmtError(
+                "--temperature, --sampling-topk, --sampling-topp and --seed need --sampling"
+            )
+        return None
+    default = Sampling()
+    return Sampling(
+        temperature=default.temperature if temperature is None else temperature,
+        top_k=default.top_k if top_k is None else top_k,
+        top_p=default.top_p if top_p is None else top_p,
+        seed=default.seed if seed is None else seed,
+    )
+
+
 def check_field(key: str, value: Any) -> None:
     """An option against the range / choices its `decoding` config key declares."""
     meta = CONFIG_FIELDS[key]

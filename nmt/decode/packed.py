@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nmt.models import Model
+
 ROWS_HINT = 64  # oneDNN's expected row count for the packed layout (16-640 timed alike)
 
 
@@ -77,7 +79,7 @@ class PackedLinear(nn.Linear):
         return y.view(*x.shape[:-1], y.size(-1))
 
 
-def pack_for_decoding(model: nn.Module) -> int:
+def pack_for_decoding(model: Model) -> int:
     """Pack a CPU model's products for decoding; how many. fp32: only `model.output` (the
     vocabulary projection of both architectures: MKL ran the decoder layers' small products
     faster than oneDNN); bf16 weights: every `nn.Linear`, since oneDNN runs bf16 products
@@ -85,7 +87,8 @@ def pack_for_decoding(model: nn.Module) -> int:
     copies are held beside the weights (for the plain path): twice their memory. A model that
     decodes under autocast with fp32 weights (Seq2Seq in bf16) gains nothing: its products take
     the plain path, so `Translator.from_dir` does not pack it."""
-    out = getattr(model, "output", None)
+    out = model.output
+    targets: list[tuple[nn.Module, str, nn.Linear]]
     if type(out) is nn.Linear and out.weight.dtype == torch.float32:
         targets = [(model, "output", out)]
     else:

@@ -55,8 +55,9 @@ def plan(
             body = line.strip()
             start = line.index(body[0])
             pieces = Pieces(line[:start], [body], line[start + len(body) :])
-        fitted = [p for s in pieces.sentences for p in (
-            [s] if fits(s, limit) else fit(s, count, limit))]  # fmt: skip
+        fitted = [
+            p for s in pieces.sentences for p in ([s] if fits(s, limit) else fit(s, count, limit))
+        ]
         cut = len(fitted) > len(pieces.sentences)
         out.append(dataclasses.replace(pieces, sentences=fitted, cut=cut))
     return out
@@ -175,7 +176,7 @@ def translate_lines(
     phrases per line) keep their line whole; a `glossary` gives each piece the target terms of
     the source terms in it; `on_split(n)` hears how many lines were split into sentences;
     `fields` go to `engine.translate` as they are."""
-    token = target_token(source_languages(getattr(engine, "src_tok", None)), target_lang)
+    token = target_token(source_languages(engine.src_tok), target_lang)
     if segmenter is not None and not several:
         check_split_options(options)
     whole = None if constraints is None else [bool(c) for c in constraints]

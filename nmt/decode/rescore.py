@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nmt.decode.lines import BATCH_LINES, check_inputs, count_lines, is_regular
+from nmt.decode.lines import BATCH_LINES, check_inputs, check_output, count_lines, is_regular
 from nmt.errors import NmtError
 from nmt.textio import atomic_write, read_lines
 
@@ -116,6 +116,7 @@ def rescore_files(
     both (before anything is written when both are regular files). `progress(stack, total)`
     returns the per-chunk `advance(n)`."""
     check_inputs([source, target], fmt)  # the formats and file checks `nmt translate` has
+    check_output(output)
     total = None
     if is_regular(source) and is_regular(target):
         total, other = count_lines(source), count_lines(target)
@@ -127,9 +128,13 @@ def rescore_files(
         advance = progress(stack, total) if progress is not None and total is not None else None
         for src_lines, tgt_lines in _paired_chunks(source, target, BATCH_LINES):
             scores = rescore(
-                translator, src_lines, tgt_lines, batch_tokens, first_line=n + 1,
+                translator,
+                src_lines,
+                tgt_lines,
+                batch_tokens,
+                first_line=n + 1,
                 on_warning=on_warning,
-            )  # fmt: skip
+            )
             out.writelines(format_score(s, fmt, average) for s in scores)
             out.flush()  # a reader gone (`| head`) is found here, inside the command
             n += len(scores)

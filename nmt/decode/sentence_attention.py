@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from nmt.decode.engine import check_attention_kind
 from nmt.decode.options import DecodeOptions
 from nmt.errors import NmtError
-from nmt.models.base import ATTENTION_KINDS
 
 
 def _warn(message: str) -> None:
@@ -45,8 +45,7 @@ def sentence_attention(
     translation."""
     for given, what in ((source, "source sentence"), (target, "target")):
         _check_utf8(given, what)
-    if kind not in ATTENTION_KINDS:
-        raise NmtError(f"attention kind must be cross, self or decoder, got {kind!r}")
+    check_attention_kind(kind)
     silent = target is None  # the search encodes it again, and warns there
     (ids,) = translator.encode_sources([source], 1, (lambda _: None) if silent else _warn)
     if not ids:  # blank, or nothing left after normalisation (control characters)

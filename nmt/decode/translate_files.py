@@ -8,10 +8,17 @@ import dataclasses
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from nmt.data.sentences import Segmenter
-from nmt.decode.constraints import Glossary, parse_jsonl_line
+from nmt.data.vocab import Tokenizer
+from nmt.decode.constraints import (
+    CONSTRAINTS_REFUSED,
+    Glossary,
+    check_constraint_options,
+    check_input_format,
+    parse_jsonl_line,
+)
 from nmt.decode.engine import Engine
 from nmt.decode.lines import (
     BATCH_LINES,
@@ -26,7 +33,7 @@ from nmt.decode.lines import (
     unknown_warning,
     warn_to_stderr,
 )
-from nmt.decode.options import DecodeOptions, given_options
+from nmt.decode.options import DecodeOptions, ResolvedOptions, given_options
 from nmt.decode.paragraphs import (
     sentence_splitting,
     source_languages,
@@ -89,8 +96,11 @@ def translate_files(
     opts = given_options(options, fields)
     paths = check_inputs(inputs, fmt, errors, opts.with_attention, opts.nbest, buffer_size)
     check_output(output)
+    check_input_format(input_format)
     opts = dataclasses.replace(opts, scores=fmt == "jsonl")
     resolved = translator.resolve_options(opts)  # bad options fail before any input is read
+    if glossary is not None:
+        check_glossary(translator, resolved)
     segmenter, several = sentence_splitting(split_sentences, opts, translator.languages[0])
     target_token(source_languages(translator.src_tok), target_lang)  # as the options
     if glossary is not None:  # before any input is read
@@ -115,6 +125,48 @@ def translate_files(
     for name, seen in found:
         if several and seen.split > 0 and on_notice is not None:
             on_notice(split_notice(name, seen.split, seen.lines))
+
+
+class HasTokenizers(Protocol):
+    """An opened model or export directory: its (source, target) tokenizers."""
+
+    @property
+    def tokenizers(self) -> tuple[Tokenizer, Tokenizer]: ...
+
+
+def check_target(opened: HasTokenizers, name: str, target_lang: str | None = None) -> str | None:
+    """The token of `target_lang` for the model of `opened` (named `name`; an ensemble's first),
+    checked before it loads: a multilingual model needs one, any other takes none."""
+    return target_token(source_languages(opened.tokenizers[0]), target_lang, name)
+
+
+def check_glossary(engine: Engine, options: ResolvedOptions) -> None:
+    """Refuse a glossary the engine cannot apply: no constrained search, or a search that is not
+    a beam."""
+    if not engine.capabilities.constraints:
+        raise NmtError(f"--glossary: {CONSTRAINTS_REFUSED}")
+    check_constraint_options(options, "--glossary:")
+
+
+def check_engine(engine: Engine, options: DecodeOptions, name: str, glossary: bool = False) -> None:
+    """Refuse at once, naming the model `name`, what the opened engine cannot decode as
+    `options` ask (with a `glossary`): constraints from an engine without a constrained search,
+    attention from a model without any, sampling from an `nmt export`."""
+    if glossary and not engine.capabilities.constraints:
+        raise NmtError(f"--glossary: {CONSTRAINTS_REFUSED}")
+    if options.with_attention:
+        require_attention(engine, name)
+    if options.sampling is not None and not engine.capabilities.sampling:
+        raise NmtError(
+            f"{name}: --sampling needs a model directory (an `nmt export` directory decodes with "
+            "CTranslate2's search)"
+        )
+
+
+def require_attention(engine: Engine, name: str) -> None:
+    """One line instead of a failed search when the model (named `name`) has no attention."""
+    if not engine.capabilities.with_attention:
+        raise NmtError(f"{name}: this model has no attention (model.attention: none)")
 
 
 @dataclass

@@ -268,14 +268,14 @@ class Translator:
 
     def describe(self) -> dict[str, Any]:
         """What runs, for `nmt serve`'s /info: engine, architecture, device and precision."""
-        module = self.model if isinstance(self.model, torch.nn.Module) else None
-        params = sum(p.numel() for p in module.parameters()) if module is not None else None
+        params = sum(p.numel() for p in self.model.parameters())
         return {
             "engine": "pytorch",
             "architecture": {**dataclasses.asdict(self.cfg.model), "parameters": params},
             "device": str(self.device),
             "precision": self.precision,
             "lowercase": self.src_tok.lowercase,  # input lowercased (`preprocess --lowercase`)
+            "runtime": None,  # PyTorch: the page names no runtime beside the device
         }
 
     def score_ids(

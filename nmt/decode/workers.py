@@ -66,9 +66,11 @@ def map_batches(
     threads = torch.get_num_threads()
     # Each pool thread sets its own OpenMP team size; MKL's is process-wide, so it is restored.
     pool = ThreadPoolExecutor(
-        workers, "nmt-decode", initializer=torch.set_num_threads,
+        workers,
+        "nmt-decode",
+        initializer=torch.set_num_threads,
         initargs=(max(1, threads // workers),),
-    )  # fmt: skip
+    )
     try:
         yield from _as_completed(lambda batch: pool.submit(fn, batch), batches)
     finally:
@@ -126,9 +128,11 @@ class DecodePool:
         if self._executor is not None:
             return
         executor = ProcessPoolExecutor(
-            self.workers, multiprocessing.get_context("fork"), initializer=_start_worker,
+            self.workers,
+            multiprocessing.get_context("fork"),
+            initializer=_start_worker,
             initargs=(self.target, self.threads),
-        )  # fmt: skip
+        )
         self._executor = executor
         # Forking happens at the first submit; one no-op per process also records what each
         # held then (shared with this process), so `peak_extra_mb` counts only what it added.

@@ -98,7 +98,7 @@ def evaluate(
     translator = open_translator(open_dirs(dirs), device, checkpoint, precision)
     advance = None if progress is None else lambda n: progress(n, len(src_lines))
     with translator:  # its worker processes end with the translation
-        languages = source_languages(getattr(translator, "src_tok", None))
+        languages = source_languages(translator.src_tok)
         target_token(languages, target_lang, str(dirs[0]))  # naming the directory
         hyps, split = _translate(
             translator, src_lines, str(src), how, split_sentences, advance, target_lang

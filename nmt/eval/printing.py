@@ -103,6 +103,7 @@ def _print_rich(table: Any, results: Iterable[Any]) -> None:
 
 def print_scores(rows: list[tuple[str, list[Result]]], as_json: bool, width: int) -> None:
     """JSON list, a rich table on a terminal, else sacrebleu's own text lines (signature always)."""
+    check_width(width)
     if as_json:
         objs = [{"system": name, **r.to_dict(width)} for name, results in rows for r in results]
         print(json.dumps(objs, indent=1, ensure_ascii=False))
@@ -161,6 +162,11 @@ def report_kind(paired_bs: bool, paired_ar: bool, sentence: bool, width: int) ->
     paired = "bs" if paired_bs else "ar" if paired_ar else None
     if sentence and paired:
         raise NmtError("--sentence cannot be combined with a paired test")
+    check_width(width)
+    return paired
+
+
+def check_width(width: int) -> None:
+    """Refuse a negative number of decimals (`--width`) before anything is scored."""
     if width < 0:
         raise NmtError(f"--width must be >= 0, got {width}")
-    return paired

@@ -80,10 +80,16 @@ def _by_length(
     assert req.by_length is not None
     names = bylength.system_labels(hyps, list(req.labels) if req.labels else None)
     result = bylength.score_by_length(
-        scoring.read_text(req.by_length), [(n, s) for n, (_, s) in zip(names, systems, strict=True)],
-        refs, bylength.parse_buckets(req.buckets), metrics, req.options, req.length_unit, req.spm,
+        scoring.read_text(req.by_length),
+        [(n, s) for n, (_, s) in zip(names, systems, strict=True)],
+        refs,
+        bylength.parse_buckets(req.buckets),
+        metrics,
+        req.options,
+        req.length_unit,
+        req.spm,
         req.by_length,
-    )  # fmt: skip
+    )
     bylength.print_report(result, req.as_json, req.width)
     if req.plot:
         bylength.plot_by_length(result, req.plot)

@@ -40,9 +40,9 @@ class _NoRandomFills(TorchFunctionMode):
     methods it calls); everything else, such as a sinusoid table, is computed as usual."""
 
     FILLS = frozenset(
-        {"uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_",
-         "xavier_uniform_", "xavier_normal_", "orthogonal_", "sparse_"}
-    )  # fmt: skip
+        "uniform_ normal_ trunc_normal_ kaiming_uniform_ kaiming_normal_ xavier_uniform_ "
+        "xavier_normal_ orthogonal_ sparse_".split()
+    )
 
     def __torch_function__(
         self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None

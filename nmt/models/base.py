@@ -23,6 +23,7 @@ Token ids are fixed for every model: pad 0, unk 1, bos 2, eos 3.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import torch
@@ -68,6 +69,9 @@ class Decoder(Protocol):
     max_positions: int  # longest sequence it takes (0: no limit); search output capped at this - 1
     attention_kinds: tuple[str, ...]  # what forward_with_attention gives (of ATTENTION_KINDS)
     autocast_inference: bool  # decodes in bf16 under autocast around fp32 parts, not cast whole
+    training: bool  # in training mode (nn.Module's flag)
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> Any: ...
 
@@ -99,3 +103,17 @@ class Decoder(Protocol):
         tgt_in: torch.Tensor,
         kind: str = "cross",
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class Trainable(Decoder, Protocol):
+    """What training's loss and validation rely on beside decoding; every registered
+    architecture has it: the decoder's last hidden states, the output projection they go through
+    (its weight may be the target embeddings'), and a fixed output bias (an imported model's)."""
+
+    output: torch.nn.Linear  # hidden states -> target vocabulary scores
+    tgt_embed: torch.nn.Embedding
+    output_bias: torch.Tensor | None  # (V,) added to the scores, or None
+
+    def features(
+        self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+    ) -> torch.Tensor: ...

@@ -68,7 +68,7 @@ class Ensemble(nn.Module):
         )
         self.has_attention = bool(self.attention_kinds)
         self._log_n = math.log(len(models))
-        self.train(getattr(models[0], "training", False))  # as loaded (eval to decode)
+        self.train(models[0].training)  # as loaded (eval to decode)
 
     def _decoders(self) -> list[Decoder]:
         return list(self.members)  # type: ignore[arg-type]

@@ -62,6 +62,7 @@ class Seq2Seq(nn.Module):
     """Bidirectional RNN encoder, attentional RNN decoder with input feeding of the context."""
 
     autocast_inference = True  # bf16 decoding keeps fp32 weights: the recurrences run in fp32
+    output_bias: torch.Tensor | None = None  # no fixed output bias (an imported Transformer's)
 
     def __init__(self, cfg: Seq2SeqConfig, vocab: VocabInfo) -> None:
         super().__init__()

@@ -19,6 +19,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from nmt.decode.engine import Engine
 from nmt.serve.attention_query import Refusal
 from nmt.serve.batcher import BatchResult
 from nmt.serve.fields import bad
@@ -34,10 +35,11 @@ from nmt.serve.state import ServerState, Settings, Work
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("nmt.serve")
+EngineFactory = Callable[[], Engine]  # builds the served engine (on a thread, at start-up)
 
 
-def create_app(translator_factory: Callable[[], Any], settings: Settings | None = None) -> FastAPI:
-    """The app: the factory runs on a thread at start-up and returns a `Translator`."""
+def create_app(translator_factory: EngineFactory, settings: Settings | None = None) -> FastAPI:
+    """The app: the factory runs on a thread at start-up and returns an `Engine`."""
     settings = settings or Settings()
     settings.check()
     state = ServerState(settings)

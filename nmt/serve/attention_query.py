@@ -135,7 +135,7 @@ def unavailable(translator: Engine) -> str | None:
 
 
 def attention_records(
-    translator: Any, items: list[tuple[str, str | None]], query: AttentionQuery
+    translator: Engine, items: list[tuple[str, str | None]], query: AttentionQuery
 ) -> list[dict[str, Any] | Refusal]:
     """The worker's job: per (source, target), the answer or why there is none (one refused
     sentence does not fail the others in its group)."""
@@ -143,7 +143,7 @@ def attention_records(
 
 
 def _record(
-    translator: Any, source: str, target: str | None, query: AttentionQuery
+    translator: Engine, source: str, target: str | None, query: AttentionQuery
 ) -> dict[str, Any] | Refusal:
     """One sentence's selected matrix with its labels (a user's mistake: a `Refusal`)."""
     try:

@@ -231,13 +231,19 @@ def glossary_pairs(value: Any) -> Any:
     if value is None:
         return None
     if not isinstance(value, list):
-        raise Refused("{name} must be a list of [source term, target term] pairs, got {got}",
-                      got=json_type(value))  # fmt: skip
+        raise Refused(
+            "{name} must be a list of [source term, target term] pairs, got {got}",
+            got=json_type(value),
+        )
     for i, pair in enumerate(value):
-        if not (isinstance(pair, list) and len(pair) == 2
-                and all(isinstance(t, str) and t.strip() for t in pair)):  # fmt: skip
-            raise Refused("{name} must be a [source term, target term] pair of non-empty strings",
-                          at=(i,))  # fmt: skip
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(isinstance(t, str) and t.strip() for t in pair)
+        ):
+            raise Refused(
+                "{name} must be a [source term, target term] pair of non-empty strings", at=(i,)
+            )
     return [(s.strip(), t.strip()) for s, t in value]
 
 

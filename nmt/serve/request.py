@@ -180,9 +180,10 @@ class TranslateBody(Body):
             raise Refused(str(e)) from None
         many = isinstance(self.text, list)
         shaped = self.constraints is None or (
-            all(isinstance(c, list) for c in self.constraints) if many
+            all(isinstance(c, list) for c in self.constraints)
+            if many
             else all(isinstance(c, str) for c in self.constraints)
-        )  # fmt: skip
+        )
         if not shaped or (many and len(self.constraints or self.text) != len(self.text)):
             raise Refused(
                 "'constraints' must be a list of strings for a string 'text', or one list of "

@@ -150,5 +150,5 @@ ATTENTION_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {
         "model": Problem,
         "description": "A missing, unknown or mistyped field; no such layer or head.",
-    },  # fmt: skip
+    },
 }

@@ -6,13 +6,16 @@ from __future__ import annotations
 import errno
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nmt.decode.lines import model_dirs
 from nmt.decode.paragraphs import source_languages, target_token
 from nmt.errors import NmtError
 from nmt.serve.app import create_app
 from nmt.serve.state import Settings
+
+if TYPE_CHECKING:
+    from nmt.decode.engine import Engine
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -22,7 +25,7 @@ def translator_factory(
     device: str = "auto",
     checkpoint: str = "default",
     precision: str = "auto",
-) -> Callable[[], Any]:
+) -> Callable[[], Engine]:
     """A deferred `open_translator`: a `Translator` for a model directory (a list: an ensemble),
     CTranslate2 for an `nmt export` directory (paths, or directories `open_dirs` opened);
     options that do not apply fail now."""

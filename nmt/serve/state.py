@@ -15,7 +15,9 @@ from typing import Any
 
 from nmt.data.marian_vocab import language_name
 from nmt.data.sentences import Segmenter
+from nmt.data.vocab import Tokenizer
 from nmt.decode.constraints import Glossary
+from nmt.decode.engine import Engine
 from nmt.decode.options import MAX_SAMPLES, DecodeOptions, OptionError
 from nmt.decode.paragraphs import (
     sentence_splitting,
@@ -122,16 +124,16 @@ class ServerState:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.translator: Any = None
+        self.translator: Engine | None = None
         self.batcher: MicroBatcher | None = None
         self.error: str | None = None
         self.info: dict[str, Any] = {}
         self.sampling_ok = False  # the engine draws nmt's keyed samples (not an export)
         self.name = model_name(settings.model_dir)
 
-    async def load(self, factory: Callable[[], Any]) -> None:
+    async def load(self, factory: Callable[[], Engine]) -> None:
         """Build the translator on a thread (the loop keeps answering /health), then batch."""
-        translator = None
+        translator: Engine | None = None
         try:
             translator = await asyncio.to_thread(_loaded, factory)
             budget = self.settings.max_batch_tokens or translator.decoding.batch_tokens
@@ -158,33 +160,37 @@ class ServerState:
             )
         return self.batcher
 
+    @property
+    def engine(self) -> Engine:
+        """The loaded engine: asked for only once `ready` has answered."""
+        if self.translator is None:
+            raise bad(503, self.error or "the model is still loading")
+        return self.translator
+
     def context(self) -> Context:
         """What a body is checked against: the limits and the loaded model."""
-        constraints_ok = self.translator.capabilities.constraints
-        return Context(
-            self.settings.limits, self.translator.decoding, self.sampling_ok, constraints_ok
-        )
+        constraints_ok = self.engine.capabilities.constraints
+        return Context(self.settings.limits, self.engine.decoding, self.sampling_ok, constraints_ok)
 
     def translation(self, body: bytes) -> Work:
         """A /translate body checked and tokenised (CPU work: run it off the event loop)."""
         req = parse(TranslateBody, body, self.context())
         lines = req.lines()
         token = self.target(req.target_lang)
-        options = req.options(self.translator.decoding)
+        options = req.options(self.engine.decoding)
         segmenter, several = sentence_splitting(req.split_sentences, options, None)
         how = SplitSentences(options, several) if segmenter is not None else options
-        lengths = _lengths(self.translator, lines, reserve=token is not None)
+        lengths = _lengths(self.engine, lines, reserve=token is not None)
         phrases, glossary = req.line_constraints(), req.glossary_terms()
         if phrases is None and glossary is None:
             return Work(lines, how if token is None else Target(how, token), lengths)
         wanted = [list(p) for p in phrases or [[]] * len(lines)]
-        terms = [glossary.constraints(x, self.translator.src_tok.lowercase) for x in lines] if (
-            glossary) else [[] for _ in lines]  # fmt: skip
+        lower = self.engine.src_tok.lowercase
+        terms = [glossary.constraints(x, lower) if glossary else [] for x in lines]
+        joined = [w + t for w, t in zip(wanted, terms, strict=True)]
+        search = {"beam_size": options.beam_size, "length_penalty": options.length_penalty}
         try:  # the request alone: a refusal never fails a batch it would share
-            self.translator.check_constraints(
-                lines, [w + t for w, t in zip(wanted, terms, strict=True)],
-                beam_size=options.beam_size, length_penalty=options.length_penalty,
-            )  # fmt: skip
+            self.engine.check_constraints(lines, joined, **search)
         except NmtError as e:
             raise bad(422, str(e)) from None
         pairs = list(zip(lines, [tuple(w) for w in wanted], strict=True))
@@ -194,7 +200,7 @@ class ServerState:
     def target(self, asked: str | None) -> str | None:
         """The token of a request's `target_lang` (the server's `--target-lang` when it names
         none), which a multilingual model needs and no other takes: 422 naming the choices."""
-        languages = source_languages(self.translator.src_tok)
+        languages = source_languages(self.engine.src_tok)
         try:
             return target_token(languages, asked or self.settings.target_lang)
         except OptionError as e:
@@ -203,23 +209,23 @@ class ServerState:
     def scoring(self, body: bytes) -> Work:
         """A /score body checked and tokenised (CPU work: run it off the event loop)."""
         pairs = parse(ScoreBody, body, self.context()).pairs()
-        return Work(pairs, SCORE, _pair_lengths(self.translator, pairs))
+        return Work(pairs, SCORE, _pair_lengths(self.engine, pairs))
 
     def attending(self, body: bytes) -> Work:
         """A /attention body checked, against the model too (400 for an export or a model
         without attention), and tokenised (CPU work: run it off the event loop)."""
         req = parse(AttentionBody, body, self.context())
-        why = unavailable(self.translator)
+        why = unavailable(self.engine)
         if why is not None:
             raise bad(400, why)
-        query = req.query(self.translator.decoding)
+        query = req.query(self.engine.decoding)
         if req.target is None:
-            return Work([(req.text, None)], query, _lengths(self.translator, [req.text]))
+            return Work([(req.text, None)], query, _lengths(self.engine, [req.text]))
         pairs = [(req.text, req.target)]
-        return Work(pairs, query, _pair_lengths(self.translator, pairs))
+        return Work(pairs, query, _pair_lengths(self.engine, pairs))
 
 
-def _loaded(factory: Callable[[], Any]) -> Any:
+def _loaded(factory: Callable[[], Engine]) -> Engine:
     """The translator with its decoding processes forked now, while no request is decoding
     (a fork copies other threads' locks as they are at that moment)."""
     translator = factory()
@@ -236,7 +242,7 @@ def model_name(model_dir: str) -> str:
     return "/".join(Path(model_dir).resolve().parts[-2:]) if model_dir else "model"
 
 
-def _decoder(translator: Any, budget: int, share: bool = False) -> Decode:
+def _decoder(translator: Engine, budget: int, share: bool = False) -> Decode:
     """The worker thread's job: translate lines (or score pairs) into JSONL-shaped records, the
     records of `nmt translate --format jsonl` and `nmt rescore --format jsonl`; or a sentence's
     attention (a `Refusal` when the model cannot give it)."""
@@ -265,16 +271,25 @@ def _decoder(translator: Any, budget: int, share: bool = False) -> Decode:
         sampled = keys if options.sampling is not None else None
         parts: dict[str, Any] = {"parts": slots} if share else {}  # the workers it holds
         out = translate_lines(
-            translator, items, options, segmenter=segmenter if split else None,
-            several=split is not None and split.several, tgt_lang=translator.languages[1], on_warning=log.warning, keys=sampled,
-            batch_tokens=budget, target_lang=target, **parts, **terms,
-        )  # fmt: skip
+            translator,
+            items,
+            options,
+            segmenter=segmenter if split else None,
+            several=split is not None and split.several,
+            tgt_lang=translator.languages[1],
+            on_warning=log.warning,
+            keys=sampled,
+            batch_tokens=budget,
+            target_lang=target,
+            **parts,
+            **terms,
+        )
         return [tr.to_json(options.with_attention) for tr in out]
 
     return decode
 
 
-def model_info(translator: Any, settings: Settings, budget: int, name: str) -> dict[str, Any]:
+def model_info(translator: Engine, settings: Settings, budget: int, name: str) -> dict[str, Any]:
     """GET /info: what is served (engine, languages, architecture), its decoding defaults, what
     it can do (sampling: model directories only; the kinds POST /attention gives) and the
     limits."""
@@ -306,7 +321,7 @@ def model_info(translator: Any, settings: Settings, budget: int, name: str) -> d
 
 
 def _lengths(
-    translator: Any, lines: list[str], tokenizer: Any = None, reserve: bool = False
+    translator: Engine, lines: list[str], tokenizer: Tokenizer | None = None, reserve: bool = False
 ) -> list[int]:
     """Tokens per line as the model will see them (eos included, a target-language token too
     with `reserve`, truncation applied), by the source tokenizer unless another is given."""
@@ -315,7 +330,7 @@ def _lengths(
     return [1 + reserve + (min(len(x), limit) if limit > 0 else len(x)) for x in ids]
 
 
-def _pair_lengths(translator: Any, pairs: list[tuple[str, str]]) -> list[int]:
+def _pair_lengths(translator: Engine, pairs: list[tuple[str, str]]) -> list[int]:
     """Padded tokens per pair: the longer of its source and target as the model sees them."""
     src = _lengths(translator, [s for s, _ in pairs])
     tgt = _lengths(translator, [t for _, t in pairs], translator.tgt_tok)

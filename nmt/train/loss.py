@@ -12,12 +12,12 @@ Both sums are returned so training can log the true NLL (perplexity) next to the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
-from nmt.data.vocab import PAD_ID
+from nmt.models.base import Trainable
 
 # Rows of logits alive at once: (512, 8k) float32 is 16 MB. Over 32 MB, glibc's malloc maps every
 # block afresh and the first touch of each page faults (1024 rows was slower).
@@ -62,7 +62,7 @@ class _SmoothedNLL(torch.autograd.Function):
 
 
 def label_smoothed_nll(
-    logits: torch.Tensor, target: torch.Tensor, eps: float, pad_id: int = PAD_ID
+    logits: torch.Tensor, target: torch.Tensor, eps: float, pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Summed smoothed loss and summed NLL over non-pad targets, and their count.
 
@@ -179,7 +179,7 @@ def linear_smoothed_nll(
     weight: torch.Tensor,
     target: torch.Tensor,
     eps: float,
-    pad_id: int = PAD_ID,
+    pad_id: int,
     bias: torch.Tensor | None = None,
     freeze_pad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -207,7 +207,7 @@ def chunked_nll(
     hidden: torch.Tensor,
     weight: torch.Tensor,
     target: torch.Tensor,
-    pad_id: int = PAD_ID,
+    pad_id: int,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, int]:
     """Summed NLL of the non-pad targets and their count, CHUNK_ROWS rows of logits at a time
@@ -231,32 +231,27 @@ class LossHead(nn.Module):
 
     The model's pad id is ignored as a target, its fixed `output_bias` (an imported model's)
     added to the logits. Wrapping the model (no copy of it) lets DDP and torch.compile see one forward that ends in
-    the loss. Models without `features` (the Decoder Protocol's optional fast path) fall back
-    to their logits and `label_smoothed_nll`.
+    the loss. The model is a `Trainable` (nmt.models.base): every registered architecture.
     """
 
-    def __init__(
-        self, model: nn.Module, eps: float, pad_id: int = PAD_ID, keep_pad: bool = False
-    ) -> None:
+    def __init__(self, model: nn.Module, eps: float, pad_id: int, keep_pad: bool = False) -> None:
         super().__init__()
         self.model, self.eps, self.pad_id = model, eps, pad_id
-        out, emb = getattr(model, "output", None), getattr(model, "tgt_embed", None)
+        net = cast(Trainable, model)  # every registered model has what training needs
         # `keep_pad`: an output matrix tied to the embeddings keeps their <pad> row at zero
         # (padding_idx gives it no gradient through the embeddings; the softmax would)
-        tied = out is not None and emb is not None and out.weight is emb.weight
+        tied = net.output.weight is net.tgt_embed.weight
         self.freeze_pad = keep_pad and tied
 
     def forward(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, tgt_out: Any
     ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Summed smoothed loss, summed NLL (detached) and the target token count."""
-        model: Any = self.model
-        if hasattr(model, "features"):
-            hidden = model.features(src, src_lengths, tgt_in)  # (B, T, d)
-            bias = getattr(model, "output_bias", None)
-            extra: dict[str, Any] = {} if bias is None else {"bias": bias}
-            if self.freeze_pad:
-                extra["freeze_pad"] = True
-            weight = model.output.weight
-            return linear_smoothed_nll(hidden, weight, tgt_out, self.eps, self.pad_id, **extra)
-        return label_smoothed_nll(model(src, src_lengths, tgt_in), tgt_out, self.eps, self.pad_id)
+        model = cast(Trainable, self.model)
+        hidden = model.features(src, src_lengths, tgt_in)  # (B, T, d)
+        bias = model.output_bias
+        extra: dict[str, Any] = {} if bias is None else {"bias": bias}
+        if self.freeze_pad:
+            extra["freeze_pad"] = True
+        weight = model.output.weight
+        return linear_smoothed_nll(hidden, weight, tgt_out, self.eps, self.pad_id, **extra)

@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from nmt.data import batching
-from nmt.data.vocab import PAD_ID, Tokenizer, VocabInfo
+from nmt.data.vocab import Tokenizer, VocabInfo
 from nmt.decode.workers import decode_workers, map_batches
 from nmt.dirs.data import DataDir, Split
-from nmt.models.base import Decoder
-from nmt.train.loss import chunked_nll, label_smoothed_nll
+from nmt.models.base import Decoder, Trainable
+from nmt.train.loss import chunked_nll
 
 
 @dataclass
@@ -100,20 +100,14 @@ def over_limit(valid: ValidSet, max_positions: int) -> int:
 
 
 def teacher_forced_nll(
-    model: nn.Module, batch: batching.Batch, pad_id: int = PAD_ID
+    model: nn.Module, batch: batching.Batch, pad_id: int
 ) -> tuple[torch.Tensor, int]:
     """Summed NLL of a batch's targets and their count: through the model's features and chunks
-    of logits where it has them (a whole (B, T, V) float32 logits tensor and its log-softmax
-    were most of validation's peak memory), else through its logits; with the model's fixed
-    output bias, if any."""
-    net: Any = model
-    if hasattr(net, "features"):
-        hidden = net.features(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, d)
-        bias = getattr(net, "output_bias", None)
-        return chunked_nll(hidden, net.output.weight, batch.tgt_out, pad_id, bias)
-    logits = net(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
-    _, nll, count = label_smoothed_nll(logits, batch.tgt_out, 0.0, pad_id)
-    return nll, count
+    of logits (a whole (B, T, V) float32 logits tensor and its log-softmax were most of
+    validation's peak memory), with the model's fixed output bias, if any."""
+    net = cast(Trainable, model)  # every registered model has its features and projection
+    hidden = net.features(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, d)
+    return chunked_nll(hidden, net.output.weight, batch.tgt_out, pad_id, net.output_bias)
 
 
 def validate(
@@ -139,7 +133,7 @@ def validate(
 
     n = len(valid.refs)
     src, tgt = valid.split.src, valid.split.tgt
-    pad = PAD_ID if valid.ids is None else valid.ids.pad_id
+    pad = cast(Decoder, model).vocab.pad_id  # the model's own
     ids = {} if valid.ids is None else {"ids": valid.ids}
     # tokens only: BLEU needs no scores
     options = ResolvedOptions(max_len_a=max_len_a, max_len_b=max_len_b, scores=False)

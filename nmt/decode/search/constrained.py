@@ -176,8 +176,9 @@ def constrained_beam_search(
         at_max = rows.at_max(t, k)
         mask_step(lp, t, opts.min_len, start, at_max)
         origin = rows.origin.tolist()
-        _block_eos(lp, [sents[origin[r // k]].done(p) for r, p in enumerate(progress)], at_max,
-                   start.eos)  # fmt: skip
+        _block_eos(
+            lp, [sents[origin[r // k]].done(p) for r, p in enumerate(progress)], at_max, start.eos
+        )
         lp.add_(rows.scores.view(-1, 1))  # (n*k, V) total log-prob of each continuation
         choices = _choose(lp, rows, [sents[i] for i in origin], progress, k, start.eos)
         loop.hyps.attn = append_attention(loop.hyps.attn, attn if need_attn else None)
@@ -238,10 +239,11 @@ def _choose(
         pairs[r // k][(r % k, tok)] = s
     retired = rows.retired.tolist()
     return [
-        _Choice([], []) if retired[j] else _rank(pairs[j], sents[j], progress[j * k : j * k + k],
-                                                 k, eos)
+        _Choice([], [])
+        if retired[j]
+        else _rank(pairs[j], sents[j], progress[j * k : j * k + k], k, eos)
         for j in range(n)
-    ]  # fmt: skip
+    ]
 
 
 def _rank(

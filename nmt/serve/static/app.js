@@ -29,7 +29,7 @@ async function loadInfo() {
   const layers = arch.encoder_layers !== undefined ? ` ${arch.encoder_layers}+${arch.decoder_layers} layers` : "";
   const params = arch.parameters ? ` · ${(arch.parameters / 1e6).toFixed(1)}M parameters` : "";
   const name = info.ensemble ? `ensemble of ${info.ensemble.length} (${info.ensemble.join(", ")})` : info.model;
-  const engine = info.engine === "ctranslate2" ? ` · CTranslate2 ${info.precision}` : "";
+  const engine = info.runtime ? ` · ${info.runtime}` : "";
   $("model").textContent = `${name} · ${langs}${arch.type}${layers}${params} · ${info.device}${engine}`;
   $("beam").value = info.decoding.beam_size;
   $("sample").disabled = !info.sampling; // an export's CTranslate2 does not sample
