@@ -19,10 +19,11 @@ from nmt.cli.errors import cli_message
 from nmt.decode.constraints import Glossary
 from nmt.decode.engine import Engine
 from nmt.decode.lines import check_model_dirs
-from nmt.decode.loading import open_dirs, open_translator
+from nmt.decode.loading import open_translator
 from nmt.decode.options import DecodeOptions, Sampling, sampling_options
 from nmt.decode.rescore import rescore_files
 from nmt.decode.translate_files import check_engine, check_target, translate_files
+from nmt.dirs import open_dirs
 from nmt.errors import NmtError
 from nmt.eval.printing import check_width
 
@@ -56,8 +57,8 @@ def place(tmp_path_factory) -> Place:
     src, glossary = root / "in.txt", root / "terms.tsv"
     src.write_text("a b c\n", encoding="utf-8")
     glossary.write_text("a\tb\n", encoding="utf-8")
-    engine = open_translator(str(model), device="cpu")
-    ct2 = open_translator(str(export), device="cpu")
+    engine = open_translator(open_dirs([str(model)]), device="cpu")
+    ct2 = open_translator(open_dirs([str(export)]), device="cpu")
     return Place(model, export, src, glossary, root / "none", engine, ct2)
 
 
@@ -158,7 +159,7 @@ CASES: list[tuple[str, list[str], Callable[[Place], object]]] = [
     (
         "precision-export",
         [*EXPORTED, "--precision", "bf16"],
-        lambda p: open_translator(str(p.export), precision="bf16"),
+        lambda p: open_translator(open_dirs([str(p.export)]), precision="bf16"),
     ),
     (
         "attention-kind",
