@@ -205,8 +205,8 @@ def _quiet_process() -> bool:
     """Whether nothing but this thread is left that an ordinary exit would wait for or flush."""
     if sys.gettrace() is not None or sys.getprofile() is not None:
         return False  # coverage, cProfile: they write their results at exit
-    if any(t.is_alive() and not t.daemon for t in threading.enumerate()
-           if t is not threading.main_thread()):  # fmt: skip
+    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+    if any(t.is_alive() and not t.daemon for t in others):
         return False
     dist = sys.modules.get("torch.distributed")
     return not (dist is not None and dist.is_available() and dist.is_initialized())

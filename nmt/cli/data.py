@@ -114,21 +114,19 @@ def preprocess_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Clean a parallel corpus, learn SentencePiece, and encode every split into DATA_DIR."""
+    # First, while the options are the only names bound: all but three are PreprocessConfig's
+    # fields, by the same names.
+    options = dict(locals())
     import contextlib
 
     from nmt.data.preprocess import PreprocessConfig, preprocess
     from nmt.data.tsv import parse_columns
 
-    cfg = PreprocessConfig(
-        src_lang, tgt_lang, train, valid=valid, tests=test or (), vocab_size=vocab_size,
-        spm_type=spm_type, joint=joint, max_len=max_len, max_ratio=max_ratio, dedupe=dedupe,
-        threads=threads, skip_invalid=skip_invalid, character_coverage=character_coverage,
-        spm_sample=spm_sample, spm_from=spm_from, extend_vocab=extend_vocab,
-        extend_all=extend_all, lowercase=lowercase,
-        columns=None if columns is None else parse_columns(columns), split_valid=split_valid,
-        split_test=split_test, valid_sample=valid_sample, seed=seed,
-        tokenizer_from=tokenizer_from,
-    )  # fmt: skip
+    for name in ("out_dir", "force", "quiet"):  # preprocess()'s own arguments
+        del options[name]
+    options["tests"] = options.pop("test") or ()
+    options["columns"] = None if columns is None else parse_columns(columns)
+    cfg = PreprocessConfig(**options)
     with contextlib.ExitStack() as stack:
         progress = None if quiet else step_progress(stack)
         manifest = preprocess(cfg, out_dir, force=force, quiet=quiet, progress=progress)

@@ -50,11 +50,16 @@ def serve_cmd(
     from nmt.serve import Settings, serve
 
     settings = Settings(
-        model_dir=model_dir[0], members=tuple(model_dir) if len(model_dir) > 1 else (),
-        checkpoint=checkpoint, max_batch_tokens=max_batch_tokens,
-        max_wait_ms=max_wait_ms, max_request_lines=max_request_lines,
-        max_line_chars=max_line_chars, timeout=timeout, target_lang=target_lang,
-    )  # fmt: skip
+        model_dir=model_dir[0],
+        members=tuple(model_dir) if len(model_dir) > 1 else (),
+        checkpoint=checkpoint,
+        max_batch_tokens=max_batch_tokens,
+        max_wait_ms=max_wait_ms,
+        max_request_lines=max_request_lines,
+        max_line_chars=max_line_chars,
+        timeout=timeout,
+        target_lang=target_lang,
+    )
     serve(model_dir, host, port, settings, device=device, precision=precision, quiet=quiet)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from nmt.data.cleaning import (
 )
 from nmt.data.corpus import sha256_file
 from nmt.data.encoding import ChunkJob, check_eval, encode_eval, encode_train
-from nmt.data.holdout import Held, HoldOut, ValidSample, hold_out
+from nmt.data.holdout import Held, HoldOut, Pairs, ValidSample, hold_out
 from nmt.data.model_tokenizer import (
     ModelTokenizer,
     copy_tokenizer,
@@ -258,6 +259,10 @@ class _Run:
         imported = self.imported
         return Tokenizer.pair(*models) if imported is None else imported_tokenizers(*imported)
 
+    def reporter(self, step: str, total: int | None) -> Callable[[int], None]:
+        """What reports a long step's progress, called with the number done so far."""
+        return lambda n: self.report(step, n, total)
+
     def count_unknown(self, split: str, counts: list[int]) -> None:
         """Record a split's lines holding pieces the model's vocabulary lacks."""
         if self.imported is not None:
@@ -288,25 +293,23 @@ class _Run:
         keep = PairFilter(train, cfg.dedupe, cfg.skip_invalid, cfg.lowercase)
         if cfg.holdout:
             self.report("hold out valid/test", 0, 1)
-            self.held = hold_out(
-                lambda: train_pairs(train, cfg.tsv_order, cfg.skip_invalid, {}),
-                lambda: PairFilter(train, False, cfg.skip_invalid, cfg.lowercase),
-                cfg.holdout, self.tmp, cfg.langs, train[0],
-            )  # fmt: skip
+
+            def pairs() -> Pairs:  # each time with a count of its own, thrown away
+                return train_pairs(train, cfg.tsv_order, cfg.skip_invalid, {})
+
+            usable = partial(PairFilter, train, False, cfg.skip_invalid, cfg.lowercase)
+            self.held = hold_out(pairs, usable, cfg.holdout, self.tmp, cfg.langs, train[0])
             self.inputs.update(self.held.files)
             keep.held, keep.test_sources = self.held.ranks, self.held.test_sources
             self.report("hold out valid/test", 1, 1)
         step = "clean train"
         self.report(step, 0, None)
+        done = self.reporter(step, None)
         if cfg.tsv_order is None and keep.simple:
-            counts, chunks = clean_files(
-                train, keep, clean, CHUNK_PAIRS, lambda n: self.report(step, n, None)
-            )
+            counts, chunks = clean_files(train, keep, clean, CHUNK_PAIRS, done)
         else:
-            counts, chunks = clean_train(
-                train_pairs(train, cfg.tsv_order, cfg.skip_invalid, keep.counts), keep, clean,
-                CHUNK_PAIRS, lambda n: self.report(step, n, None),
-            )  # fmt: skip
+            raw = train_pairs(train, cfg.tsv_order, cfg.skip_invalid, keep.counts)
+            counts, chunks = clean_train(raw, keep, clean, CHUNK_PAIRS, done)
         self.report(step, counts["read"], counts["read"])
         if not chunks:
             raise NmtError(no_pairs_message(self.inputs["train"], counts))
@@ -322,25 +325,14 @@ class _Run:
         if self.reused is not None:
             models = copy_models(self.reused, self.tmp, cfg.langs)
             if cfg.extend_vocab:
-                from nmt.data.vocab_extension import extend_copied
-
-                step = "extend sentencepiece"
-                self.report(step, 0, 1)
-                self.extension = extend_copied(
-                    models, clean, cfg.langs, self.reused, cfg.extend_vocab, cfg.extend_all,
-                    cfg.character_coverage, cfg.spm_sample, self.threads,
-                )  # fmt: skip
-                self.report(step, 1, 1)
+                self.extend_vocab(models, clean, self.reused)
             return models
         step = "train sentencepiece"
         self.report(step, 0, 1)
 
         def learn(text: Sequence[Path], prefix: Path) -> Path:
-            return train_spm(
-                text, prefix, vocab_size=cfg.vocab_size, model_type=cfg.spm_type,
-                character_coverage=cfg.character_coverage, input_sentence_size=cfg.spm_sample,
-                threads=self.threads,
-            )  # fmt: skip
+            size, kind, coverage = cfg.vocab_size, cfg.spm_type, cfg.character_coverage
+            return train_spm(text, prefix, size, kind, coverage, cfg.spm_sample, self.threads)
 
         if cfg.joint:
             model = learn(list(clean), self.tmp / "spm")
@@ -352,6 +344,18 @@ class _Run:
             )
         self.report(step, 1, 1)
         return models
+
+    def extend_vocab(self, models: Pair, clean: Pair, reused: SpmSource) -> None:
+        """--extend-vocab: append pieces to the copied models for the characters they lack."""
+        from nmt.data.vocab_extension import extend_copied
+
+        cfg, step = self.cfg, "extend sentencepiece"
+        self.report(step, 0, 1)
+        limit, coverage, sample = cfg.extend_vocab, cfg.character_coverage, cfg.spm_sample
+        self.extension = extend_copied(
+            models, clean, cfg.langs, reused, limit, cfg.extend_all, coverage, sample, self.threads
+        )
+        self.report(step, 1, 1)
 
     def encode_train(
         self, clean: Pair, chunks: list[Chunk], models: Pair, dtype: str, counts: dict[str, int]
@@ -365,10 +369,8 @@ class _Run:
             ChunkJob(clean, c, names, dtype, cfg.max_len, cfg.max_ratio, imported=self.imported)
             for c in chunks
         ]
-        enc_counts, lengths = encode_train(
-            self.tmp, self.cfg.langs, jobs, dtype, self.threads,
-            lambda n: self.report(step, n, remaining),
-        )  # fmt: skip
+        done = self.reporter(step, remaining)
+        enc_counts, lengths = encode_train(self.tmp, cfg.langs, jobs, dtype, self.threads, done)
         self.count_unknown("train", [enc_counts.pop(f"unknown_{k}", 0) for k in ("src", "tgt")])
         for k, v in enc_counts.items():
             counts[k] += v
@@ -399,10 +401,9 @@ class _Run:
         self.report(step, 0, None)
         sample = self.sample if split == "valid" else None
         unknown = [0, 0]
-        n, lengths = encode_eval(
-            self.tmp, split, self.cfg.langs, paths, toks, dtype, self.threads, CHUNK_PAIRS,
-            self.cfg.lowercase, None if sample is None else sample.lines, unknown,
-        )  # fmt: skip
+        encode = partial(encode_eval, self.tmp, split, self.cfg.langs, paths, toks, dtype)
+        keep = None if sample is None else sample.lines
+        n, lengths = encode(self.threads, CHUNK_PAIRS, self.cfg.lowercase, keep, unknown)
         self.count_unknown(split, unknown)
         self.report(step, n, n)
         held = self.held is not None and split in self.held.files

@@ -19,26 +19,32 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+
+def _words(text: str) -> set[str]:
+    """The abbreviations of a comma-separated list (one may hold a space: "z. b")."""
+    return set(text.split(", "))
+
+
 # Abbreviations after which a period never ends a sentence (titles, "for example", ...), and
 # those that end one only when no number follows (references: "s. 12", "Abs. 2"). Lowercase
 # entries match case-insensitively.
 TITLES = {
-    "en": {"mr", "mrs", "ms", "dr", "prof", "st", "mt", "messrs", "sr", "jr", "e.g", "i.e", "cf",
-           "vs", "etc", "approx"},
-    "de": {"hr", "fr", "dr", "prof", "z.b", "z. b", "d.h", "d. h", "u.a", "u. a", "bzw", "ca",
-           "vgl", "usw", "evtl", "ggf", "inkl", "nr", "s"},
-    "fr": {"m", "mm", "mme", "mmes", "mlle", "dr", "me", "pr", "p.ex", "p. ex", "cf", "env",
-           "etc"},
-    "cs": {"dr", "ing", "mgr", "prof", "např", "tzv", "tj", "apod", "atd", "resp", "č", "odst",
-           "písm", "str", "mj"},
-}  # fmt: skip
+    "en": _words("mr, mrs, ms, dr, prof, st, mt, messrs, sr, jr, e.g, i.e, cf, vs, etc, approx"),
+    "de": _words(
+        "hr, fr, dr, prof, z.b, z. b, d.h, d. h, u.a, u. a, bzw, ca, vgl, usw, evtl, ggf, "
+        "inkl, nr, s"
+    ),
+    "fr": _words("m, mm, mme, mmes, mlle, dr, me, pr, p.ex, p. ex, cf, env, etc"),
+    "cs": _words("dr, ing, mgr, prof, např, tzv, tj, apod, atd, resp, č, odst, písm, str, mj"),
+}
 NUMERIC = {
-    "en": {"s", "ss", "art", "arts", "p", "pp", "para", "paras", "ch", "sec", "subs", "vol", "fig",
-           "no", "nos", "r", "reg", "sch"},
-    "de": {"abs", "art", "nr", "s", "ziff", "bd", "kap", "abschn", "buchst", "satz", "rn"},
-    "fr": {"art", "al", "p", "par", "ch", "n", "no", "vol", "chap", "r", "ann", "règl"},
-    "cs": {"č", "odst", "písm", "odd", "str", "čl", "s", "obr"},
-}  # fmt: skip
+    "en": _words(
+        "s, ss, art, arts, p, pp, para, paras, ch, sec, subs, vol, fig, no, nos, r, reg, sch"
+    ),
+    "de": _words("abs, art, nr, s, ziff, bd, kap, abschn, buchst, satz, rn"),
+    "fr": _words("art, al, p, par, ch, n, no, vol, chap, r, ann, règl"),
+    "cs": _words("č, odst, písm, odd, str, čl, s, obr"),
+}
 NO_SPACE = {"zh", "ja", "th", "lo", "km", "my"}  # target scripts written without word spaces
 _LAST_WORD = re.compile(r"(?:^|[\s(\[«\"'„“‘])((?:\w+\.\s?)*\w+)\.$")
 _FIRST_LETTER = re.compile(r"^[\"'«„“‘(\[]*([^\W\d_])")

@@ -68,9 +68,10 @@ def summary_notes(manifest: dict[str, Any]) -> list[str]:
     if source := manifest.get("tokenizer_from"):
         notes.append(f"encoded with the tokenizer of {source['model']} (--tokenizer-from)")
     if ext := manifest.get("vocab_extension"):
-        sides = [("", ext["src"])] if ext["src"] == ext["tgt"] else [
-            (" (source)", ext["src"]), (" (target)", ext["tgt"])
-        ]  # fmt: skip
+        if ext["src"] == ext["tgt"]:
+            sides = [("", ext["src"])]
+        else:
+            sides = [(" (source)", ext["src"]), (" (target)", ext["tgt"])]
         for label, e in sides:
             chars = e["characters"]
             shown = f"{chars[:20]}{'...' if len(chars) > 20 else ''}"

@@ -134,11 +134,10 @@ def extend_for(
     if (not characters and keep is None) or limit <= 0:
         return Extension(0, characters, parent.vocab_size)
     with tempfile.TemporaryDirectory(prefix=".extend-", dir=model.parent) as tmp:
+        size = parent.vocab_size + limit
         child_model = train_spm(
-            list(text), Path(tmp) / "child", vocab_size=parent.vocab_size + limit,
-            model_type=model_type,
-            character_coverage=character_coverage, input_sentence_size=sample, threads=threads,
-        )  # fmt: skip
+            list(text), Path(tmp) / "child", size, model_type, character_coverage, sample, threads
+        )
         child = Tokenizer.load(child_model)
         pieces = new_pieces(parent, child, characters, limit, model_type, keep is not None)
     if keep:
@@ -261,19 +260,12 @@ def extend_copied(
             (models[0], [clean[0]], [clean[0]] if langs[0] == source.src_lang else []),
             (models[1], [clean[1]], [clean[1]] if langs[1] == source.tgt_lang else []),
         ]
-    done = [
-        extend_for(
-            model,
-            text,
-            limit,
-            kind,
-            coverage,
-            sample,
-            threads,
-            keep=own if extend_all else None,
-        )  # fmt: skip
-        for model, text, own in sides
-    ]
+
+    def extend(model: Path, text: list[Path], own: list[Path]) -> Extension:
+        keep = own if extend_all else None
+        return extend_for(model, text, limit, kind, coverage, sample, threads, keep=keep)
+
+    done = [extend(*side) for side in sides]
     entries = [
         {
             "added": e.added,
@@ -281,7 +273,7 @@ def extend_copied(
             "characters": "".join(e.characters),
             "all_pieces": extend_all,
             "checked_languages": [p.suffix[1:] for p in own] if extend_all else None,
-        }  # fmt: skip
+        }
         for e, (_, _, own) in zip(done, sides, strict=True)
     ]
     return {"src": entries[0], "tgt": entries[-1]}

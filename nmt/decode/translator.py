@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,10 +17,11 @@ import torch
 
 from nmt.config import Config, DecodingConfig
 from nmt.data.batching import decoding_runs
-from nmt.data.vocab import EOS_PIECE, Tokenizer
+from nmt.data.vocab import Tokenizer
 from nmt.decode.constraints import warn_missing
 from nmt.decode.engine import Capabilities, TextHypothesis, Translation, translate_chunks
 from nmt.decode.forced import score_ids
+from nmt.decode.jobs import Job, batch_job, blank_translations, constraint_groups
 from nmt.decode.options import DecodeOptions, ResolvedOptions, given_options
 from nmt.decode.packed import pack_for_decoding
 from nmt.decode.paragraphs import with_target
@@ -172,25 +172,17 @@ class Translator:
         )
         sources = with_target(self.src_tok, lines, target_lang)
         encoded = self.encode_sources(sources, first_line, on_warning or _warn)
-        results, todo = _blank_translations(lines, encoded)
+        results, todo = blank_translations(lines, encoded)
         if progress and len(todo) < len(lines):
             progress(len(lines) - len(todo))
         wanted = lines_constraint_ids(
             self.model, self.tgt_tok, constraints, encoded, opts, first_line
         )
-        groups = [todo] if wanted is None else [
-            [i for i in todo if not wanted[i]], [i for i in todo if wanted[i]]]  # fmt: skip
+        groups = constraint_groups(todo, wanted)
         batches = [
             b for group in groups if group for b in self._batches(encoded, group, opts, parts)
         ]
-        jobs = [
-            _Job(
-                [lines[i] for i in batch], [encoded[i] for i in batch], opts,
-                [line_keys[i] for i in batch] if opts.sampling is not None else None,
-                [wanted[i] for i in batch] if wanted is not None and wanted[batch[0]] else None,
-            )
-            for batch in batches
-        ]  # fmt: skip
+        jobs = [batch_job(batch, lines, encoded, opts, line_keys, wanted) for batch in batches]
         for b, translations in self._map(jobs):
             for i, translation in zip(batches[b], translations, strict=True):
                 results[i] = translation
@@ -315,7 +307,7 @@ class Translator:
         encoded = self.encode_sources(list(lines), 1, lambda _: None)
         lines_constraint_ids(self.model, self.tgt_tok, constraints, encoded, opts, 1)
 
-    def _map(self, jobs: list[_Job]) -> Iterator[tuple[int, list[Translation]]]:
+    def _map(self, jobs: list[Job]) -> Iterator[tuple[int, list[Translation]]]:
         """(i, translations of jobs[i]) as they finish: here, on worker processes or on worker
         threads (`nmt.decode.workers`)."""
         workers = decode_workers(self.workers, self.device, len(jobs))
@@ -356,7 +348,7 @@ class Translator:
         runs = decoding_runs(lengths, opts.batch_tokens, max_rows, parts)
         return [todo[start:end] for start, end in runs]
 
-    def _run(self, job: _Job) -> list[Translation]:
+    def _run(self, job: Job) -> list[Translation]:
         """Search one batch and detokenize it: what a worker does (in this process or not)."""
         src, src_lengths = self._padded(job.ids)
         with self.autocast():
@@ -418,29 +410,3 @@ class Translator:
                 )
             )
         return Translation(line, out, self._pieces(ids))
-
-
-@dataclass
-class _Job:
-    """One batch to search, with everything a worker process needs (pickled to it)."""
-
-    lines: list[str]
-    ids: list[list[int]]  # subword ids per line, no eos
-    options: ResolvedOptions
-    keys: list[int] | None = None  # sampling keys per line
-    constraints: list[list[list[int]]] | None = None  # target subword ids per phrase per line
-
-
-def _blank_translations(
-    lines: list[str], encoded: list[list[int]]
-) -> tuple[list[Translation | None], list[int]]:
-    """Results with the empty translation of each blank line (no model run) in place, None for
-    the others, and the indices of those others."""
-    results: list[Translation | None] = [None] * len(lines)
-    todo = []
-    for i, (line, ids) in enumerate(zip(lines, encoded, strict=True)):
-        if ids:
-            todo.append(i)
-        else:
-            results[i] = Translation(line, [TextHypothesis("", [], 0.0, 0.0)], [EOS_PIECE])
-    return results, todo

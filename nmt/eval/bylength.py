@@ -52,6 +52,11 @@ class BucketScores:
     mean_length: float | None
     scores: list[list[Result]]  # [system][metric]
 
+    def summary(self) -> dict[str, Any]:
+        """The bucket's label and bounds, its line count and mean length (the scores aside)."""
+        span = {"bucket": self.bucket.label, "lo": self.bucket.lo, "hi": self.bucket.hi}
+        return {**span, "lines": len(self.lines), "mean_length": self.mean_length}
+
 
 @dataclass
 class ByLength:
@@ -68,16 +73,12 @@ class ByLength:
         out: list[dict[str, Any]] = []
         scored = next((b for b in self.buckets if b.lines), None)
         for s, system in enumerate(self.systems):
-            # an empty bucket's rows have a scored row's keys (None but the name and signature)
-            empty = [
-                {**{k: None for k in r.to_dict(width)}, "name": r.name,
-                 "signature": r.to_dict(width).get("signature")}
-                for r in scored.scores[s]
-            ] if scored else [{"name": m, "score": None} for m in self.metric_names()]  # fmt: skip
+            if scored:
+                empty = [_unscored(r, width) for r in scored.scores[s]]
+            else:
+                empty = [{"name": m, "score": None} for m in self.metric_names()]
             for b in self.buckets:
-                base = {"system": system, "unit": self.unit, "bucket": b.bucket.label,
-                        "lo": b.bucket.lo, "hi": b.bucket.hi, "lines": len(b.lines),
-                        "mean_length": b.mean_length}  # fmt: skip
+                base = {"system": system, "unit": self.unit, **b.summary()}
                 rows = [r.to_dict(width) for r in b.scores[s]] if b.lines else empty
                 out.extend({**base, **r} for r in rows)
         return out
@@ -95,6 +96,12 @@ class ByLength:
             [b.scores[s][metric].score if b.lines else None for b in self.buckets]
             for s in range(len(self.systems))
         ]
+
+
+def _unscored(result: Result, width: int) -> dict[str, Any]:
+    """An empty bucket's row: a scored row's keys, None but the metric's name and signature."""
+    row = result.to_dict(width)
+    return {**dict.fromkeys(row), "name": result.name, "signature": row.get("signature")}
 
 
 def parse_buckets(spec: str | None) -> list[Bucket]:

@@ -21,10 +21,15 @@ X_AXES = {"minutes": "elapsed", "steps": "step", "epochs": "epoch"}
 Y_AXES = ("bleu", "loss", "ppl", "tok_s", "rss")
 Y_KEYS = {"rss": "rss_mb"}  # --y name -> metrics.jsonl key where they differ
 X_LABELS = {"minutes": "wall-clock minutes", "steps": "training steps", "epochs": "epoch"}
-Y_LABELS = {"bleu": "validation BLEU", "loss": "loss", "ppl": "perplexity",
-            "tok_s": "training target tokens/s", "rss": "resident memory (MB)"}  # fmt: skip
-Y_NOTES = {"bleu": "", "loss": " (solid: training, dashed: validation)", "ppl": " (log scale)",
-           "tok_s": "", "rss": ""}  # fmt: skip
+_Y_TEXT = {  # --y name -> (axis label, what the axis label adds to it)
+    "bleu": ("validation BLEU", ""),
+    "loss": ("loss", " (solid: training, dashed: validation)"),
+    "ppl": ("perplexity", " (log scale)"),
+    "tok_s": ("training target tokens/s", ""),
+    "rss": ("resident memory (MB)", ""),
+}
+Y_LABELS = {y: label for y, (label, _) in _Y_TEXT.items()}
+Y_NOTES = {y: note for y, (_, note) in _Y_TEXT.items()}
 
 
 @dataclass
@@ -39,8 +44,8 @@ class Series:
 
     def to_json(self) -> dict[str, Any]:
         """The series as plain lists."""
-        return {"model": self.model, "event": self.kind, "y": self.y, "x": self.x,
-                "values": self.values}  # fmt: skip
+        names = {"model": self.model, "event": self.kind, "y": self.y}
+        return {**names, "x": self.x, "values": self.values}
 
 
 def read_events(model_dir: str | Path) -> list[dict[str, Any]]:
@@ -127,13 +132,11 @@ def plot_curves(series: list[Series], path: str | Path, x: str, y: str) -> Path:
         if not s.x:
             continue
         valid_of_train = y != "bleu" and s.kind == "valid"
-        dense = len(s.x) > 30
-        ax.plot(
-            s.x, s.values, color=st["color"], linewidth=1.8,
-            linestyle="--" if valid_of_train else "-",
-            marker=None if dense else st["marker"], markersize=4,
-            label=f"{s.model} (valid)" if valid_of_train else s.model,
-        )  # fmt: skip
+        look = {"color": st["color"], "linewidth": 1.8, "markersize": 4}
+        linestyle = "--" if valid_of_train else "-"
+        marker = None if len(s.x) > 30 else st["marker"]  # a dense curve: the line alone
+        label = f"{s.model} (valid)" if valid_of_train else s.model
+        ax.plot(s.x, s.values, **look, linestyle=linestyle, marker=marker, label=label)
     if y == "ppl":
         ax.set_yscale("log")
     ax.set_xlabel(X_LABELS[x])

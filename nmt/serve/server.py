@@ -85,8 +85,8 @@ def serve(
     if settings.target_lang is not None:  # without one, each request names its own
         languages = source_languages(opened[0].tokenizers[0])
         target_token(languages, settings.target_lang, dirs[0])
-    factory = translator_factory(opened[0] if len(opened) == 1 else opened, device,
-                                 settings.checkpoint, precision)  # fmt: skip
+    served = opened[0] if len(opened) == 1 else opened  # one model, or an ensemble's members
+    factory = translator_factory(served, device, settings.checkpoint, precision)
     check_port(host, port)
     app = create_app(factory, settings)
     if not quiet:
