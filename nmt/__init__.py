@@ -6,6 +6,7 @@ __all__ = [
     "__version__",
     "DecodeOptions",
     "Glossary",
+    "ModelDir",
     "Sampling",
     "Segmenter",
     "Translator",
@@ -16,11 +17,12 @@ __all__ = [
 # without torch.
 # (Forced decoding is `nmt.decode.rescore.rescore`: a name here would clash with its module.)
 _LAZY = {
-    "Translator": "nmt.decode.translator",
+    "Translator": "nmt.engines.translator",
     "DecodeOptions": "nmt.decode.options",
     "Sampling": "nmt.decode.options",
     "Segmenter": "nmt.data.sentences",
     "Glossary": "nmt.decode.constraints",
+    "ModelDir": "nmt.dirs.model",
     "translate_lines": "nmt.decode.paragraphs",
 }
 

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="timed runs per cell (the median)")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     folder = multi30k(args.corpus)
     src = (folder / f"test_2016_flickr.{args.src}").read_text(encoding="utf-8").splitlines()

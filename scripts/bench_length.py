@@ -127,8 +127,8 @@ def prepare_decoding(model: Any, precision: str, device: Any) -> Callable[[], An
     fp32: the vocabulary projection packed); the autocast it decodes under."""
     import contextlib
 
-    from nmt.decode.packed import pack_for_decoding
     from nmt.device import autocast_for, compute_dtype
+    from nmt.engines.packed import pack_for_decoding
 
     model.eval()
     if precision != "fp32" and getattr(model, "autocast_inference", False):

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from nmt.decode.options import DecodeOptions
     from nmt.decode.paragraphs import translate_lines
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     with tempfile.TemporaryDirectory() as tmp:
         make(multi30k(args.corpus), Path(tmp), (args.src, args.tgt), 1, max(KS), seed=1)

@@ -247,8 +247,8 @@ def nmt_translate(
     dirs: dict[str, Path], lines: list[str], beam: int, args: argparse.Namespace
 ) -> Timed:
     """nmt's Translator (fp32); output token counts, eos not counted."""
-    from nmt.decode.translator import Translator
     from nmt.dirs.model import ModelDir
+    from nmt.engines.translator import Translator
 
     opts = dict(min_len=args.out_len, max_len_a=0, max_len_b=args.out_len, scores=False)
     opts.update(greedy=True) if beam == 1 else opts.update(beam_size=beam)

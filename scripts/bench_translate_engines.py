@@ -23,8 +23,8 @@ from benchlib import gemm_gflops, machine_line
 def load_engine(args: argparse.Namespace) -> Any:
     """The nmt Translator (in --precision when supported) or the CTranslate2 export's translator."""
     if args.engine == "ct2":
-        from nmt.decode.ct2 import CT2Translator
         from nmt.dirs import ExportDir
+        from nmt.engines.ct2 import CT2Translator
 
         return CT2Translator.from_dir(
             ExportDir(args.model),
@@ -32,8 +32,8 @@ def load_engine(args: argparse.Namespace) -> Any:
             threads=args.threads,
             **workers_kwarg(args, "ct2"),
         )
-    from nmt.decode.translator import Translator
     from nmt.dirs import ModelDir
+    from nmt.engines.translator import Translator
 
     extra = {"precision": args.precision} if supports_precision() else {}
     extra.update(workers_kwarg(args, "nmt"))
@@ -43,16 +43,16 @@ def load_engine(args: argparse.Namespace) -> Any:
 def workers_kwarg(args: argparse.Namespace, engine: str) -> dict:
     """{"workers": N} where this checkout's engine takes it (decoding workers are new), else {}."""
     if engine == "ct2":
-        from nmt.decode.ct2 import CT2Translator as Engine
+        from nmt.engines.ct2 import CT2Translator as Engine
     else:
-        from nmt.decode.translator import Translator as Engine
+        from nmt.engines.translator import Translator as Engine
     takes = "workers" in inspect.signature(Engine.from_dir).parameters
     return {"workers": args.workers} if takes else {}
 
 
 def supports_precision() -> bool:
     """Whether Translator.from_dir takes `precision=` (bf16 decoding is being added meanwhile)."""
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     return "precision" in inspect.signature(Translator.from_dir).parameters
 
@@ -89,7 +89,7 @@ def child(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         out = tr.translate(lines, **kwargs)
         times.append(time.perf_counter() - t0)
-    # worker processes (nmt.decode.workers) hold their own buffers: what they added counts too
+    # worker processes (nmt.engines.workers) hold their own buffers: what they added counts too
     rss_mb = (peak_rss_mb() or 0) + getattr(tr, "worker_peak_mb", lambda: 0)()
     Path(args.hyp_out).write_text("".join(t.text + "\n" for t in out), encoding="utf-8")
     lengths = [[len(t.source_tokens), len(t.hypotheses[0].tokens) + 1] for t in out]

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from nmt.decode.loading import open_translator  # noqa: E402
 from nmt.dirs import open_model  # noqa: E402
+from nmt.engines.loading import open_translator  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
 from nmt.eval.invariance import check  # noqa: E402
 from nmt.textio import read_lines  # noqa: E402

@@ -25,7 +25,7 @@ def _nmt(
 ) -> tuple[list[list[int]], list[str]]:
     """nmt's output ids and text per line (transformers' rule for beam search), with generate's
     length limit: `limit` positions, the start token's included (forced eos: one token fewer)."""
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     with Translator.from_dir(ModelDir(model_dir), workers=1) as tr:
         forced = tr.decoding.forced_eos
@@ -55,7 +55,7 @@ def _hf(export: Path, lines: list[str], beam: int, limit: int) -> list[list[int]
 
 def _gap(model_dir: Path, line: str, ours: list[int], theirs: list[int]) -> float:
     """The top-2 log-probability gap of nmt's model at the first token where the outputs differ."""
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     pairs = zip([*ours, -1], [*theirs, -1], strict=False)  # -1: the end of the shorter
     j = next(i for i, (a, b) in enumerate(pairs) if a != b)

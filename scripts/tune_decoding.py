@@ -60,7 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> dict:
     """Tune and (with --write) store; returns what is printed as JSON."""
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
     from nmt.eval import tuning
     from nmt.textio import read_lines
 

@@ -115,3 +115,27 @@ def pytest_runtest_makereport(item, call):
             f"{item.nodeid} took {call.duration:.1f} s, over the {limit:g} s a test not marked "
             "slow may take: make it faster or mark it @pytest.mark.slow"
         )
+
+
+# The files that take longest, slowest first: run first, so that two workers taking whole files
+# (`--dist loadfile`) finish at about the same time instead of one running a long file alone.
+SLOWEST_FILES = (
+    "test_import_beam.py",
+    "test_sentences.py",
+    "test_justice_experiment.py",
+    "test_joined_experiment.py",
+    "test_multinode.py",
+    "test_training_loop.py",
+    "test_pretrained_example.py",
+    "test_import_parity.py",
+    "test_bench_scale.py",
+    "test_invariance.py",
+    "test_import_ct2.py",
+    "test_finetune_imported.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slowest files first, each file's tests in their order."""
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

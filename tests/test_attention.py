@@ -251,7 +251,7 @@ def model_dirs(tmp_path_factory):
 def test_translator_attention_kinds_have_the_right_shapes_and_pieces(model_dirs):
     """cross: target x source; self: source x source per encoder layer; decoder: (bos + target)
     squared, lower-triangular; searched or force-decoded, the same translation each time."""
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     tr = Translator.from_dir(ModelDir(model_dirs[0]), device="cpu")
     cross, src, tgt, text = tr.attention(SENTENCE)
@@ -278,7 +278,7 @@ def test_translator_attention_kinds_have_the_right_shapes_and_pieces(model_dirs)
 def test_cli_attention_kind_self_and_decoder_write_pngs(model_dirs, tmp_path):
     from test_translate import png_size, run_cli
 
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
     from nmt.plots.heatmaps import DPI, figure_size
 
     tr = Translator.from_dir(ModelDir(model_dirs[0]), device="cpu")

@@ -312,7 +312,7 @@ def _hyp(text: str):
 
 @pytest.fixture
 def fake_translator(monkeypatch):
-    """Stand-in for nmt.decode.translator.Translator: copies the source, records how it was called
+    """Stand-in for nmt.engines.translator.Translator: copies the source, records how it was called
     (its model directories, empty ones, opened without being read)."""
     import nmt.dirs
     from nmt.dirs import ModelDir
@@ -345,9 +345,9 @@ def fake_translator(monkeypatch):
         def __exit__(self, *exc):
             calls["closed"] = True
 
-    module = types.ModuleType("nmt.decode.translator")
+    module = types.ModuleType("nmt.engines.translator")
     module.Translator = Translator
-    monkeypatch.setitem(sys.modules, "nmt.decode.translator", module)
+    monkeypatch.setitem(sys.modules, "nmt.engines.translator", module)
     return calls
 
 
@@ -466,9 +466,9 @@ def test_evaluate_checks_inputs_before_loading_the_model(
         def from_dir(cls, *a, **k):
             raise AssertionError("the model was loaded before the inputs were checked")
 
-    module = types.ModuleType("nmt.decode.translator")
+    module = types.ModuleType("nmt.engines.translator")
     module.Translator = Translator
-    monkeypatch.setitem(sys.modules, "nmt.decode.translator", module)
+    monkeypatch.setitem(sys.modules, "nmt.engines.translator", module)
     (tmp_path / "model").mkdir()
     (tmp_path / "short.txt").write_text("a\nb\nc\n", encoding="utf-8")
     (tmp_path / "empty.txt").write_text("", encoding="utf-8")

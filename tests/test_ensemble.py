@@ -13,10 +13,10 @@ from test_translate import build_tiny_model_dir, run_cli, synthetic_lines
 
 from nmt.config import model_config
 from nmt.data.vocab import VocabInfo
-from nmt.decode.translator import Translator
 from nmt.dirs.export import EXPORT_MANIFEST
 from nmt.dirs.model import ModelDir
 from nmt.dirs.weights import save_weights
+from nmt.engines.translator import Translator
 from nmt.errors import NmtError
 from nmt.models import build
 from nmt.models.ensemble import Ensemble

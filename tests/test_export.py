@@ -24,12 +24,12 @@ from nmt.errors import NmtError
 
 ct2 = pytest.importorskip("ctranslate2")
 
-from nmt.decode.ct2 import CT2Translator  # noqa: E402
-from nmt.decode.loading import open_translator  # noqa: E402
 from nmt.decode.rescore import rescore  # noqa: E402
-from nmt.decode.translator import Translator  # noqa: E402
 from nmt.dirs import ExportDir, ModelDir, open_model  # noqa: E402
 from nmt.dirs.export import EXPORT_MANIFEST, require_ctranslate2  # noqa: E402
+from nmt.engines.ct2 import CT2Translator  # noqa: E402
+from nmt.engines.loading import open_translator  # noqa: E402
+from nmt.engines.translator import Translator  # noqa: E402
 from nmt.export.ctranslate2 import export_ctranslate2  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each test exports and loads CTranslate2 models
@@ -407,7 +407,7 @@ def test_missing_ctranslate2_is_a_one_line_error(model_dir, tmp_path, monkeypatc
 
 def test_a_cuda_device_index_reaches_ctranslate2(model_dir, tmp_path, monkeypatch):
     # `--device cuda:1` ran on GPU 0: the index was dropped, device_index never passed.
-    from nmt.decode import ct2 as nmt_ct2
+    from nmt.engines import ct2 as nmt_ct2
 
     class FakeCt2:
         def get_cuda_device_count(self) -> int:

@@ -29,7 +29,7 @@ def models(pretrained_root, repo_root, tmp_path_factory):
     require("transformers")
     from transformers import MarianMTModel
 
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
     from nmt.pretrained.importer import import_marian
 
     built: dict = {}

@@ -118,7 +118,7 @@ def _records(*args: str | Path) -> list[dict]:
 
 def _library(model: Path, lines: list[str], **options) -> list[str]:
     """What the library gives for `lines` (one line each, as the command writes them)."""
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     with Translator.from_dir(ModelDir(model), device="cpu", workers=1) as tr:
         return [t.text for t in tr.translate(lines, max_len_b=16, **options)]
@@ -370,7 +370,7 @@ def test_attention_maps(imported, tmp_path, kind):
 
 def test_rescore_gives_one_score_per_pair(imported, src, tmp_path):
     from nmt.decode.rescore import rescore
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     targets = ["Alika.", "Lehilahy roa.", "", "Vehivavy.", "Zaza."]
     tgt = tmp_path / "tgt.mg"
@@ -456,7 +456,7 @@ def test_serve_takes_a_target_language_per_request(imported, src):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
     from nmt.serve import Settings, create_app
 
     want = _records(src, "-m", imported.multi, "-b", "1", "--target-lang", "fra", *SHORT)
@@ -486,7 +486,7 @@ def test_serve_takes_a_target_language_per_request(imported, src):
 def test_rescore_of_the_search_output_is_its_log_prob(imported):
     """Forced decoding uses the model's own ids (eos, pad, the decoder's start token): scoring
     greedy search's output ids gives the log-probability the search found."""
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     with Translator.from_dir(ModelDir(imported.model), device="cpu", workers=1) as tr:
         found = [

@@ -9,7 +9,7 @@
   while a live hypothesis might still win) wherever CTranslate2's one stopping rule (a sentence
   ends once beam_size hypotheses are finished: early_stopping=True) sees the same best
   hypothesis. Where it does not, the model directory's best finished after CTranslate2 stopped
-  and scores higher: the rule, not the model, differs (nmt.decode.ct2);
+  and scores higher: the rule, not the model, differs (nmt.engines.ct2);
 - the command line translates an imported model's export without torch.
 """
 
@@ -117,7 +117,7 @@ def _not_degenerate(outputs: list[list[str]], eos: str) -> None:
 @pytest.fixture(scope="module")
 def engines(built):
     """(the export's CTranslate2 engine, the model directory's PyTorch one)."""
-    from nmt.decode.loading import open_translator
+    from nmt.engines.loading import open_translator
 
     exported = open_translator(open_model(built.export), device="cpu", workers=1)
     own = open_translator(open_model(built.model), device="cpu", workers=1)

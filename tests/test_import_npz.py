@@ -138,7 +138,7 @@ def test_import_translates_as_ctranslate2s_marian_converter(release, repo_root, 
     ctranslate2 = require("ctranslate2")
     from ctranslate2.converters import MarianConverter
 
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
     from nmt.pretrained.importer import import_marian
 
     lines = parity_lines(repo_root.parent / "shared/corpora", "opus-mt-en-mg")[0]

@@ -24,7 +24,7 @@ def pair(request, pretrained_root, repo_root, tmp_path_factory):
     require("transformers")
     from transformers import MarianMTModel
 
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
     from nmt.pretrained.importer import import_marian
 
     name = request.param
@@ -166,7 +166,7 @@ def test_separate_vocabularies_and_embeddings(pretrained_root, repo_root, tmp_pa
 
     from transformers import MarianMTModel
 
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
     from nmt.pretrained.importer import import_marian
 
     real = tmp_path / "opus-mt-en-mg"

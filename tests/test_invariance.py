@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from nmt.cli.app import app
 from nmt.decode.options import Sampling
-from nmt.decode.translator import Translator
 from nmt.dirs import ModelDir
+from nmt.engines.translator import Translator
 from nmt.eval.invariance import check
 
 

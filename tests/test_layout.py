@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("loaded", ("nmt.dirs.loaded",)),  # a model directory's model built and loaded
     ("pretrained", ("nmt.pretrained",)),
     ("decode", ("nmt.decode",)),
+    ("engines", ("nmt.engines",)),
     ("eval", ("nmt.eval",)),
     ("train", ("nmt.train",)),
     ("export", ("nmt.export",)),
@@ -185,7 +186,9 @@ def test_few_modules_at_the_top() -> None:
     assert len(top) <= MAX_TOP_MODULES, top
 
 
-@pytest.mark.parametrize("name", ["Translator", "Sampling", "DecodeOptions", "__version__"])
+@pytest.mark.parametrize(
+    "name", ["Translator", "ModelDir", "Sampling", "DecodeOptions", "__version__"]
+)
 def test_public_api_importable(name: str) -> None:
     import nmt
 

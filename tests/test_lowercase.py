@@ -18,9 +18,9 @@ from nmt.config import load_config
 from nmt.data.preprocess import PreprocessConfig, preprocess
 from nmt.data.summary import summary_notes
 from nmt.data.vocab import Tokenizer, train_spm
-from nmt.decode.translator import Translator
 from nmt.dirs import DataDir, ModelDir
 from nmt.dirs import data as dataset
+from nmt.engines.translator import Translator
 from nmt.errors import NmtError
 from nmt.eval.evaluate import evaluate
 from nmt.train.loop import train

@@ -116,7 +116,7 @@ def test_capabilities_say_what_each_model_gives_without_asking_its_architecture(
     and attention queries; a Transformer gives all three kinds; an ensemble the shared ones."""
     from test_models import TINY
 
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
     from nmt.models.ensemble import Ensemble
 
     with Translator.from_dir(ModelDir(noattn_dir), workers=1) as tr:

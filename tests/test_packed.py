@@ -1,4 +1,4 @@
-"""The packed vocabulary projection (nmt.decode.packed): the same numbers as nn.Linear, the
+"""The packed vocabulary projection (nmt.engines.packed): the same numbers as nn.Linear, the
 plain path wherever packing would be wrong, and translations that do not change."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import torch
 from test_translate import build_tiny_model_dir, synthetic_lines
 from torch import nn
 
-from nmt.decode.packed import PackedLinear, _pack, pack_for_decoding
-from nmt.decode.translator import Translator
 from nmt.dirs import ModelDir
+from nmt.engines.packed import PackedLinear, _pack, pack_for_decoding
+from nmt.engines.translator import Translator
 
 needs_onednn = pytest.mark.skipif(
     _pack(torch.randn(8, 4)) is None, reason="this PyTorch cannot run oneDNN's packed matmul"
@@ -98,7 +98,7 @@ def test_translations_are_those_of_the_plain_products(tiny_model_dir, monkeypatc
         ModelDir(tiny_model_dir), device="cpu", workers=1, precision=precision
     )
     assert isinstance(packed.model.output, PackedLinear)
-    monkeypatch.setattr("nmt.decode.translator.pack_for_decoding", lambda model: 0)
+    monkeypatch.setattr("nmt.engines.translator.pack_for_decoding", lambda model: 0)
     plain = Translator.from_dir(
         ModelDir(tiny_model_dir), device="cpu", workers=1, precision=precision
     )

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from nmt.cli.app import app
 from nmt.config import Config, model_config
 from nmt.data.vocab import Tokenizer, VocabInfo
-from nmt.decode.translator import Translator
 from nmt.dirs import ModelDir
+from nmt.engines.translator import Translator
 from nmt.errors import NmtError
 
 EMULATED = (
@@ -172,7 +172,7 @@ def test_a_seq2seq_decoding_under_autocast_is_not_packed(model_dirs):
     """bf16 Seq2Seq keeps fp32 weights under autocast: a packed fp32 copy would never be used."""
     from torch import nn
 
-    from nmt.decode.packed import PackedLinear, _pack
+    from nmt.engines.packed import PackedLinear, _pack
 
     bf16 = Translator.from_dir(ModelDir(model_dirs["seq2seq"]), device="cpu", precision="bf16")
     assert type(bf16.model.output) is nn.Linear

@@ -305,7 +305,7 @@ def test_grid_runs_greedy_once_and_best_prefers_the_faster_of_ties():
 def test_tune_scores_each_grid_point_and_writes_the_choice(averaged_run, tmp_path):
     import shutil
 
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     out = tmp_path / "m"
     shutil.copytree(averaged_run[0], out)

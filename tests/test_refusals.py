@@ -19,11 +19,11 @@ from nmt.cli.errors import cli_message
 from nmt.decode.constraints import Glossary
 from nmt.decode.engine import Engine
 from nmt.decode.lines import check_model_dirs
-from nmt.decode.loading import open_translator
 from nmt.decode.options import DecodeOptions, Sampling, sampling_options
 from nmt.decode.rescore import rescore_files
 from nmt.decode.translate_files import check_engine, check_target, translate_files
 from nmt.dirs import open_dirs
+from nmt.engines.loading import open_translator
 from nmt.errors import NmtError
 from nmt.eval.printing import check_width
 

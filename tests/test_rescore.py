@@ -20,8 +20,8 @@ from nmt.decode.options import ResolvedOptions
 from nmt.decode.rescore import rescore
 from nmt.decode.search.beam import beam_search
 from nmt.decode.search.greedy import greedy_search
-from nmt.decode.translator import Translator
 from nmt.dirs import ModelDir
+from nmt.engines.translator import Translator
 from nmt.errors import NmtError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -18,8 +18,8 @@ from nmt.data.vocab import BOS_ID
 from nmt.decode.options import ResolvedOptions, Sampling
 from nmt.decode.search.greedy import greedy_search, sample_search
 from nmt.decode.search.sampling import draw, uniforms
-from nmt.decode.translator import Translator
 from nmt.dirs import ModelDir
+from nmt.engines.translator import Translator
 from nmt.errors import NmtError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -218,7 +218,7 @@ def test_cli_gives_line_n_for_line_n_from_files_and_pipes(tmp_path):
 
     from test_translate import build_tiny_model_dir
 
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     model = build_tiny_model_dir(tmp_path)
     lines = [

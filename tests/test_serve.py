@@ -35,8 +35,8 @@ from nmt.cli.app import app as cli  # noqa: E402
 from nmt.decode.lines import format_translation  # noqa: E402
 from nmt.decode.options import Sampling  # noqa: E402
 from nmt.decode.rescore import rescore  # noqa: E402
-from nmt.decode.translator import Translator  # noqa: E402
 from nmt.dirs import ModelDir
+from nmt.engines.translator import Translator  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
 from nmt.serve import Settings, create_app  # noqa: E402
 

@@ -23,8 +23,8 @@ from test_ensemble import member_dir  # noqa: E402
 from test_serve import start_server, stop_server  # noqa: E402
 from test_translate import build_tiny_model_dir  # noqa: E402
 
-from nmt.decode.translator import Translator  # noqa: E402
 from nmt.dirs import ModelDir  # noqa: E402
+from nmt.engines.translator import Translator  # noqa: E402
 from nmt.serve import Settings, create_app  # noqa: E402
 
 SOURCE = "a man in a blue shirt ."

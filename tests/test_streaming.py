@@ -18,8 +18,8 @@ from test_translate import (
 )
 
 from nmt.decode.lines import PipeLines, one_line, read_batches
-from nmt.decode.translator import Translator
 from nmt.dirs import ModelDir
+from nmt.engines.translator import Translator
 from nmt.errors import NmtError
 
 

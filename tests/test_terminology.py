@@ -17,8 +17,8 @@ from nmt.data.vocab import Tokenizer
 from nmt.decode.constraints import Glossary, parse_jsonl_line
 from nmt.decode.options import DecodeOptions
 from nmt.decode.paragraphs import translate_lines
-from nmt.decode.translator import Translator
 from nmt.dirs import ExportDir, ModelDir
+from nmt.engines.translator import Translator
 from nmt.errors import NmtError
 
 LINES = [
@@ -233,7 +233,7 @@ def test_an_export_refuses_constraints(tmp_path):
     pytest.importorskip("ctranslate2")
     from test_export import VARIANTS, build_model_dir
 
-    from nmt.decode.ct2 import CT2Translator
+    from nmt.engines.ct2 import CT2Translator
     from nmt.export.ctranslate2 import export_ctranslate2
 
     out = export_ctranslate2(

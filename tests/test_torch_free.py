@@ -71,7 +71,7 @@ def test_translate_an_export_without_torch(export, options):
     out, modules = run_nmt(["translate", "-m", str(export), "--device", "cpu", *options],
                            stdin="a man in a blue shirt .\n\ntwo dogs play\n")  # fmt: skip
     assert len(out.splitlines()) == 3  # one line per input line
-    assert "nmt.decode.ct2" in modules and "ctranslate2" in modules
+    assert "nmt.engines.ct2" in modules and "ctranslate2" in modules
     assert not torch_modules(modules)
 
 
@@ -89,7 +89,7 @@ def test_rescore_an_export_without_torch(export, tmp_path):
     out, modules = run_nmt(["rescore", str(src), str(tgt), "-m", str(export), "-q",
                             "--device", "cpu", "--format", "jsonl"])  # fmt: skip
     assert len(out.splitlines()) == 2
-    assert "nmt.decode.rescore" in modules and "nmt.decode.ct2" in modules
+    assert "nmt.decode.rescore" in modules and "nmt.engines.ct2" in modules
     assert not torch_modules(modules)
 
 
@@ -103,7 +103,7 @@ def test_evaluate_an_export_without_torch(export, tmp_path):
     assert [r["name"] for r in json.loads(out)] == ["BLEU"]
     hyps, _ = run_nmt(["translate", "-m", str(export), "--device", "cpu", "-q", str(src)])
     assert (tmp_path / "hyp.txt").read_text() == hyps  # what translate writes is what is scored
-    assert "nmt.eval.evaluate" in modules and "nmt.decode.ct2" in modules
+    assert "nmt.eval.evaluate" in modules and "nmt.engines.ct2" in modules
     assert not torch_modules(modules)
 
 
@@ -155,5 +155,5 @@ def test_serve_an_export_without_torch(export, tmp_path):
             proc.kill()
             raise
     modules = imported(log.read_text())
-    assert "nmt.serve.app" in modules and "nmt.decode.ct2" in modules
+    assert "nmt.serve.app" in modules and "nmt.engines.ct2" in modules
     assert not torch_modules(modules)

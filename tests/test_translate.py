@@ -25,9 +25,9 @@ from nmt.data.vocab import EOS_ID, VocabInfo
 from nmt.decode.lines import format_translation, one_line
 from nmt.decode.options import Sampling
 from nmt.decode.translate_files import translate_files
-from nmt.decode.translator import Translator
-from nmt.decode.workers import decode_workers
 from nmt.dirs import ModelDir
+from nmt.engines.translator import Translator
+from nmt.engines.workers import decode_workers
 from nmt.errors import NmtError
 
 WORDS = "a man in a blue shirt is riding his bike down the street two dogs play in the snow".split()
@@ -390,7 +390,7 @@ def test_worker_error_reaches_the_caller(tiny_model_dir, processes):
 
 @pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux only")
 def test_a_worker_process_that_dies_while_starting_is_one_error(monkeypatch):
-    from nmt.decode import workers
+    from nmt.engines import workers
 
     def dying(target, threads):
         os._exit(3)  # killed while forked or set up
@@ -562,7 +562,7 @@ def test_cli_search_options_fail_before_the_model_loads(tiny_model_dir, monkeypa
     def load(*a, **k):
         raise AssertionError("the model was loaded before the options were checked")
 
-    monkeypatch.setattr("nmt.decode.loading.open_translator", load)
+    monkeypatch.setattr("nmt.engines.loading.open_translator", load)
     r = runner.invoke(app, ["translate", "-m", str(tiny_model_dir), *args], input=b"")
     assert (r.exit_code, r.output) == (2, f"error: {message}\n")
 

@@ -72,7 +72,7 @@ def test_collate_cuts_both_sides_to_max_positions():
 
 def test_seq2seq_has_no_position_limit(long_valid_data, tmp_path, capsys, recwarn):
     """An RNN trains on pairs over model.max_positions and translates long sources uncut."""
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     cfg = load_config(
         preset="seq2seq-tiny",

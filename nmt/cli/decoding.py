@@ -136,10 +136,10 @@ def translate_cmd(
     --glossary and --input-format jsonl for terminology."""
     from nmt.decode.constraints import Glossary, check_input_format
     from nmt.decode.lines import check_inputs, check_model_dirs, check_output
-    from nmt.decode.loading import checked_export  # model directories, or an export
     from nmt.decode.options import check_search
     from nmt.decode.translate_files import check_target, translate_files
     from nmt.dirs import open_dirs
+    from nmt.engines.loading import checked_export  # model directories, or an export
 
     check_inputs(inputs, fmt, errors, with_attention, nbest, buffer_size)  # before the model loads
     check_output(output)
@@ -180,12 +180,12 @@ def open_for(
     opened: list[Any] | None = None,
     glossary: Glossary | None = None,
 ) -> Engine:
-    """The engine of `model_dir` (nmt.decode.loading.open_translator; `opened`: its directories
+    """The engine of `model_dir` (nmt.engines.loading.open_translator; `opened`: its directories
     already opened), refused at once when it cannot decode as `options` ask, with `glossary`
     (nmt.decode.translate_files.check_engine)."""
-    from nmt.decode.loading import open_translator
     from nmt.decode.translate_files import check_engine
     from nmt.dirs import open_dirs
+    from nmt.engines.loading import open_translator
 
     dirs = opened or open_dirs(model_dir)
     translator = open_translator(dirs, device, checkpoint, precision, workers)
@@ -226,9 +226,9 @@ def rescore_cmd(
     check_inputs([source, target], fmt)  # a bad format or missing file fails before the model loads
     check_output(output)
     check_model_dirs(model_dir)
-    from nmt.decode.loading import open_translator  # a model directory, or an `nmt export` of one
     from nmt.decode.rescore import rescore_files
     from nmt.dirs import open_dirs
+    from nmt.engines.loading import open_translator  # a model directory, or an `nmt export` of one
 
     with open_translator(open_dirs(model_dir), device, checkpoint, precision) as translator:
         rescore_files(
@@ -289,8 +289,8 @@ def attention_cmd(
     check_model_dirs(model_dir)
     from nmt.decode.paragraphs import prefixed, source_languages, target_token
     from nmt.decode.translate_files import require_attention
-    from nmt.decode.translator import Translator
     from nmt.dirs.model import ModelDir
+    from nmt.engines.translator import Translator
     from nmt.plots.heatmaps import plot_attention
 
     opened = ModelDir(model_dir)

@@ -10,7 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -86,6 +86,9 @@ def plain(default: Any, *, doc: str) -> Any:
 class ModelConfig:
     """Keys every architecture reads; one subclass per architecture adds its own."""
 
+    # the `nmt export --format` targets that can compute this architecture exactly
+    exports: ClassVar[tuple[str, ...]] = ()
+
     type: str = field(  # fixed by each subclass; see MODEL_CONFIGS
         default="", init=False, metadata={"doc": "architecture: transformer or seq2seq"}
     )
@@ -106,6 +109,8 @@ class ModelConfig:
 @dataclass
 class TransformerConfig(ModelConfig):
     """Transformer sizes and variants (nmt.models.transformer)."""
+
+    exports: ClassVar[tuple[str, ...]] = ("ctranslate2", "huggingface")
 
     type: str = field(default="transformer", init=False)
     d_model: int = num(256, 1, doc="embedding and hidden size (a multiple of heads)")

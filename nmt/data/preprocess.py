@@ -213,7 +213,9 @@ def preprocess(
     model = (
         None if cfg.tokenizer_from is None else tokenizer_from(cfg.tokenizer_from, cfg.lowercase)
     )
-    reused = spm_source(cfg.spm_from) if cfg.spm_from is not None else getattr(model, "spm", None)
+    reused = spm_source(cfg.spm_from) if cfg.spm_from is not None else None
+    if model is not None:
+        reused = model.spm
     if reused is not None and reused.lowercase != cfg.lowercase:
         raise NmtError(lowercase_mismatch(reused.dir, reused.lowercase))
     check_out_dir(out_dir, force)

@@ -57,7 +57,7 @@ class Sampling:
     back-translation, diverse n-best lists): softmax(log-probs / temperature), cut to the
     `top_k` most likely tokens (0: all) and to the smallest set of them holding `top_p` of the
     probability (nucleus sampling; 1: all). Every draw is a function of (seed, key, step) only,
-    the key naming the sentence and sample (nmt.decode.translator: line number and sample
+    the key naming the sentence and sample (nmt.engines.translator: line number and sample
     index), so a line draws the same tokens whatever batch, worker or buffer decodes it
     (nmt.decode.search.sampling draws them)."""
 

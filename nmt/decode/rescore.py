@@ -5,7 +5,7 @@ reranking with a second model (right-to-left, the reverse direction, an ensemble
 (dual conditional cross-entropy, Junczys-Dowmunt 2018) and model comparison read: fairseq calls it
 `--score-reference`, Marian `marian-scorer`, CTranslate2 `score_batch`. One teacher-forced pass per
 batch of pairs, no search; an ensemble scores with its mixture (log of the mean probability). Both
-engines score through their `score_ids`: `Translator`'s is `nmt.decode.forced`, an `nmt export`'s
+engines score through their `score_ids`: `Translator`'s is `nmt.engines.forced`, an `nmt export`'s
 (`CT2Translator`) is CTranslate2's `score_batch`.
 """
 

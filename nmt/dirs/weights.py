@@ -17,9 +17,8 @@ def save_weights(model: Any, path: str | Path, step: int | None = None) -> None:
     recorded in the header so a resumed run can tell which step a file holds."""
     from safetensors.torch import save_model
 
-    module = unwrap(model)
-    with publishing(path, needed=tensor_bytes(module.state_dict())) as tmp:
-        save_model(module, tmp, metadata=None if step is None else {"step": str(step)})
+    with publishing(path, needed=tensor_bytes(model.state_dict())) as tmp:
+        save_model(model, tmp, metadata=None if step is None else {"step": str(step)})
 
 
 def tensor_bytes(obj: Any) -> int:
@@ -61,7 +60,7 @@ def load_weights(
     from safetensors.torch import load_model
 
     with _loading(path, what):
-        missing, unexpected = load_model(unwrap(model), str(path), strict=False, device=str(device))
+        missing, unexpected = load_model(model, str(path), strict=False, device=str(device))
     _check_complete(path, what, missing, unexpected)
 
 
@@ -78,10 +77,9 @@ def put_weights(model: Any, state: dict[str, Any], path: str | Path, what: str) 
     an entry tied to a loaded one counts as loaded (safetensors stores shared tensors once)."""
     import torch
 
-    module = unwrap(model)
-    own = module.state_dict()
+    own = model.state_dict()
     with _loading(path, what), torch.no_grad():
-        missing, unexpected = module.load_state_dict(state, strict=False)
+        missing, unexpected = model.load_state_dict(state, strict=False)
     _check_complete(path, what, set(missing) - _tied_names(own, set(state)), unexpected)
 
 
@@ -115,9 +113,3 @@ def _tied_names(own: dict[str, Any], loaded: set[str]) -> set[str]:
     """Entries of the model that share storage with an entry that was loaded."""
     ptrs = {own[k].data_ptr() for k in loaded if k in own}
     return {k for k, v in own.items() if k not in loaded and v.data_ptr() in ptrs}
-
-
-def unwrap(model: Any) -> Any:
-    """The plain module under DDP / torch.compile wrappers."""
-    model = getattr(model, "module", model)
-    return getattr(model, "_orig_mod", model)

@@ -92,8 +92,8 @@ def evaluate(
     src_lines, refs = _check_inputs(dirs, src, ref_paths, opts)
     how = dataclasses.replace(decoding or DecodeOptions(), scores=False)  # only text is scored
 
-    from nmt.decode.loading import open_translator  # torch only for a model directory
     from nmt.dirs import open_dirs
+    from nmt.engines.loading import open_translator  # torch only for a model directory
 
     translator = open_translator(open_dirs(dirs), device, checkpoint, precision)
     advance = None if progress is None else lambda n: progress(n, len(src_lines))

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nmt.decode.options import DecodeOptions
-from nmt.decode.translator import Translator
+from nmt.engines.translator import Translator
 
 
 @dataclass

@@ -56,10 +56,10 @@ def export_ctranslate2(
 
     if quantization not in QUANTIZATIONS:
         raise NmtError(f"--quantization must be {', '.join(QUANTIZATIONS)}; got {quantization!r}")
-    kind = model_dir.config.model.type
-    if kind != "transformer":
+    model = model_dir.config.model
+    if "ctranslate2" not in model.exports:
         raise NmtError(
-            f"{model_dir.path}: a {kind} model cannot be exported to CTranslate2 "
+            f"{model_dir.path}: a {model.type} model cannot be exported to CTranslate2 "
             "(it has no RNN decoder); only Transformer models can"
         )
     check_out_dir(out_dir, force)
@@ -155,7 +155,7 @@ def build_spec(model_dir: ModelDir, checkpoint: str) -> Any:
     _set_encoder(spec.encoder, w, positions["src"], m)
     _set_decoder(spec.decoder, w, positions["tgt"], m)
     spec.config.layer_norm_epsilon = float(model.encoder_layers[0].norms[0].eps)
-    # sources are ids + [eos]: nmt.decode.ct2 passes the eos itself, so that return_attention
+    # sources are ids + [eos]: nmt.engines.ct2 passes the eos itself, so that return_attention
     # has its column (CTranslate2 leaves an added one out)
     spec.config.add_source_eos = False
     src_tok, tgt_tok = model_dir.tokenizers

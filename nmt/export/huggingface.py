@@ -74,7 +74,7 @@ def expressible(opened: ModelDir) -> None:
     """Refuse, in one line, a model no transformers class computes exactly."""
     m, vocab = opened.config.model, opened.vocab
     why = None
-    if m.type != "transformer":
+    if "huggingface" not in m.exports:
         why = f"a {m.type} model (no transformers class is an RNN encoder-decoder)"
     elif getattr(m, "positions", "") == "learned":
         why = "learned positions (Marian and Pegasus add a fixed sinusoidal table)"

@@ -3,7 +3,7 @@ theirs (probabilities, not log-probabilities, as fairseq and Marian ensemble), s
 is just another `Decoder` and search code does not know it has one.
 
 Members may differ in architecture and size; they must share the vocabulary (the same
-SentencePiece models: `nmt.decode.translator` checks the pieces). Attention, where asked for, is the
+SentencePiece models: `nmt.engines.translator` checks the pieces). Attention, where asked for, is the
 members' mean when their (layers, heads) agree, else the first member's.
 """
 

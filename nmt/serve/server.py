@@ -29,7 +29,7 @@ def translator_factory(
     """A deferred `open_translator`: a `Translator` for a model directory (a list: an ensemble),
     CTranslate2 for an `nmt export` directory (paths, or directories `open_dirs` opened);
     options that do not apply fail now."""
-    from nmt.decode.loading import export_of, open_translator
+    from nmt.engines.loading import export_of, open_translator
 
     if precision not in PRECISIONS:
         raise NmtError(f"--precision must be {', '.join(PRECISIONS)}, got {precision!r}")

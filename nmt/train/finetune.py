@@ -193,10 +193,9 @@ def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int
     """Load `path` into a model whose vocabularies extend the checkpoint's `sizes` (source,
     target): trained rows copied, new rows set to the mean trained row; None (nothing loaded)
     when the vocabularies are the checkpoint's own."""
-    from nmt.dirs.weights import put_weights, read_weights, unwrap
+    from nmt.dirs.weights import put_weights, read_weights
 
-    module = unwrap(model)
-    own = module.state_dict()
+    own = model.state_dict()
     grown = {
         k: side for k, side in VOCAB_ROWS.items() if k in own and own[k].shape[0] > sizes[side]
     }
@@ -213,7 +212,7 @@ def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int
         rows[: sizes[side]] = trained
         rows[sizes[side] :] = trained.mean(0)
         state[key] = rows
-    put_weights(module, state, path, THIS_RUN)
+    put_weights(model, state, path, THIS_RUN)
     return {k: own[k].shape[0] - sizes[side] for k, side in grown.items()}
 
 

@@ -17,8 +17,8 @@ from torch import nn
 
 from nmt.data import batching
 from nmt.data.vocab import Tokenizer, VocabInfo
-from nmt.decode.workers import decode_workers, map_batches
 from nmt.dirs.data import DataDir, Split
+from nmt.engines.workers import decode_workers, map_batches
 from nmt.models.base import Decoder, Trainable
 from nmt.train.loss import chunked_nll
 
@@ -125,7 +125,7 @@ def validate(
 
     Pairs longer than the model's positions are cut for the loss and the decode (see
     `over_limit`); BLEU still compares against the raw references. Batches run on `workers`
-    threads (`nmt.decode.workers`; 0: auto); the loss is summed in batch order, so it never depends
+    threads (`nmt.engines.workers`; 0: auto); the loss is summed in batch order, so it never depends
     on which finished first."""
     from nmt.decode.options import ResolvedOptions
     from nmt.decode.search.greedy import greedy_search

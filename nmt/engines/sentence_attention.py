@@ -40,7 +40,7 @@ def sentence_attention(
     options: DecodeOptions,
     kind: str,
 ) -> tuple[np.ndarray, list[str], list[str], str]:
-    """`Translator.attention` of the loaded `translator` (nmt.decode.translator, which imports
+    """`Translator.attention` of the loaded `translator` (nmt.engines.translator, which imports
     this module): (layers, heads, rows, columns), the column pieces, the row pieces and the
     translation."""
     for given, what in ((source, "source sentence"), (target, "target")):

@@ -10,7 +10,7 @@ the decoder layers' small products stayed faster in MKL. bf16 products already r
 oneDNN, which reorders the plain weight at every call: packed, the same replay's products
 took 1.93 against 2.05 s.
 
-Only `nmt.decode.translator.Translator` packs (its model is for inference only); training, validation
+Only `nmt.engines.translator.Translator` packs (its model is for inference only); training, validation
 and export see plain `nn.Linear` modules.
 """
 

@@ -1,5 +1,5 @@
 """`CT2Translator`: translate with an `nmt export` directory through `ctranslate2.Translator`,
-with the results and options of `nmt.decode.translator.Translator`, so `nmt translate -m EXPORT_DIR`
+with the results and options of `nmt.engines.translator.Translator`, so `nmt translate -m EXPORT_DIR`
 keeps the same command line. Pieces, ids and special tokens are the model's own (an imported
 Marian model's `</s>`, `<unk>` and vocabulary; `nmt.dirs.export`).
 
@@ -56,8 +56,8 @@ from nmt.decode.options import (
     ResolvedOptions,
     given_options,
 )
-from nmt.decode.workers import resolve_workers
 from nmt.dirs.export import ExportDir, export_decoding, export_pieces, require_ctranslate2
+from nmt.engines.workers import resolve_workers
 from nmt.errors import NmtError
 from nmt.runtime import parse_device, usable_cpus
 

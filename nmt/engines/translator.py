@@ -20,23 +20,12 @@ from nmt.data.batching import decoding_runs
 from nmt.data.vocab import Tokenizer
 from nmt.decode.constraints import warn_missing
 from nmt.decode.engine import Capabilities, TextHypothesis, Translation, translate_chunks
-from nmt.decode.forced import score_ids
-from nmt.decode.jobs import Job, batch_job, blank_translations, constraint_groups
 from nmt.decode.options import DecodeOptions, ResolvedOptions, given_options
-from nmt.decode.packed import pack_for_decoding
 from nmt.decode.paragraphs import with_target
 from nmt.decode.search.beam import beam_search
 from nmt.decode.search.constrained import constrained_beam_search, lines_constraint_ids
 from nmt.decode.search.greedy import greedy_search, sample_search
 from nmt.decode.search.rows import Hypothesis, max_lengths
-from nmt.decode.tokenizers import check_same_vocabulary
-from nmt.decode.workers import (
-    DecodePool,
-    decode_workers,
-    map_batches,
-    processes_available,
-    resolve_workers,
-)
 from nmt.device import (
     autocast_for,
     compute_dtype,
@@ -45,6 +34,17 @@ from nmt.device import (
     resolve_device,
 )
 from nmt.dirs.model import ModelDir
+from nmt.engines.forced import score_ids
+from nmt.engines.jobs import Job, batch_job, blank_translations, constraint_groups
+from nmt.engines.packed import pack_for_decoding
+from nmt.engines.tokenizers import check_same_vocabulary
+from nmt.engines.workers import (
+    DecodePool,
+    decode_workers,
+    map_batches,
+    processes_available,
+    resolve_workers,
+)
 from nmt.errors import NmtError
 from nmt.models.base import Decoder
 from nmt.models.ensemble import Ensemble
@@ -74,7 +74,7 @@ class Translator:
         self.device, self.precision = device, precision
         resolve_workers(workers, 1, True)  # a bad value fails here, not at the first batch
         self.workers = workers
-        # Forked worker processes where they can be (nmt.decode.workers), else threads.
+        # Forked worker processes where they can be (nmt.engines.workers), else threads.
         self.worker_processes = processes_available(device) if processes is None else processes
         self._pool: DecodePool | None = None
         # Models that keep fp32 parts (Seq2Seq's recurrences) decode under autocast instead.
@@ -100,7 +100,7 @@ class Translator:
         size move its roundings enough to flip near-ties. bf16/fp16 cast the weights once (so the
         decoder cache follows); scores stay fp32 (log-softmax in fp32). `workers` batches run at
         once (0: one per intra-op thread, at most 4), on forked processes where `processes`
-        (None: on Linux CPUs, `nmt.decode.workers`), else on threads; `close` stops the processes."""
+        (None: on Linux CPUs, `nmt.engines.workers`), else on threads; `close` stops the processes."""
         from nmt.dirs.loaded import load_model
 
         dirs = [model_dir] if isinstance(model_dir, ModelDir) else list(model_dir)
@@ -208,7 +208,7 @@ class Translator:
         return Capabilities(True, kinds, "cross" in kinds, slots, constraints=True)
 
     def worker_peak_mb(self) -> int:
-        """Memory the worker processes added at their peak (0 without them; nmt.decode.workers)."""
+        """Memory the worker processes added at their peak (0 without them; nmt.engines.workers)."""
         return self._pool.peak_extra_mb() if self._pool is not None else 0
 
     def close(self) -> None:
@@ -249,7 +249,7 @@ class Translator:
         pieces, and the translation. `kind` "cross": target x source (eos on both); "self" (a
         Transformer's encoder): source x source; "decoder" (its masked self-attention): bos +
         target x the same. Searches (with `options`, `fields` on top), or force-decodes `target`."""
-        from nmt.decode.sentence_attention import sentence_attention
+        from nmt.engines.sentence_attention import sentence_attention
 
         return sentence_attention(self, source, target, given_options(options, fields), kind)
 
@@ -309,7 +309,7 @@ class Translator:
 
     def _map(self, jobs: list[Job]) -> Iterator[tuple[int, list[Translation]]]:
         """(i, translations of jobs[i]) as they finish: here, on worker processes or on worker
-        threads (`nmt.decode.workers`)."""
+        threads (`nmt.engines.workers`)."""
         workers = decode_workers(self.workers, self.device, len(jobs))
         started = self._pool is not None and self._pool.started
         if self.worker_processes and (workers > 1 or started):

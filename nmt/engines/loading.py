@@ -26,11 +26,11 @@ def open_translator(
     export = export_of(given, checkpoint, precision)
     engine: Engine  # both satisfy the Protocol (mypy checks it here)
     if export is not None:
-        from nmt.decode.ct2 import CT2Translator
+        from nmt.engines.ct2 import CT2Translator
 
         engine = CT2Translator.from_dir(export, device=device, workers=workers)
         return engine
-    from nmt.decode.translator import Translator
+    from nmt.engines.translator import Translator
 
     members = [d for d in given if isinstance(d, ModelDir)]
     engine = Translator.from_dir(
