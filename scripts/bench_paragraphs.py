@@ -78,6 +78,12 @@ def score(hyps: Sequence[str], refs: Sequence[str]) -> tuple[float, float]:
     return BLEU().corpus_score(hyps, [refs]).score, CHRF().corpus_score(hyps, [refs]).score
 
 
+def first(path: Path, lines: int) -> list[str]:
+    """The first `lines` lines of `path` (0: all of them)."""
+    found = path.read_text(encoding="utf-8").splitlines()
+    return found[:lines] if lines else found
+
+
 def main(argv: list[str] | None = None) -> int:
     """Translate the joined test sets every way and print the table."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -85,7 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="de")
     p.add_argument("--corpus", type=Path, default=None, help="Multi30k folder (default: corpora/)")
+    p.add_argument(
+        "--captions", type=int, default=0, help="the first N captions only, N a multiple of 60"
+    )
     args = p.parse_args(argv)
+    if args.captions % 60:
+        p.error(f"--captions must be a multiple of 60 (every k divides it), got {args.captions}")
     from nmt.decode.options import DecodeOptions
     from nmt.decode.paragraphs import translate_lines
     from nmt.engines.translator import Translator
@@ -94,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         make(multi30k(args.corpus), Path(tmp), (args.src, args.tgt), 1, max(KS), seed=1)
         sets = {
             k: [
-                (Path(tmp) / f"test.k{k}.{lang}").read_text(encoding="utf-8").splitlines()
+                first(Path(tmp) / f"test.k{k}.{lang}", args.captions // k)
                 for lang in (args.src, args.tgt)
             ]
             for k in KS

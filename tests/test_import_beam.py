@@ -1,6 +1,6 @@
 """Beam search under transformers' rule on an imported OPUS-MT model is token for token what
 transformers' `generate` gives: 4 beams at alpha 0.6, 1.0 and 2.0 and 6 beams (uk-en's default),
-each on 200 real lines of a shrunk random model (test_import_parity holds the models' logits and
+each on 100 real lines of a shrunk random model (test_import_parity holds the models' logits and
 greedy search, and that they are not degenerate)."""
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from marian_fixtures import parity_lines, small_marian
 from test_import_parity import _generate, _ours
 
 from nmt.dirs import ModelDir
+
+BEAM_LINES = 100  # beam search in transformers is slow: half of the parity lines
 
 pytestmark = pytest.mark.slow
 NEW_TOKENS = 24
@@ -25,7 +27,7 @@ SETTINGS = [  # (model, beams, alpha): each setting once, the models taking turn
 
 @pytest.fixture(scope="module")
 def models(pretrained_root, repo_root, tmp_path_factory):
-    """Per model name, (transformers model, nmt Translator, its 200 lines), built when asked."""
+    """Per model name, (transformers model, nmt Translator, its 100 lines), built when asked."""
     require("transformers")
     from transformers import MarianMTModel
 
@@ -40,7 +42,7 @@ def models(pretrained_root, repo_root, tmp_path_factory):
             hf_dir = small_marian(pretrained_root / name, work / "hf")
             imported = import_marian(str(hf_dir), work / "nmt")
             hf = MarianMTModel.from_pretrained(hf_dir, dtype=torch.float32).eval()
-            lines = parity_lines(repo_root.parent / "shared/corpora", name)[0]
+            lines = parity_lines(repo_root.parent / "shared/corpora", name)[0][:BEAM_LINES]
             built[name] = (hf, Translator.from_dir(ModelDir(imported.path), workers=1), lines)
         return built[name]
 

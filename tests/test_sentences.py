@@ -330,7 +330,8 @@ def test_bench_paragraphs_prints_every_way_with_a_real_model(
     script = Path(__file__).resolve().parent.parent / "scripts" / "bench_paragraphs.py"
     env = {**os.environ, "NMT_CORPUS_MIRROR": str(multi30k_mirror)}
     r = subprocess.run(
-        [sys.executable, str(script), "-m", str(model), "--corpus", str(tmp_path / "m30k")],
+        [sys.executable, str(script), "-m", str(model), "--corpus", str(tmp_path / "m30k")]
+        + ["--captions", "120"],
         capture_output=True,
         text=True,
         env=env,
