@@ -13,13 +13,15 @@ the share of translations cut by the length limit, and draws BLEU against k.
     python scripts/joined_experiment.py --systems all      # also the references and K=4 runs
     python scripts/joined_experiment.py --smoke --work /tmp/j --docs /tmp/j   # a few minutes
 
-Systems (--systems takes names, `core`, `all` or `extra`):
+Systems (--systems takes names, `core`, `all`, `capacity` or `extra`):
   core:  noattn, bahdanau, transformer (seq2seq-noattn, seq2seq-bahdanau, transformer-multi30k
          presets, trained on K=6 lines)
   all:   core + noattn-plain, bahdanau-plain (trained on plain Multi30k for at most the updates
          their K=6 counterparts took, the same budget: the k1 reference) +
          noattn-K4, bahdanau-K4, transformer-K4 (trained on K=4 lines: tested past the longest
-         training line)
+         training caption count)
+  capacity: noattn-512 (the fixed vector at twice the width, 512/512, on K=6 lines, at most
+         9,600 updates: is it the one vector or its size?)
   extra: noattn-seed2, bahdanau-seed2 (a second seed of the K=6 runs)
 
 Training to flat (scripts/flatrun.py): every system validates every 200 updates (greedy BLEU and
@@ -137,6 +139,8 @@ def translate_tests(cfg: Settings, s: System) -> None:
 def rule_of(cfg: Settings, s: System) -> FlatRule:
     """How `s` trains: to a flat curve, or, for a reference, to a flat curve within the updates
     its joined counterpart took (the same budget, so the two k1 scores compare)."""
+    if s.max_steps:
+        return dataclasses.replace(cfg.rule, max_steps=s.max_steps)
     if not s.budget_of:
         return cfg.rule
     outcome = cfg.work / s.budget_of / "flat.json"
@@ -166,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="a Multi30k mirror (default: NMT_CORPUS_MIRROR or ../shared/corpora/multi30k)",
     )
-    p.add_argument("--systems", nargs="+", default=["core"], help="names, core, all or extra")
+    p.add_argument(
+        "--systems", nargs="+", default=["core"], help="names, core, all, capacity or extra"
+    )
     p.add_argument("--jobs", type=int, default=2, help="systems trained at once")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per system")
     p.add_argument("--report-only", action="store_true", help="only score what is translated")

@@ -24,6 +24,7 @@ class System:
     sets: tuple[str, ...] = ()
     group: str = "core"
     budget_of: str = ""  # a reference trains for this system's updates (the same budget)
+    max_steps: int = 0  # a cap of its own (0: the rule's)
 
 
 SYSTEMS = [
@@ -35,6 +36,14 @@ SYSTEMS = [
     System("noattn-K4", "seq2seq-noattn", "k4", group="all"),
     System("bahdanau-K4", "seq2seq-bahdanau", "k4", group="all"),
     System("transformer-K4", "transformer-multi30k", "k4", group="all"),
+    System(
+        "noattn-512",
+        "seq2seq-noattn",
+        "k6",
+        ("model.embed_dim=512", "model.hidden_size=512"),
+        group="capacity",
+        max_steps=9600,
+    ),
     System("noattn-seed2", "seq2seq-noattn", "k6", ("training.seed=2",), group="extra"),
     System("bahdanau-seed2", "seq2seq-bahdanau", "k6", ("training.seed=2",), group="extra"),
 ]
@@ -45,7 +54,12 @@ SMOKE_PRESETS = {
 }
 # The report's paired differences between systems: the first minus the second, at every k.
 PAIRS = [("bahdanau", "noattn"), ("transformer", "bahdanau")]
-GROUPS = {"core": {"core"}, "all": {"core", "all"}, "extra": {"extra"}}
+GROUPS = {
+    "core": {"core"},
+    "all": {"core", "all"},
+    "capacity": {"capacity"},
+    "extra": {"extra"},
+}
 
 
 def choose(names: Sequence[str]) -> list[System]:
@@ -58,5 +72,7 @@ def choose(names: Sequence[str]) -> list[System]:
             wanted.add(n)
         else:
             known = ", ".join(s.name for s in SYSTEMS)
-            raise SystemExit(f"error: unknown system {n!r} (choose from core, all, extra, {known})")
+            raise SystemExit(
+                f"error: unknown system {n!r} (choose from {', '.join(GROUPS)}, {known})"
+            )
     return [s for s in SYSTEMS if s.name in wanted]
