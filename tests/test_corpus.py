@@ -382,6 +382,7 @@ def test_wmt_news_is_built_from_its_public_files_to_the_manifests_checksums(tmp_
     _check_wmt(tmp_path / "w")
 
 
+@pytest.mark.slow
 def test_wmt_news_sources_download_from_a_loopback_server(tmp_path, monkeypatch, capsys):
     """The download path of the build: the same files served over HTTP on 127.0.0.1, each checked
     against its SHA-256; a changed source is one line naming its URL."""

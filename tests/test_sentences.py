@@ -265,6 +265,7 @@ def test_cli_gives_line_n_for_line_n_from_files_and_pipes(tmp_path):
         assert split_all[0] == f"{one[0].text} {one[1].text}"
 
 
+@pytest.mark.slow
 def test_evaluate_splits_sentences_as_translate_does(tmp_path):
     """`nmt evaluate --split-sentences` writes what `nmt translate --split-sentences` writes."""
     import subprocess

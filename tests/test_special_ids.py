@@ -124,6 +124,7 @@ def served(model_dir: Path, line: str) -> str:
     return answer["translations"][0]["hypotheses"][0]["translation"]
 
 
+@pytest.mark.slow
 def test_a_model_with_its_own_special_ids_trains_decodes_exports_and_serves(imported, tmp_path):
     model, text = imported
     ids = json.loads((model / "vocab.json").read_text())

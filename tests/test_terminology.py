@@ -229,6 +229,7 @@ def test_cli_jsonl_input_and_glossary_one_line_per_line(model_dir, tmp_path, tra
     assert "--glossary: constraints need beam search with a beam of 2 or more" in res.stderr
 
 
+@pytest.mark.slow
 def test_an_export_refuses_constraints(tmp_path):
     pytest.importorskip("ctranslate2")
     from test_export import VARIANTS, build_model_dir

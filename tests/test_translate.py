@@ -202,6 +202,7 @@ def test_limit_warning_names_the_lines():
     )
 
 
+@pytest.mark.slow
 def test_cli_names_the_translations_cut_at_the_length_limit(tiny_model_dir, tmp_path):
     """Even with --quiet: a translation missing its end is never silent; the output keeps one
     line per input line."""
@@ -221,6 +222,7 @@ def test_cli_names_the_translations_cut_at_the_length_limit(tiny_model_dir, tmp_
     assert [r["hypotheses"][0]["at_limit"] for r in records] == [True, False, True]
 
 
+@pytest.mark.slow
 def test_evaluate_takes_the_length_limit_and_names_the_translations_it_cut(
     tiny_model_dir, tmp_path
 ):
