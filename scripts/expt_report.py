@@ -13,7 +13,7 @@ from typing import Any
 
 from nmt.plots.curves import read_events
 
-RUN_HEAD = ["system", "updates", "epochs", "minutes", "best valid BLEU (greedy)", "flat"]
+RUN_HEAD = ["system", "parameters", "updates", "epochs", "minutes", "best valid BLEU (greedy)", "flat"]
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -56,15 +56,25 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def parameters(model: Path) -> int:
+    """How many parameters the model MODEL_DIR's config describes."""
+    from nmt.dirs import ModelDir
+    from nmt.models import build, count_parameters
+
+    found = ModelDir.at(model)
+    return count_parameters(build(found.config.model, found.vocab, init=False))
+
+
 def run_info(model: Path, data: Path) -> dict[str, Any]:
-    """Updates, epochs, minutes, best validation BLEU and flatness of one trained system (its
-    flat.json: where the rule stopped it, and how far it had trained)."""
+    """Parameters, updates, epochs, minutes, best validation BLEU and flatness of one trained
+    system (its flat.json: where the rule stopped it, and how far it had trained)."""
     events = read_events(model)
     valid = [e for e in events if e.get("event") == "valid" and e.get("bleu") is not None]
     flat = read_json(model / "flat.json")
     manifest = read_json(data / "manifest.json")
     end = [e for e in events if e.get("event") == "end"][-1]
     return {
+        "parameters": parameters(model),
         "updates": flat.get("trained", flat["steps"]),
         "flat_at": flat["steps"],
         "flat": flat["flat"],
@@ -87,6 +97,7 @@ def run_row(name: str, run: dict[str, Any], flat: str) -> list[str]:
     """One system's training row (RUN_HEAD)."""
     return [
         name,
+        f"{run['parameters'] / 1e6:.1f}M",
         f"{run['updates']:,}",
         f"{run['epochs']:.1f}",
         f"{run['minutes']:.0f}",

@@ -303,6 +303,14 @@ def test_smoke_run_stops_on_sigterm_resumes_then_reuses_everything(tmp_path, mul
         assert (tmp_path / "docs" / f"{png}.png").stat().st_size > 10_000
     results = json.loads((work / "joined_results.json").read_text())
     assert [c["lines"] for c in results[0]["by_k"]] == [120, 60, 40, 30, 24, 20]
+    from nmt.dirs import ModelDir
+    from nmt.dirs.loaded import load_model
+    from nmt.models import count_parameters
+
+    for r in results:  # the training table's parameters: the trained model's own count
+        count = count_parameters(load_model(ModelDir.at(work / r["name"]))[0])
+        assert r["run"]["parameters"] == count
+        assert f"| {r['name']} | {count / 1e6:.1f}M | {r['run']['updates']:,} |" in table
 
     # A rerun trains and translates nothing; a lost outcome is recomputed from the curve.
     before = (work / "bahdanau" / "flat.json").read_text()
