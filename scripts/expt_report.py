@@ -13,7 +13,15 @@ from typing import Any
 
 from nmt.plots.curves import read_events
 
-RUN_HEAD = ["system", "parameters", "updates", "epochs", "minutes", "best valid BLEU (greedy)", "flat"]
+RUN_HEAD = [
+    "system",
+    "parameters",
+    "updates",
+    "epochs",
+    "minutes",
+    "best valid BLEU (greedy)",
+    "flat",
+]
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
