@@ -418,19 +418,18 @@ def test_range_edges_are_accepted_and_files_are_checked(tmp_path):
 
 def test_resolve_train_config_fresh_and_resume(tmp_path):
     flags = {"max_steps": 7, "max_epochs": None, "max_time": None, "seed": 3}
-    cfg = resolve_train_config(None, "seq2seq-tiny", ["training.lr=0.005"], tmp_path, False, flags)
+    cfg = resolve_train_config(None, "seq2seq-tiny", ["training.lr=0.005"], flags)
     assert (cfg.training.max_steps, cfg.training.seed, cfg.training.lr) == (7, 3, 0.005)
-    cfg.save(tmp_path / "config.yaml")
     none = dict.fromkeys(flags)
-    again = resolve_train_config(None, None, ["training.warmup=5"], tmp_path, True, none)
-    assert again.training.lr == 0.005 and again.training.warmup == 5  # MODEL_DIR's own config
-    assert isinstance(again.model, Seq2SeqConfig)
-    fresh = resolve_train_config(None, "transformer-tiny", [], tmp_path, True, none)
-    assert isinstance(fresh.model, TransformerConfig)  # a preset beats the saved config
+    again = resolve_train_config(None, None, ["training.warmup=5"], none, base=cfg)
+    assert again.training.lr == 0.005 and again.training.warmup == 5  # the base config's own
+    assert isinstance(again.model, Seq2SeqConfig) and cfg.training.warmup != 5  # base untouched
+    fresh = resolve_train_config(None, "transformer-tiny", [], none, base=cfg)
+    assert isinstance(fresh.model, TransformerConfig)  # a preset beats the base config
     with pytest.raises(NmtError, match="training.max_steps: must be >= 0, got -5"):
-        resolve_train_config(None, None, [], tmp_path, True, {**none, "max_steps": -5})
+        resolve_train_config(None, None, [], {**none, "max_steps": -5}, base=cfg)
     with pytest.raises(NmtError, match="training.max_time: bad duration '25 minutes'"):
-        resolve_train_config(None, None, [], tmp_path, True, {**none, "max_time": "25 minutes"})
+        resolve_train_config(None, None, [], {**none, "max_time": "25 minutes"}, base=cfg)
 
 
 def test_save_every_defaults_and_off_values():

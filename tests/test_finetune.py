@@ -15,15 +15,17 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from nmt.config import load_config, resolve_train_config
+from nmt.config import load_config
 from nmt.data.preprocess import PreprocessConfig, preprocess
 from nmt.data.summary import summary_notes
 from nmt.data.vocab import Tokenizer
 from nmt.dirs import DataDir, ModelDir
 from nmt.dirs.loaded import load_model
+from nmt.dirs.opening import open_initial
 from nmt.errors import NmtError
 from nmt.train import distributed
 from nmt.train.loop import Trainer, train
+from nmt.train.setup import run_config
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima".split()
@@ -332,9 +334,9 @@ def test_damaged_or_mismatched_weights_for_new_rows_are_one_line_errors(tmp_path
 
 def test_init_from_without_a_config_takes_the_models_own(base, tmp_path):
     _, model = base
-    flags = {"max_steps": 5, "max_epochs": None, "max_time": None, "seed": None,
-             "init_from": str(model)}  # fmt: skip
-    cfg = resolve_train_config(None, None, ["training.lr=0.0001"], tmp_path / "m", False, flags)
+    flags = {"max_steps": 5, "max_epochs": None, "max_time": None, "seed": None}
+    init = open_initial(model)
+    cfg = run_config(None, None, ["training.lr=0.0001"], flags, init=init)
     saved = load_model(ModelDir(model))[1]
     assert cfg.model == saved.model
     assert (cfg.training.init_from, cfg.training.lr, cfg.training.max_steps) == (
@@ -342,9 +344,12 @@ def test_init_from_without_a_config_takes_the_models_own(base, tmp_path):
         0.0001,
         5,
     )
-    with pytest.raises(NmtError, match="nowhere: model directory not found"):
-        resolve_train_config(None, None, [], tmp_path / "m", False,
-                             {**flags, "init_from": str(tmp_path / "nowhere")})  # fmt: skip
+    laid = run_config(None, "transformer-tiny", ["training.lr=0.0002"], flags, init=init)
+    assert laid.model.type == saved.model.type and laid.training.lr == 0.0002  # over the model's
+    assert laid.training.init_from == str(model)
+    with pytest.raises(NmtError) as e:
+        open_initial(tmp_path / "nowhere")
+    assert str(e.value) == f"{tmp_path / 'nowhere'}: model directory not found"
 
 
 @pytest.mark.slow

@@ -20,9 +20,10 @@ from safetensors.torch import load_file
 from nmt.data.marian_vocab import VocabTokenizer
 from nmt.data.preprocess import PreprocessConfig, preprocess
 from nmt.dirs import DataDir, ModelDir
+from nmt.dirs.opening import open_initial
 from nmt.errors import NmtError
-from nmt.train.finetune import preset_over_initial
 from nmt.train.loop import train
+from nmt.train.setup import run_config
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +72,8 @@ def imported(pretrained_root, multi30k, tmp_path_factory) -> tuple[Path, Path, P
     return model, root / "data", text
 
 
-def _config(model: Path, out: Path, *extra: str):
-    return preset_over_initial(PRESET, [*RUN, *extra], out, {"init_from": str(model)})
+def _config(model: Path, *extra: str):
+    return run_config(None, PRESET, [*RUN, *extra], {}, init=open_initial(model))
 
 
 def _nmt(*args: str) -> subprocess.CompletedProcess:
@@ -101,7 +102,7 @@ def test_fine_tuning_learns_resumes_bitwise_keeps_pad_zero_and_translates(import
     model, data, text = imported
     full, cut = tmp_path / "full", tmp_path / "cut"
     s_full = train(
-        _config(model, full, "training.max_steps=24"),
+        _config(model, "training.max_steps=24"),
         DataDir(data),
         ModelDir.at(full),
         "cpu",
@@ -109,7 +110,7 @@ def test_fine_tuning_learns_resumes_bitwise_keeps_pad_zero_and_translates(import
         threads=1,
     )
     train(
-        _config(model, cut, "training.max_steps=12"),
+        _config(model, "training.max_steps=12"),
         DataDir(data),
         ModelDir.at(cut),
         "cpu",
@@ -117,7 +118,7 @@ def test_fine_tuning_learns_resumes_bitwise_keeps_pad_zero_and_translates(import
         threads=1,
     )
     s_cut = train(
-        _config(model, cut, "training.max_steps=24"),
+        _config(model, "training.max_steps=24"),
         DataDir(data),
         ModelDir.at(cut),
         "cpu",
@@ -180,7 +181,7 @@ def test_data_of_another_models_tokenizer_is_one_line_naming_both(
     out = tmp_path / "ft"
     with pytest.raises(NmtError) as err:
         train(
-            _config(other, out, "training.max_steps=2"),
+            _config(other, "training.max_steps=2"),
             DataDir(data),
             ModelDir.at(out),
             "cpu",

@@ -153,15 +153,15 @@ def test_cooldown_needs_a_schedule_it_can_end_and_a_budget(overrides, message):
     assert str(e.value) == message
 
 
-def test_a_budget_given_by_a_train_flag_satisfies_the_cooldown(tmp_path):
+def test_a_budget_given_by_a_train_flag_satisfies_the_cooldown():
     from nmt.config import resolve_train_config
 
     sets = ["training.cooldown=0.2", "training.max_time=0"]
     flags = {"max_steps": 40, "max_epochs": None, "max_time": None, "seed": None}
-    cfg = resolve_train_config(None, "transformer-multi30k", sets, tmp_path, False, flags)
+    cfg = resolve_train_config(None, "transformer-multi30k", sets, flags)
     assert (cfg.training.cooldown, cfg.training.max_steps) == (0.2, 40)
     with pytest.raises(NmtError, match="training.cooldown needs a budget to end on"):
-        resolve_train_config(None, "transformer-multi30k", sets, tmp_path, False, {})
+        resolve_train_config(None, "transformer-multi30k", sets, {})
 
 
 # ---- end-of-training averaging, the default checkpoint ---------------------------------------

@@ -51,28 +51,15 @@ def train_cmd(
 
     if distributed.needs_launch(nproc):  # every option but --nproc goes to the torchrun workers
         raise SystemExit(distributed.launch(nproc, distributed.relaunch_args(ctx, skip={"nproc"})))
-    from nmt.config import resolve_train_config
     from nmt.dirs import DataDir, ModelDir
-    from nmt.dirs.model import CONFIG
+    from nmt.dirs.opening import open_initial, open_trained
     from nmt.train.loop import train
-    from nmt.train.setup import open_existing
+    from nmt.train.setup import run_config
 
-    flags = {
-        "max_steps": max_steps,
-        "max_epochs": max_epochs,
-        "max_time": max_time,
-        "seed": seed,
-        "init_from": init_from,
-    }
-    resumed = open_existing(model_dir) if resume else None  # each directory read once
-    init = open_existing(init_from)
-    read = {(d.path / CONFIG).resolve(): d.config for d in (resumed, init) if d is not None}
-    if init_from and preset and not config:  # the preset laid over the initial model's config
-        from nmt.train.finetune import preset_over_initial
-
-        cfg = preset_over_initial(preset, overrides or [], model_dir, flags, read)
-    else:
-        cfg = resolve_train_config(config, preset, overrides or [], model_dir, resume, flags, read)
+    flags = {"max_steps": max_steps, "max_epochs": max_epochs, "max_time": max_time, "seed": seed}
+    resumed = open_trained(model_dir) if resume else None  # each directory read once
+    init = open_initial(init_from) if init_from else None
+    cfg = run_config(config, preset, overrides or [], flags, resumed, init)
     out = resumed or ModelDir.at(model_dir)
     summary = train(
         cfg, DataDir.at(data_dir), out, device, init=init, resume=resume, force=force, quiet=quiet

@@ -7,6 +7,7 @@
 
 from nmt.config.durations import parse_duration
 from nmt.config.load import (
+    apply_flags,
     apply_overrides,
     config_from_dict,
     load_config,
@@ -51,6 +52,7 @@ __all__ = [
     "TrainingConfig",
     "TransformerConfig",
     "all_keys",
+    "apply_flags",
     "apply_overrides",
     "choice",
     "config_from_dict",

@@ -7,7 +7,6 @@ a saved MODEL_DIR/config.yaml (of today's or the older flat format) is read back
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -92,47 +91,26 @@ def resolve_train_config(
     config_path: str | Path | None,
     preset: str | None,
     overrides: list[str] | tuple[str, ...],
-    model_dir: str | Path,
-    resume: bool,
     flags: dict[str, Any],
-    read: Mapping[Path, Config] | None = None,
+    base: Config | None = None,
 ) -> Config:
-    """The run's config; `--resume` without CONFIG/--preset starts from MODEL_DIR's own, and
-    `--init-from` without them from the initial model's (its architecture is what the weights fit).
+    """The run's config: `base` (a resumed run's or an initial model's own config, copied) when
+    neither CONFIG nor --preset is given, else the layers; then `--set` and the flags.
 
     `flags` are the `nmt train` shortcuts (max_steps, max_epochs, max_time, seed, init_from;
-    None: unset). `read`: config.yaml files already parsed, by resolved path (copied, not
-    parsed again)."""
-    saved = Path(model_dir) / "config.yaml"
-    init = flags.get("init_from")
-    if resume and not config_path and not preset and saved.exists():
-        cfg = _parsed(saved, read)
-        apply_overrides(cfg, overrides)
-    elif init and not config_path and not preset:  # fine-tuning: the initial model's own config
-        cfg = _init_model_config(Path(init), read)
+    None: unset)."""
+    if base is not None and not config_path and not preset:
+        cfg = copy.deepcopy(base)
         apply_overrides(cfg, overrides)
     else:  # checked once the flags are in: `--set training.cooldown=0.2 --max-steps N` is valid
         cfg = _layered(config_path, preset, overrides)
-    for key, value in flags.items():
-        if value is not None:
-            set_value(cfg, f"training.{key}", value, f"--{key.replace('_', '-')}")
+    apply_flags(cfg, flags)
     cfg.check()
     return cfg
 
 
-def _parsed(path: Path, read: Mapping[Path, Config] | None) -> Config:
-    """The config at `path`: a copy of the one already parsed, else parsed now."""
-    known = (read or {}).get(path.resolve())
-    return copy.deepcopy(known) if known is not None else read_saved_config(path)
-
-
-def _init_model_config(init_dir: Path, read: Mapping[Path, Config] | None = None) -> Config:
-    """MODEL_DIR's config.yaml, minus where it was itself initialised from, as a run's base."""
-    saved = init_dir / "config.yaml"
-    if not init_dir.is_dir():
-        raise NmtError(f"{init_dir}: model directory not found")
-    if not saved.is_file():
-        raise NmtError(f"{saved}: file not found (--init-from takes a MODEL_DIR)")
-    cfg = _parsed(saved, read)
-    cfg.training.init_from, cfg.training.init_checkpoint = "", "default"
-    return cfg
+def apply_flags(cfg: Config, flags: dict[str, Any]) -> None:
+    """Set the `nmt train` shortcuts that were given (None: unset), named as flags in errors."""
+    for key, value in flags.items():
+        if value is not None:
+            set_value(cfg, f"training.{key}", value, f"--{key.replace('_', '-')}")

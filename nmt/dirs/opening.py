@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nmt.dirs.data import MANIFEST, DataDir
 from nmt.dirs.export import EXPORT_MANIFEST, ExportDir
-from nmt.dirs.model import MODEL_META, ModelDir
+from nmt.dirs.model import CONFIG, MODEL_META, ModelDir
 from nmt.errors import NmtError
 
 AnyDir = DataDir | ModelDir | ExportDir
@@ -49,3 +49,22 @@ def open_model(path: str | Path) -> Opened:
 def open_dirs(paths: Sequence[str | Path]) -> list[Opened]:
     """Model or export directories (several: an ensemble), each opened once."""
     return [open_model(p) for p in paths]
+
+
+def open_initial(path: str | Path) -> ModelDir:
+    """The model directory fine-tuning starts from (`--init-from`, training.init_from), opened
+    once; one that is missing, or is not a model directory, is a one-line error saying so."""
+    p = Path(path)
+    if not p.is_dir():
+        raise NmtError(f"{p}: model directory not found")
+    opened = open_dir(p, VOCABULARY)  # names what the folder is (a DATA_DIR, neither)
+    if not isinstance(opened, ModelDir):
+        raise NmtError(f"{p}: not a model directory (--init-from takes a MODEL_DIR)")
+    return opened
+
+
+def open_trained(path: str | Path) -> ModelDir | None:
+    """The model directory at `path` opened once when a run or an import wrote it (config.yaml
+    and vocab.json); None otherwise, left to the checks that name what is wrong with it."""
+    p = Path(path)
+    return ModelDir(p) if all((p / n).is_file() for n in (CONFIG, MODEL_META)) else None

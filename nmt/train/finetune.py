@@ -20,7 +20,6 @@ from nmt.config import Config, ModelConfig, TrainingConfig
 from nmt.data.vocab import vocabulary_difference
 from nmt.dirs.data import DataDir
 from nmt.dirs.model import ModelDir
-from nmt.dirs.opening import VOCABULARY, open_dir
 from nmt.errors import NmtError
 
 # The parameters with one row per vocabulary id, and the side whose vocabulary they follow.
@@ -129,15 +128,6 @@ def init_weights(
     return {**loaded, "new_rows": added} if added else loaded
 
 
-def open_initial(init_from: str | Path) -> ModelDir:
-    """The model directory `--init-from` names, opened once; a folder that is missing, or is
-    not a model directory, is a one-line error saying what it is."""
-    opened = open_dir(init_from, VOCABULARY)  # names what the folder is (missing, a DATA_DIR)
-    if not isinstance(opened, ModelDir):
-        raise NmtError(f"{init_from}: not a model directory (--init-from takes a MODEL_DIR)")
-    return opened
-
-
 def with_initial(cfg: Config, init: ModelDir | None) -> Config:
     """`cfg` for a run that starts from `init`: training.init_from names it (a copy of `cfg`
     when it named none), so the saved config.yaml records where the weights came from."""
@@ -216,24 +206,28 @@ def extend_rows(model: Any, path: Path, sizes: tuple[int, int]) -> dict[str, int
     return {k: own[k].shape[0] - sizes[side] for k, side in grown.items()}
 
 
+def initial_config(init: ModelDir) -> Config:
+    """The initial model's own config, minus where it was itself initialised from: the base of a
+    run that starts from it (its architecture is what the weights fit)."""
+    import copy
+
+    cfg = copy.deepcopy(init.config)
+    cfg.training.init_from, cfg.training.init_checkpoint = "", "default"
+    return cfg
+
+
 def preset_over_initial(
-    preset: str,
-    overrides: list[str],
-    model_dir: str | Path,
-    flags: dict[str, Any],
-    read: Any = None,
+    preset: str, overrides: list[str], init: ModelDir, flags: dict[str, Any]
 ) -> Config:
     """`nmt train --init-from MODEL_DIR --preset NAME` without CONFIG: MODEL_DIR's config with
     the preset laid over it (its training settings; an architecture key that differs is then
     refused by `check_same_architecture`), then `--set` and the flags."""
-    from nmt.config import apply_overrides, load_preset, resolve_train_config, set_value
+    from nmt.config import apply_flags, apply_overrides, load_preset
     from nmt.config.strict import apply_sections
 
-    cfg = resolve_train_config(None, None, [], model_dir, False, flags, read)
+    cfg = initial_config(init)
     apply_sections(cfg, load_preset(preset), f"preset {preset}")
     apply_overrides(cfg, overrides)
-    for key, value in flags.items():
-        if value is not None:
-            set_value(cfg, f"training.{key}", value, f"--{key.replace('_', '-')}")
+    apply_flags(cfg, flags)
     cfg.check()
     return cfg

@@ -14,7 +14,6 @@ import random
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -32,12 +31,19 @@ from nmt.device import (
     inference_precision,
     resolve_precision,
 )
-from nmt.dirs.model import CONFIG, MODEL_META, ModelDir
+from nmt.dirs.model import ModelDir
+from nmt.dirs.opening import open_initial
 from nmt.errors import NmtError
 from nmt.runtime import usable_cpus
 from nmt.train import checkpoint, distributed
 from nmt.train.ema import WeightAverage
-from nmt.train.finetune import check_init_outside, init_weights, open_initial, write_tokenizer
+from nmt.train.finetune import (
+    check_init_outside,
+    init_weights,
+    initial_config,
+    preset_over_initial,
+    write_tokenizer,
+)
 from nmt.train.log import Log, Metrics
 from nmt.train.schedule import Budget
 from nmt.train.state import (
@@ -316,13 +322,27 @@ def process(
         sys.stderr.flush()
 
 
-def open_existing(path: str | Path | None) -> ModelDir | None:
-    """The model directory at `path` opened once, when it has its config.yaml and vocab.json
-    (`nmt train` hands it on, so its resumed and initial directories are read once a process);
-    None otherwise, left to the checks that name what is wrong with it."""
-    if path is None or not all((Path(path) / n).is_file() for n in (CONFIG, MODEL_META)):
-        return None
-    return ModelDir(path)
+def run_config(
+    config: str | None,
+    preset: str | None,
+    overrides: list[str],
+    flags: dict[str, Any],
+    resumed: ModelDir | None = None,
+    init: ModelDir | None = None,
+) -> Config:
+    """`nmt train`'s config (preset < CONFIG.yaml < --set < flags): `--resume` without CONFIG or
+    --preset continues the resumed run's own; `--init-from` without them starts from the initial
+    model's, and with --preset alone lays the preset over it."""
+    from nmt.config import resolve_train_config
+
+    if init is not None:
+        flags = {**flags, "init_from": str(init.path)}
+        if preset and not config:
+            return preset_over_initial(preset, overrides, init, flags)
+    base = resumed.config if resumed is not None else None
+    if base is None and init is not None:
+        base = initial_config(init)
+    return resolve_train_config(config, preset, overrides, flags, base)
 
 
 def check_dirs(
