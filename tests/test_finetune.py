@@ -21,7 +21,7 @@ from nmt.data.summary import summary_notes
 from nmt.data.vocab import Tokenizer
 from nmt.dirs import DataDir, ModelDir
 from nmt.dirs.loaded import load_model
-from nmt.dirs.opening import open_initial
+from nmt.dirs.opening import open_initial, open_vocabulary
 from nmt.errors import NmtError
 from nmt.train import distributed
 from nmt.train.loop import Trainer, train
@@ -45,6 +45,8 @@ def _corpus(root: Path, seed: int, reverse: bool = False, n: int = 1500) -> Path
 
 
 def _preprocess(root: Path, out: Path, **kw) -> Path:
+    if kw.get("spm_from") is not None:  # a directory, opened as `nmt preprocess` opens it
+        kw["spm_from"] = open_vocabulary(kw["spm_from"])
     cfg = PreprocessConfig("en", "de", root / "train", valid=root / "valid", threads=1, **kw)
     preprocess(cfg, out, quiet=True)
     return out

@@ -66,7 +66,7 @@ def imported(pretrained_root, multi30k, tmp_path_factory) -> tuple[Path, Path, P
     import_marian(str(small_marian(pretrained_root / "opus-mt-en-mg", root / "hf")), model)
     text = _text(multi30k, root / "text")
     cfg = PreprocessConfig(
-        "en", "de", text / "train", valid=text / "valid", threads=1, tokenizer_from=model
+        "en", "de", text / "train", valid=text / "valid", threads=1, tokenizer_from=ModelDir(model)
     )
     preprocess(cfg, root / "data", quiet=True)
     return model, root / "data", text

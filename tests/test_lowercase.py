@@ -20,6 +20,7 @@ from nmt.data.summary import summary_notes
 from nmt.data.vocab import Tokenizer, train_spm
 from nmt.dirs import DataDir, ModelDir
 from nmt.dirs import data as dataset
+from nmt.dirs.opening import open_vocabulary
 from nmt.engines.translator import Translator
 from nmt.errors import NmtError
 from nmt.eval.evaluate import evaluate
@@ -48,6 +49,8 @@ def _corpus(root: Path, seed: int = 0, n: int = 600) -> Path:
 
 
 def _preprocess(text: Path, out: Path, **kw) -> Path:
+    if kw.get("spm_from") is not None:  # a directory, opened as `nmt preprocess` opens it
+        kw["spm_from"] = open_vocabulary(kw["spm_from"])
     cfg = PreprocessConfig("en", "de", text / "train", valid=text / "valid", threads=1, **kw)
     preprocess(cfg, out, quiet=True)
     return out

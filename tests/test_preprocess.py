@@ -14,6 +14,7 @@ from nmt import textio
 from nmt.data import preprocess as pp
 from nmt.data.preprocess import PreprocessConfig
 from nmt.data.summary import summary_notes
+from nmt.dirs import ModelDir
 from nmt.dirs import data as dataset
 from nmt.errors import NmtError
 
@@ -316,7 +317,9 @@ def test_bad_valid_or_test_input_fails_before_train_is_cleaned(tmp_path, monkeyp
             _preprocess(train, tmp_path / "d", vocab_size=50, **kw)
         assert str(e.value) == message
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".") or p.name == "d"]
-    PreprocessConfig("en", "de", train, vocab_size=7, spm_from=tmp_path)  # --spm-from's size
+    PreprocessConfig(
+        "en", "de", train, vocab_size=7, spm_from=ModelDir.at(tmp_path)
+    )  # --spm-from's size
 
 
 def test_config_is_frozen_and_resolves_split_inputs(tmp_path):

@@ -197,7 +197,7 @@ def test_preprocess_extend_all_checks_the_reused_models_languages(base, tmp_path
             (text / f"valid.{lang}").read_text(encoding="utf-8"), encoding="utf-8"
         )
     cfg = PreprocessConfig("en", "cs", text / "train", valid=text / "valid", threads=1,
-                           spm_from=base[1], extend_vocab=40, extend_all=True)  # fmt: skip
+                           spm_from=ModelDir(base[1]), extend_vocab=40, extend_all=True)  # fmt: skip
     manifest = preprocess(cfg, tmp_path / "data", quiet=True)
     ext = manifest["vocab_extension"]["src"]
     assert ext["all_pieces"] is True and ext["checked_languages"] == ["en"]

@@ -121,11 +121,16 @@ def preprocess_cmd(
 
     from nmt.data.preprocess import PreprocessConfig, preprocess
     from nmt.data.tsv import parse_columns
+    from nmt.dirs.opening import open_tokenizer_model, open_vocabulary
 
     for name in ("out_dir", "force", "quiet"):  # preprocess()'s own arguments
         del options[name]
     options["tests"] = options.pop("test") or ()
     options["columns"] = None if columns is None else parse_columns(columns)
+    if spm_from is not None:
+        options["spm_from"] = open_vocabulary(spm_from)
+    if tokenizer_from is not None:
+        options["tokenizer_from"] = open_tokenizer_model(tokenizer_from)
     cfg = PreprocessConfig(**options)
     with contextlib.ExitStack() as stack:
         progress = None if quiet else step_progress(stack)

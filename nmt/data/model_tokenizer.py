@@ -22,9 +22,8 @@ from typing import Any
 from nmt.data.marian_vocab import VocabTokenizer, imported_pair
 from nmt.data.spm_source import SpmSource, spm_source
 from nmt.data.vocab import Tokenizer, VocabInfo
-from nmt.dirs.model import MODEL_META
+from nmt.dirs.model import MODEL_META, ModelDir
 from nmt.errors import NmtError
-from nmt.textio import read_json_object
 
 MANIFEST_KEY = "tokenizer_from"  # manifest.json: which model's tokenizer encoded the corpus
 IMPORTED_FILES = ("src_spm", "tgt_spm", "pieces", "target_pieces")  # vocab.json's file names
@@ -62,35 +61,16 @@ def vocab_fields(vocab: VocabInfo) -> dict[str, Any]:
     return dataclasses.asdict(vocab) | {"never": list(vocab.never)}
 
 
-def vocab_from(fields: dict[str, Any], where: Path) -> VocabInfo:
-    """A VocabInfo from vocab.json's (or a manifest's) fields; others are ignored."""
-    known = {f.name for f in dataclasses.fields(VocabInfo)}
-    given = {k: v for k, v in fields.items() if k in known}
-    try:
-        return VocabInfo(**given | {"never": tuple(given.get("never", ()))})
-    except TypeError as e:
-        raise NmtError(f"{where}: not a vocabulary file ({e})") from None
-
-
-def model_tokenizer(directory: str | Path) -> ModelTokenizer:
-    """The tokenizer of MODEL_DIR; a folder that is not a model directory is a one-line error."""
-    d = Path(directory)
-    if not d.is_dir():
-        raise NmtError(f"{d}: --tokenizer-from: model directory not found")
-    if not (d / MODEL_META).is_file():
-        raise NmtError(
-            f"{d}: --tokenizer-from takes a model directory (no {MODEL_META}; for a data "
-            "directory's SentencePiece models use --spm-from)"
-        )
-    meta = read_json_object(d / MODEL_META)
-    vocab = vocab_from(meta, d / MODEL_META)
+def model_tokenizer(model: ModelDir) -> ModelTokenizer:
+    """The tokenizer of MODEL_DIR: its SentencePiece models, or an imported model's files."""
+    meta, d = model.meta, model.path
     if not meta.get("pieces"):
-        return ModelTokenizer(d, vocab, meta, spm_source(d))
+        return ModelTokenizer(d, model.vocab, meta, spm_source(model))
     for key in IMPORTED_FILES:
         name = meta.get(key)
         if name and not (d / str(name)).is_file():
             raise NmtError(f"{d / str(name)}: tokenizer file not found ({MODEL_META} names it)")
-    return ModelTokenizer(d, vocab, meta, None)
+    return ModelTokenizer(d, model.vocab, meta, None)
 
 
 def copy_tokenizer(source: ModelTokenizer, out: Path) -> dict[str, Any]:
@@ -119,10 +99,10 @@ def unknown_lines(tok: Tokenizer, texts: Sequence[str], ids: Sequence[Sequence[i
     return tok.unknown_lines(maybe, 1) if maybe else 0
 
 
-def tokenizer_from(directory: str | Path, lowercase: bool) -> ModelTokenizer:
+def tokenizer_from(model: ModelDir, lowercase: bool) -> ModelTokenizer:
     """`--tokenizer-from`: the model's tokenizer, checked against `--lowercase` (an imported
     model reads text as it is; an nmt model as it was preprocessed)."""
-    found = model_tokenizer(directory)
+    found = model_tokenizer(model)
     model_lc = found.spm.lowercase if found.spm is not None else False
     if model_lc != lowercase:
         how = "add --lowercase" if model_lc else "drop --lowercase"

@@ -45,7 +45,8 @@ from nmt.data.split_entry import check_inputs_outside, over_limits, split_entry,
 from nmt.data.spm_source import SpmSource, copy_models, lowercase_mismatch, spm_source
 from nmt.data.tsv import column_order, is_tsv, train_pairs
 from nmt.data.vocab import SPECIAL_IDS, Tokenizer, train_spm
-from nmt.dirs.data import FORMAT, write_manifest
+from nmt.dirs.data import FORMAT, DataDir, write_manifest
+from nmt.dirs.model import ModelDir
 from nmt.errors import NmtError
 from nmt.runtime import usable_cpus
 from nmt.textio import building_dir, check_out_dir
@@ -78,7 +79,7 @@ class PreprocessConfig:
     skip_invalid: bool = False
     character_coverage: float = 1.0
     spm_sample: int = 500_000
-    spm_from: str | Path | None = None  # reuse this MODEL_DIR's or DATA_DIR's SentencePiece models
+    spm_from: ModelDir | DataDir | None = None  # reuse this directory's SentencePiece models
     extend_vocab: int = 0  # with spm_from: append up to this many pieces for unknown characters
     extend_all: bool = False  # extend_vocab with every piece the corpus wants (old text kept)
     lowercase: bool = False  # lowercase every split (the setting of most Multi30k papers)
@@ -87,7 +88,7 @@ class PreprocessConfig:
     split_test: int = 0  # ... and this many as test, whose sources train then never contains
     seed: int = 1  # draws the held-out pairs and the valid sample
     valid_sample: int = 0  # keep a seeded sample of this many valid lines (0: all of them)
-    tokenizer_from: str | Path | None = None  # encode with this MODEL_DIR's own tokenizer
+    tokenizer_from: ModelDir | None = None  # encode with this model's own tokenizer
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tests", tuple(self.tests))

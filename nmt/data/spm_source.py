@@ -9,7 +9,6 @@ from pathlib import Path
 
 from nmt.dirs.data import DataDir
 from nmt.dirs.model import ModelDir
-from nmt.dirs.opening import VOCABULARY, open_dir
 from nmt.errors import NmtError
 
 
@@ -31,10 +30,9 @@ class SpmSource:
         return self.src == self.tgt
 
 
-def spm_source(directory: str | Path) -> SpmSource:
-    """Find the SentencePiece models of a model directory (vocab.json) or data directory
-    (manifest.json); a folder that is neither, or a missing model file, is a one-line error."""
-    opened = open_dir(directory, VOCABULARY)
+def spm_source(opened: ModelDir | DataDir) -> SpmSource:
+    """The SentencePiece models of a model directory or a data directory; one that names none,
+    or a missing model file, is a one-line error."""
     d = opened.path
     if isinstance(opened, DataDir):
         meta = opened.manifest

@@ -46,6 +46,13 @@ def open_model(path: str | Path) -> Opened:
     return opened
 
 
+def open_vocabulary(path: str | Path) -> ModelDir | DataDir:
+    """A model directory or a data directory (where SentencePiece models live), opened once."""
+    opened = open_dir(path, VOCABULARY)
+    assert isinstance(opened, ModelDir | DataDir)
+    return opened
+
+
 def open_dirs(paths: Sequence[str | Path]) -> list[Opened]:
     """Model or export directories (several: an ensemble), each opened once."""
     return [open_model(p) for p in paths]
@@ -68,3 +75,17 @@ def open_trained(path: str | Path) -> ModelDir | None:
     and vocab.json); None otherwise, left to the checks that name what is wrong with it."""
     p = Path(path)
     return ModelDir(p) if all((p / n).is_file() for n in (CONFIG, MODEL_META)) else None
+
+
+def open_tokenizer_model(path: str | Path) -> ModelDir:
+    """The model directory `--tokenizer-from` names (its tokenizer encodes a corpus), opened
+    once; a missing folder or one without vocab.json is a one-line error saying which."""
+    p = Path(path)
+    if not p.is_dir():
+        raise NmtError(f"{p}: --tokenizer-from: model directory not found")
+    if not (p / MODEL_META).is_file():
+        raise NmtError(
+            f"{p}: --tokenizer-from takes a model directory (no {MODEL_META}; for a data "
+            "directory's SentencePiece models use --spm-from)"
+        )
+    return ModelDir(p)

@@ -153,13 +153,14 @@ def source_spm(path: str | Path) -> tuple[Path, bool]:
     """The source-side SentencePiece model of a .model file, a DATA_DIR or a MODEL_DIR, and
     whether it was learnt on lowercased text (so lengths count the pieces the model saw)."""
     from nmt.data.spm_source import spm_source
+    from nmt.dirs.opening import open_vocabulary
 
     p = Path(path)
     if p.is_file():
         return p, False
     if not p.is_dir():
         raise NmtError(f"{p}: not a SentencePiece model, DATA_DIR or MODEL_DIR")
-    source = spm_source(p)  # the directory opened by what it holds
+    source = spm_source(open_vocabulary(p))  # opened by what it holds
     return source.src, source.lowercase
 
 
