@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -28,6 +29,7 @@ from nmt.errors import NmtError
 from nmt.models.attention import make_rnn_attention
 from nmt.models.base import make_embeddings, step_scores
 from nmt.models.dropout import Dropout
+from nmt.models.recurrence import bidirectional
 
 NO_ATTENTION = "this model has no attention (model.attention: none)"
 
@@ -107,18 +109,21 @@ class Seq2Seq(nn.Module):
         s = src.size(1)
         x = self.drop(self.src_embed(src))  # (B, S, E)
         with _fp32_rnn(x):
-            packed = pack_padded_sequence(
-                x.float(), src_lengths.cpu(), batch_first=True, enforce_sorted=False
-            )
-            out, final = self.encoder(packed)
+            if self.lstm:
+                packed = pack_padded_sequence(
+                    x.float(), src_lengths.cpu(), batch_first=True, enforce_sorted=False
+                )
+                packed_out, final = self.encoder(packed)
+                out, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=s)
+            else:  # unpacked: a packed GRU's backward grows with the square of the length
+                out, final = bidirectional(cast(nn.GRU, self.encoder), x.float(), src_lengths)
         finals = final if self.lstm else (final,)
         last = tuple(torch.cat([f[-2], f[-1]], dim=-1) for f in finals)  # (B, 2H) each
         if self.attention is None:  # the fixed-length summary is all the decoder will see
             summary = self.drop(last[0]).unsqueeze(1)  # (B, 1, 2H)
             mask = torch.ones(summary.shape[:2], dtype=torch.bool, device=src.device)  # (B, 1)
             return RNNEncoderOut(summary, summary, mask, src_lengths, last)
-        memory, _ = pad_packed_sequence(out, batch_first=True, total_length=s)  # (B, S, 2H)
-        memory = self.drop(memory)
+        memory = self.drop(out)  # (B, S, 2H), zero at padding
         if self.memory_proj is not None:
             memory = self.memory_proj(memory)  # (B, S, H)
         mask = torch.arange(s, device=src.device) < src_lengths.unsqueeze(1)  # (B, S)
