@@ -73,6 +73,22 @@ def parameters(model: Path) -> int:
     return count_parameters(build(found.config.model, found.vocab, init=False))
 
 
+def precisions(events: Sequence[dict[str, Any]]) -> str:
+    """The training precision of each start of a run, in order without repeats: `bf16`, or
+    `bf16, then fp32 from update N` for a run resumed on a machine where `auto` resolves
+    otherwise."""
+    parts: list[str] = []
+    last = None
+    for e in events:
+        precision = e.get("precision", "unrecorded")
+        if e.get("event") == "start" and precision != last:
+            parts.append(
+                precision if last is None else f"then {precision} from update {e['step']:,}"
+            )
+            last = precision
+    return ", ".join(parts)
+
+
 def run_info(model: Path, data: Path) -> dict[str, Any]:
     """Parameters, updates, epochs, minutes, best validation BLEU and flatness of one trained
     system (its flat.json: where the rule stopped it, and how far it had trained)."""
@@ -83,6 +99,7 @@ def run_info(model: Path, data: Path) -> dict[str, Any]:
     end = [e for e in events if e.get("event") == "end"][-1]
     return {
         "parameters": parameters(model),
+        "precision": precisions(events),
         "updates": flat.get("trained", flat["steps"]),
         "flat_at": flat["steps"],
         "flat": flat["flat"],
@@ -106,6 +123,7 @@ def run_row(name: str, run: dict[str, Any], flat: str) -> list[str]:
     return [
         name,
         f"{run['parameters'] / 1e6:.1f}M",
+        run["precision"],
         f"{run['updates']:,}",
         f"{run['epochs']:.1f}",
         f"{run['minutes']:.0f}",

@@ -182,3 +182,15 @@ def test_the_rules_are_compared_on_a_finished_runs_curve(tmp_path):
     rule = FlatRule(valid_every=400, chunk=800, min_steps=4000, max_steps=12000)
     said = compare([model], rule)
     assert said == [f"{model}: earlier rule flat at 4,000, this rule not flat by 8,000 (CHANGED)"]
+
+
+def test_a_run_resumed_in_another_precision_says_from_which_update():
+    from expt_report import precisions
+
+    def start(step: int, precision: str) -> dict:
+        return {"event": "start", "step": step, "precision": precision}
+
+    same = [start(0, "bf16"), {"event": "train", "step": 100}, start(400, "bf16")]
+    assert precisions(same) == "bf16"
+    changed = [*same, start(2400, "fp32"), start(2800, "fp32"), start(3200, "bf16")]
+    assert precisions(changed) == "bf16, then fp32 from update 2,400, then bf16 from update 3,200"

@@ -310,7 +310,8 @@ def test_smoke_run_stops_on_sigterm_resumes_then_reuses_everything(tmp_path, mul
     for r in results:  # the training table's parameters: the trained model's own count
         count = count_parameters(load_model(ModelDir.at(work / r["name"]))[0])
         assert r["run"]["parameters"] == count
-        assert f"| {r['name']} | {count / 1e6:.1f}M | {r['run']['updates']:,} |" in table
+        row = f"| {r['name']} | {count / 1e6:.1f}M | {r['run']['precision']} | {r['run']['updates']:,} |"
+        assert row in table and r["run"]["precision"] in {"bf16", "fp32"}
 
     # A rerun trains and translates nothing; a lost outcome is recomputed from the curve.
     before = (work / "bahdanau" / "flat.json").read_text()
