@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -140,3 +140,19 @@ def inference_precision(
     if resolved == "fp16" and device.type == "cpu":
         raise NmtError("--precision fp16 needs a GPU; use bf16 or fp32 on CPU")
     return resolved
+
+
+@contextlib.contextmanager
+def denormals_flushed(device: torch.device) -> Iterator[None]:
+    """Subnormal floats (below 1.2e-38) flushed to zero in CPU arithmetic while the block runs;
+    afterwards the default (kept) again. A gradient fading back through a long recurrence reaches
+    that range, where x86 multiplies take about a hundred times their cycles: an RNN update on
+    160-token sentences slows several-fold (docs/benchmarks.md, speed by length). Nothing a
+    training update changes is that small. Other devices: nothing changes."""
+    if device.type != "cpu" or not torch.set_flush_denormal(True):
+        yield
+        return
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)

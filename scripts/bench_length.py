@@ -5,8 +5,9 @@ For each preset (seq2seq-bahdanau and transformer-small by default, vocabulary 8
 length L (source = target = L tokens, eos included), on random ids drawn from a fixed seed:
 
 - training: one update as `nmt train` runs it (nmt.train.update.Updater: forward, the fused
-  label-smoothed loss, backward, clipping, AdamW) on a batch of about 4,000 target tokens
-  (--tokens // L sentences, at least 1), in train mode (dropout on);
+  label-smoothed loss, backward, clipping, AdamW; on CPU, subnormal floats flushed to zero, or
+  kept with --keep-denormals) on a batch of about 4,000 target tokens (--tokens // L sentences,
+  at least 1), in train mode (dropout on);
 - decoding: the real greedy search (nmt.decode.search.greedy) of one sentence of L source
   tokens, held to exactly L decoder steps (L - 1 tokens, then eos), on a model prepared as
   `nmt translate` prepares it (bf16: weights cast and packed, Seq2Seq under autocast).
@@ -24,6 +25,7 @@ flags and the torch thread count, and the GEMM rate of each precision measured i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import statistics
 import sys
@@ -87,7 +89,7 @@ def fresh_model(preset: str, device: Any) -> Any:
 def bench_train(preset: str, precision: str, device: Any, args: argparse.Namespace) -> list[dict]:
     """Per length: the median update's seconds and target tokens/s, as `nmt train` updates."""
     from nmt.config import load_config
-    from nmt.device import autocast_for
+    from nmt.device import autocast_for, denormals_flushed
     from nmt.train.distributed import DistInfo
     from nmt.train.loss import LossHead
     from nmt.train.state import TrainState, make_optimizer
@@ -107,9 +109,11 @@ def bench_train(preset: str, precision: str, device: Any, args: argparse.Namespa
 
     def one_length(length: int) -> dict:
         batch = train_batch(length, args.tokens, device)
-        times = timed_runs(
-            lambda: update([batch], lr, state, warn), args.warmup, args.repeats, device.type
-        )
+        flushed = contextlib.nullcontext() if args.keep_denormals else denormals_flushed(device)
+        with flushed:  # as `nmt train` runs (nmt.train.setup.process)
+            times = timed_runs(
+                lambda: update([batch], lr, state, warn), args.warmup, args.repeats, device.type
+            )
         seconds = statistics.median(times)
         return {
             "batch_size": int(batch.src.size(0)),
@@ -125,8 +129,6 @@ def prepare_decoding(model: Any, precision: str, device: Any) -> Callable[[], An
     """The model as `Translator.from_dir` prepares it for decoding (eval mode; bf16 weights cast
     and every product packed, or fp32 weights under autocast for a model that keeps fp32 parts;
     fp32: the vocabulary projection packed); the autocast it decodes under."""
-    import contextlib
-
     from nmt.device import autocast_for, compute_dtype
     from nmt.engines.packed import pack_for_decoding
 
@@ -371,6 +373,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", default="", help="also write the results here")
     ap.add_argument("--plot", default="", help="also draw them into this PNG")
     ap.add_argument("--emulated-bf16", action="store_true", help="run bf16 without native support")
+    ap.add_argument(
+        "--keep-denormals",
+        action="store_true",
+        help="train without flushing subnormal floats to zero (nmt train flushes them)",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.warmup, args.repeats = 1, 2
@@ -425,6 +432,7 @@ def run(args: argparse.Namespace) -> None:
     if args.json:
         meta = {"machine": lines[0], "threads": threads, "device": str(device), "gemm_gflops": gemm}
         settings = {"tokens": args.tokens, "warmup": args.warmup, "repeats": args.repeats}
+        settings["denormals"] = "kept" if args.keep_denormals else "flushed"
         write_json(args.json, {**meta, **settings, "rows": rows, "ratios": ratio_rows})
     if args.plot:
         plot(rows, args.lengths, args.tokens, args.plot)

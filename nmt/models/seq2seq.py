@@ -234,14 +234,29 @@ class Seq2Seq(nn.Module):
             raise NmtError(NO_ATTENTION)
         return self.output(features), weights
 
+    def _fixed_context(
+        self, emb: torch.Tensor, enc: RNNEncoderOut, state: RNNState
+    ) -> torch.Tensor:
+        """Teacher forcing without attention: the context is the same at every step, so the
+        decoder's inputs are all known at once and its recurrence runs in one call over the whole
+        target, not one call per step (the steps of _step, the same function). Features (B, T, E)."""
+        context = enc.memory.expand(-1, emb.size(1), -1)  # (B, T, 2H)
+        rnn_in = torch.cat([emb, context.to(emb.dtype)], dim=-1)  # (B, T, E+2H)
+        hx = state.hidden if self.lstm else state.hidden[0]
+        with _fp32_rnn(rnn_in):
+            out, _ = self.decoder(rnn_in.float(), hx)
+        return self._readout(out, context, emb)
+
     def _teacher_forcing(
         self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Readout features (B, T, E) and weights (B, 1, 1, T, S) or None. The recurrence runs
-        step by step; the readout runs once over all steps."""
+        """Readout features (B, T, E) and weights (B, 1, 1, T, S) or None. With attention the
+        recurrence runs step by step; the readout runs once over all steps."""
         enc = self.encode(src, src_lengths)
         state = self.init_state(enc)
         emb = self.drop(self.tgt_embed(tgt_in))  # (B, T, E)
+        if self.attention is None:
+            return self._fixed_context(emb, enc, state), None
         hs, contexts, weights = [], [], []
         # unbind, not emb[:, t]: each slice's backward writes a zero (B, T, E) gradient and adds
         # it up, T times an update; unbind's backward stacks the T gradients once.

@@ -27,6 +27,7 @@ from nmt.data.resegment import Resegmenter
 from nmt.device import (
     VALID_BF16_MIN_WIDTH,
     autocast_for,
+    denormals_flushed,
     emulated_bf16_warning,
     inference_precision,
     resolve_precision,
@@ -302,15 +303,17 @@ def announce(
 def process(
     device: torch.device, dist: distributed.DistInfo, threads: int | None
 ) -> Iterator[None]:
-    """The process's CPU threads (by default the cores shared among the local processes) and
-    its process group for the run; both undone afterwards. A collective that fails (another
-    process died, or waited past NMT_DIST_TIMEOUT) ends the run with a one-line error."""
+    """The process's CPU threads (by default the cores shared among the local processes), its
+    subnormal floats flushed to zero (nmt.device.denormals_flushed) and its process group for the
+    run; all undone afterwards. A collective that fails (another process died, or waited past
+    NMT_DIST_TIMEOUT) ends the run with a one-line error."""
     old_threads = torch.get_num_threads()
     if device.type == "cpu":
         torch.set_num_threads(threads or max(1, usable_cpus() // dist.local_world_size))
     distributed.init(dist, device)
     try:
-        yield
+        with denormals_flushed(device):
+            yield
     except RuntimeError as e:
         lost = distributed.lost_peer(e, dist) if dist.enabled else None
         if lost is None:
