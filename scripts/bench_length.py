@@ -306,7 +306,8 @@ def plot(rows: list[dict], lengths: list[int], tokens: int, path: str) -> None:
         ax.set_xlabel("source = target length (tokens)")
         ax.set_ylabel("target tokens / s")
         ax.set_title(title)
-        ax.legend()
+    handles, labels = left.get_legend_handles_labels()  # one legend for both, under them
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(3, len(series)), frameon=False)
     save_png(fig, path)
 
 
