@@ -61,6 +61,7 @@ def test_quick_run_times_every_model_at_every_length(tmp_path):
     assert (
         result["threads"] == 1 and result["device"] == "cpu" and result["gemm_gflops"]["fp32"] > 0
     )
+    assert result["denormals"] == "flushed"  # as nmt train runs
     assert [(q["preset"], q["baseline"], q["length"]) for q in result["ratios"]] == [
         ("transformer-tiny", "seq2seq-tiny", 10), ("transformer-tiny", "seq2seq-tiny", 20),
     ]  # fmt: skip
