@@ -35,11 +35,18 @@ NO_ATTENTION = "this model has no attention (model.attention: none)"
 
 
 def _fp32_rnn(x: torch.Tensor) -> contextlib.AbstractContextManager:
-    """Run recurrences in float32 on CPU: oneDNN has no bf16 LSTM on CPUs without native bf16,
-    and the recurrence is latency-bound there anyway. GPU autocast is left as it is."""
-    if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+    """Run recurrences and the per-step attention in float32 on CPU: oneDNN has no bf16 LSTM on
+    CPUs without native bf16, and each step's small products are bound by latency and memory,
+    not arithmetic: under bf16 autocast every step would cast the whole (B, S, 2H) memory and its
+    gradient again. GPU autocast is left as it is."""
+    if _cpu_autocast(x):
         return torch.autocast("cpu", enabled=False)
     return contextlib.nullcontext()
+
+
+def _cpu_autocast(x: torch.Tensor) -> bool:
+    """Whether x is on the CPU under autocast (where _fp32_rnn turns it off)."""
+    return x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
 
 
 @dataclass
@@ -128,6 +135,8 @@ class Seq2Seq(nn.Module):
             memory = self.memory_proj(memory)  # (B, S, H)
         mask = torch.arange(s, device=src.device) < src_lengths.unsqueeze(1)  # (B, S)
         proj_keys = self.attention.project_keys(memory)
+        if _cpu_autocast(x):  # the steps attend in float32: cast once here, not at every step
+            memory, proj_keys = memory.float(), proj_keys.float()
         return RNNEncoderOut(memory, proj_keys, mask, src_lengths, last)
 
     def init_state(self, encoder_out: RNNEncoderOut) -> RNNState:
@@ -148,8 +157,9 @@ class Seq2Seq(nn.Module):
         if self.attention is None:
             context, weights = enc.memory[:, 0], None  # (B, 2H)
         else:
-            query = state.hidden[0][-1]  # (B, H) previous top-layer state
-            context, weights = self.attention(query, enc.proj_keys, enc.memory, enc.mask)
+            query = state.hidden[0][-1]  # (B, H) previous top-layer state, float32
+            with _fp32_rnn(emb):
+                context, weights = self.attention(query, enc.proj_keys, enc.memory, enc.mask)
         rnn_in = torch.cat([emb, context.to(emb.dtype)], dim=-1).unsqueeze(1)  # (B, 1, E+M)
         hx = state.hidden if self.lstm else state.hidden[0]
         with _fp32_rnn(rnn_in):
