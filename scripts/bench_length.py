@@ -109,11 +109,9 @@ def bench_train(preset: str, precision: str, device: Any, args: argparse.Namespa
 
     def one_length(length: int) -> dict:
         batch = train_batch(length, args.tokens, device)
-        flushed = contextlib.nullcontext() if args.keep_denormals else denormals_flushed(device)
-        with flushed:  # as `nmt train` runs (nmt.train.setup.process)
-            times = timed_runs(
-                lambda: update([batch], lr, state, warn), args.warmup, args.repeats, device.type
-            )
+        times = timed_runs(
+            lambda: update([batch], lr, state, warn), args.warmup, args.repeats, device.type
+        )
         seconds = statistics.median(times)
         return {
             "batch_size": int(batch.src.size(0)),
@@ -122,7 +120,8 @@ def bench_train(preset: str, precision: str, device: Any, args: argparse.Namespa
             "train_tok_s": round(batch.n_tgt_tokens / seconds, 1),
         }
 
-    return [one_length(length) for length in args.lengths]
+    with contextlib.nullcontext() if args.keep_denormals else denormals_flushed(device):
+        return [one_length(length) for length in args.lengths]  # flushed as `nmt train` does
 
 
 def prepare_decoding(model: Any, precision: str, device: Any) -> Callable[[], Any]:
@@ -374,11 +373,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", default="", help="also write the results here")
     ap.add_argument("--plot", default="", help="also draw them into this PNG")
     ap.add_argument("--emulated-bf16", action="store_true", help="run bf16 without native support")
-    ap.add_argument(
-        "--keep-denormals",
-        action="store_true",
-        help="train without flushing subnormal floats to zero (nmt train flushes them)",
-    )
+    ap.add_argument("--keep-denormals", action="store_true", help="unlike nmt train, no flush to 0")
     args = ap.parse_args(argv)
     if args.quick:
         args.warmup, args.repeats = 1, 2
