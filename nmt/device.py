@@ -7,8 +7,10 @@ means the same thing everywhere.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -144,15 +146,51 @@ def inference_precision(
 
 @contextlib.contextmanager
 def denormals_flushed(device: torch.device) -> Iterator[None]:
-    """Subnormal floats (below 1.2e-38) flushed to zero in CPU arithmetic while the block runs;
-    afterwards the default (kept) again. A gradient fading back through a long recurrence reaches
-    that range, where x86 multiplies take about a hundred times their cycles: an RNN update on
-    160-token sentences slows several-fold (docs/benchmarks.md, speed by length). Nothing a
-    training update changes is that small. Other devices: nothing changes."""
-    if device.type != "cpu" or not torch.set_flush_denormal(True):
+    """Subnormal floats (below 1.2e-38) flushed to zero in CPU arithmetic while the block runs,
+    on this thread and on every thread of torch's OpenMP pool; afterwards the default (kept)
+    again. A gradient fading back through a long recurrence reaches that range, where x86
+    multiplies take about a hundred times their cycles: an RNN update on 160-token sentences
+    slows several-fold (docs/benchmarks.md, speed by length). Nothing a training update changes
+    is that small. Other devices: nothing changes."""
+    if device.type != "cpu" or not _flush_denormals(True):
         yield
         return
     try:
         yield
     finally:
-        torch.set_flush_denormal(False)
+        _flush_denormals(False)
+
+
+def _flush_denormals(on: bool) -> bool:
+    """torch.set_flush_denormal(on) on this thread and on each of torch's OpenMP threads: a
+    thread's floating-point mode is its own, and the pool's threads keep the mode they were
+    started with. False where the CPU cannot flush."""
+    if not torch.set_flush_denormal(on):
+        return False
+    _on_openmp_threads(lambda: torch.set_flush_denormal(on))
+    return True
+
+
+def _on_openmp_threads(fn: Callable[[], Any]) -> None:
+    """fn once on every thread of the OpenMP team torch computes with (`GOMP_parallel` of the
+    OpenMP runtime loaded in this process, libgomp or libiomp5); nothing where there is none."""
+    threads = torch.get_num_threads()
+    runtime = _openmp_runtime()
+    if threads < 2 or runtime is None:
+        return
+    callback = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: fn())
+    runtime.GOMP_parallel(callback, None, ctypes.c_uint(threads), ctypes.c_uint(0))
+
+
+def _openmp_runtime() -> ctypes.CDLL | None:
+    """The OpenMP library this process has loaded (torch's own), from /proc/self/maps."""
+    try:
+        maps = Path("/proc/self/maps").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in maps:
+        path = line.split()[-1] if len(line.split()) >= 6 else ""
+        if Path(path).name.startswith(("libgomp", "libiomp5")):
+            library = ctypes.CDLL(path)
+            return library if hasattr(library, "GOMP_parallel") else None
+    return None

@@ -45,3 +45,35 @@ def test_a_training_run_flushes_them_and_restores_the_default():
 def test_other_devices_are_left_alone():
     with denormals_flushed(torch.device("meta")):
         assert _kept()
+
+
+POOL = """
+import torch
+from nmt.device import denormals_flushed
+
+torch.set_num_threads(2)
+x = torch.full((1 << 22,), 1e-39)  # split among both threads: the pool exists before the flush
+
+
+def kept() -> int:
+    return int((x * 1.0).count_nonzero())
+
+
+before = kept()
+with denormals_flushed(torch.device("cpu")):
+    inside = kept()
+print(before, inside, kept())
+"""
+
+
+def test_every_thread_of_the_pool_flushes_and_then_keeps_again():
+    """A thread's floating-point mode is its own, and torch's OpenMP threads keep the one they
+    started with: a flush on the calling thread alone leaves the pool's share of an op kept."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", POOL], capture_output=True, text=True, check=True
+    ).stdout.split()
+    n = 1 << 22
+    assert out == [str(n), "0", str(n)]
