@@ -1,5 +1,6 @@
 """The unpacked bidirectional GRU (nmt/models/recurrence.py) against nn.GRU on packed sequences:
-the same outputs, final states and gradients, and padding that never reaches a real token."""
+the same outputs, final states and gradients, and padding that never reaches a real token; the
+GRU over [x_t; fixed] against nn.GRU on the concatenated input."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from nmt.models.recurrence import bidirectional, reverse_within
+from nmt.models.recurrence import bidirectional, fixed_input_gru, reverse_within
 
 
 def _packed(rnn: nn.GRU, x: torch.Tensor, lengths: torch.Tensor):
@@ -58,3 +59,37 @@ def test_padding_never_reaches_a_real_token():
     out2, final2 = bidirectional(rnn, noisy, lengths)
     assert torch.equal(out, out2) and torch.equal(final, final2)
     assert not out.masked_select(~real).any()  # zero at padding
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_fixed_input_gru_equals_the_gru_on_the_concatenated_input(layers):
+    torch.manual_seed(layers)
+    rnn = nn.GRU(8 + 5, 6, layers, batch_first=True, dropout=0.2 if layers > 1 else 0.0).eval()
+    x, _ = _batch(layers + 10)
+    fixed = torch.randn(x.size(0), 5, requires_grad=True)
+    h0 = torch.randn(layers, x.size(0), 6, requires_grad=True)
+    x.requires_grad_(True)
+    want, _ = rnn(torch.cat([x, fixed.unsqueeze(1).expand(-1, x.size(1), -1)], -1), h0)
+    got = fixed_input_gru(rnn, x, fixed, h0)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    weights = torch.randn(want.shape)
+    params = [x, fixed, h0, *rnn.parameters()]
+    want_grads = torch.autograd.grad((want * weights).sum(), params)
+    got_grads = torch.autograd.grad((got * weights).sum(), params)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_fixed_input_gru_drops_out_between_layers_in_training_only():
+    rnn = nn.GRU(8 + 5, 6, 2, batch_first=True, dropout=0.5).train()
+    x, _ = _batch(4)
+    fixed, h0 = torch.randn(x.size(0), 5), torch.zeros(2, x.size(0), 6)
+    torch.manual_seed(0)
+    a = fixed_input_gru(rnn, x, fixed, h0)
+    torch.manual_seed(1)
+    b = fixed_input_gru(rnn, x, fixed, h0)
+    assert not torch.allclose(a, b)  # a different dropout mask between the layers
+    rnn.eval()
+    torch.testing.assert_close(
+        fixed_input_gru(rnn, x, fixed, h0), fixed_input_gru(rnn, x, fixed, h0)
+    )

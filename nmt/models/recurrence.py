@@ -8,6 +8,10 @@ own length, so the padding always comes after the real tokens and never reaches 
 and final states are those of the packed run (to float rounding); outputs at padding are zero.
 An LSTM keeps the packed run: its final cell state at each sentence's own length is not among
 its outputs.
+
+A GRU whose input is [x_t; c] with c the same at every step (the attention-free decoder: its
+context is one vector per sentence) computes c's share of the input gates once per sentence, not
+once per step: fixed_input_gru.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -58,3 +63,40 @@ def bidirectional(
             out = nn.functional.dropout(out, rnn.dropout, rnn.training)
         layer_in = out
     return layer_in, torch.stack(finals)
+
+
+def _gru_cell(
+    gates_in: torch.Tensor, h: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor
+) -> torch.Tensor:
+    """One GRU step from its input gates (B, 3H), already W_ih x + b_ih: the new state (B, H)."""
+    i_r, i_z, i_n = gates_in.chunk(3, 1)
+    h_r, h_z, h_n = F.linear(h, w_hh, b_hh).chunk(3, 1)
+    r = torch.sigmoid(i_r + h_r)
+    z = torch.sigmoid(i_z + h_z)
+    n = torch.tanh(i_n + r * h_n)
+    return n + z * (h - n)  # (1 - z) n + z h
+
+
+def fixed_input_gru(
+    rnn: nn.GRU, x: torch.Tensor, fixed: torch.Tensor, h0: torch.Tensor
+) -> torch.Tensor:
+    """`rnn` (one direction, batch_first, with biases) over the inputs [x_t; fixed] for x (B, T, X)
+    and fixed (B, F), the same at every step, from h0 (layers, B, H): the top layer's outputs
+    (B, T, H), those of rnn(cat([x, fixed repeated T times], -1), h0) to float rounding. The first
+    layer's input gates are W_x x_t + (W_f fixed + b_ih): the fixed share is one product per
+    sentence; the layers above run as nn.GRU runs them."""
+    w_ih, w_hh, b_ih, b_hh = rnn.all_weights[0]
+    width = x.size(-1)
+    gates = F.linear(x, w_ih[:, :width]) + F.linear(fixed, w_ih[:, width:], b_ih).unsqueeze(1)
+    h, outs = h0[0], []
+    for gates_t in gates.unbind(1):  # unbind: one stacked gradient, not T zero-filled ones
+        h = _gru_cell(gates_t, h, w_hh, b_hh)
+        outs.append(h)
+    out = torch.stack(outs, 1)  # (B, T, H)
+    if rnn.num_layers == 1:
+        return out
+    out = F.dropout(out, rnn.dropout, rnn.training)  # nn.GRU's dropout between layers
+    upper: list[torch.Tensor] = [w for layer in rnn.all_weights[1:] for w in layer]
+    layers, drop = rnn.num_layers - 1, rnn.dropout
+    h_up = h0[1:].contiguous()
+    return torch._VF.gru(out, h_up, upper, True, layers, drop, rnn.training, False, True)[0]

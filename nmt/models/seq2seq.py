@@ -29,7 +29,7 @@ from nmt.errors import NmtError
 from nmt.models.attention import make_rnn_attention
 from nmt.models.base import make_embeddings, step_scores
 from nmt.models.dropout import Dropout
-from nmt.models.recurrence import bidirectional
+from nmt.models.recurrence import bidirectional, fixed_input_gru
 
 NO_ATTENTION = "this model has no attention (model.attention: none)"
 
@@ -248,13 +248,22 @@ class Seq2Seq(nn.Module):
         self, emb: torch.Tensor, enc: RNNEncoderOut, state: RNNState
     ) -> torch.Tensor:
         """Teacher forcing without attention: the context is the same at every step, so the
-        decoder's inputs are all known at once and its recurrence runs in one call over the whole
-        target, not one call per step (the steps of _step, the same function). Features (B, T, E)."""
+        decoder's inputs are all known at once and its recurrence runs over the whole target in
+        one pass, not one call per step (the steps of _step, the same function); a GRU computes
+        the context's share of its input gates once per sentence. Features (B, T, E)."""
         context = enc.memory.expand(-1, emb.size(1), -1)  # (B, T, 2H)
+        if not self.lstm:  # the context's share of the input gates once per sentence
+            with _fp32_rnn(emb):
+                out = fixed_input_gru(
+                    cast(nn.GRU, self.decoder),
+                    emb.float(),
+                    enc.memory[:, 0].float(),
+                    state.hidden[0],
+                )
+            return self._readout(out, context, emb)
         rnn_in = torch.cat([emb, context.to(emb.dtype)], dim=-1)  # (B, T, E+2H)
-        hx = state.hidden if self.lstm else state.hidden[0]
         with _fp32_rnn(rnn_in):
-            out, _ = self.decoder(rnn_in.float(), hx)
+            out, _ = self.decoder(rnn_in.float(), state.hidden)
         return self._readout(out, context, emb)
 
     def _teacher_forcing(
