@@ -16,6 +16,7 @@ from nmt.plots.curves import read_events
 RUN_HEAD = [
     "system",
     "parameters",
+    "precision",
     "updates",
     "epochs",
     "minutes",

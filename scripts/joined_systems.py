@@ -53,7 +53,12 @@ SMOKE_PRESETS = {
     "transformer-multi30k": ("transformer-tiny", ()),
 }
 # The report's paired differences between systems: the first minus the second, at every k.
-PAIRS = [("bahdanau", "noattn"), ("transformer", "bahdanau")]
+PAIRS = [
+    ("bahdanau", "noattn"),
+    ("transformer", "bahdanau"),
+    ("noattn-512", "noattn"),  # the capacity control: does twice the width rescue the vector?
+    ("bahdanau", "noattn-512"),
+]
 GROUPS = {
     "core": {"core"},
     "all": {"core", "all"},

@@ -307,6 +307,8 @@ def test_smoke_run_stops_on_sigterm_resumes_then_reuses_everything(tmp_path, mul
     from nmt.dirs.loaded import load_model
     from nmt.models import count_parameters
 
+    head = "| system | parameters | precision | updates | epochs | minutes |"
+    assert head in table  # the header names every column its rows fill
     for r in results:  # the training table's parameters: the trained model's own count
         count = count_parameters(load_model(ModelDir.at(work / r["name"]))[0])
         assert r["run"]["parameters"] == count
