@@ -1,5 +1,5 @@
 """Process settings that must be in place before torch builds its first CPU kernel, the CPUs the
-process may use, and its memory as training reports it.
+process may use, and its memory and code as training reports them.
 
 Kept free of torch imports, so the CLI can apply them before anything loads torch.
 """
@@ -9,9 +9,12 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Mapping, MutableMapping
+from importlib import metadata
+from pathlib import Path
 from typing import NoReturn
 
 DEVICE_CHOICES = "auto, cpu, cuda, cuda:N or mps"
@@ -169,6 +172,38 @@ def peak_rss_mb() -> int | None:
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / 2**20 if sys.platform == "darwin" else peak / 2**10)  # bytes / KiB
+
+
+def code_version(package: Path | None = None) -> dict[str, str]:
+    """The code a run is made with, for its log: nmt's version and torch's, and, where nmt runs
+    from a git checkout, its commit, with "+dirty" when the package's files differ from it (a run
+    resumed after the code changed shows where). `package`: the nmt package's folder."""
+    from nmt import __version__
+
+    found = {"nmt": __version__}
+    try:
+        found["torch"] = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        pass
+    folder = package or Path(__file__).resolve().parent
+    commit = _git(folder, "rev-parse", "HEAD")
+    if commit:
+        dirty = _git(folder, "status", "--porcelain", "--", ".")
+        found["commit"] = commit + ("+dirty" if dirty else "")
+    return found
+
+
+def _git(folder: Path, *args: str) -> str:
+    """A git command's output in `folder`, stripped; "" outside a checkout or without git."""
+    if not (folder.parent / ".git").exists():
+        return ""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 def exit_quickly(code: int | str | None) -> NoReturn:

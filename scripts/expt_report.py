@@ -78,15 +78,24 @@ def precisions(events: Sequence[dict[str, Any]]) -> str:
     """The training precision of each start of a run, in order without repeats: `bf16`, or
     `bf16, then fp32 from update N` for a run resumed on a machine where `auto` resolves
     otherwise."""
+    return changes(events, lambda e: str(e.get("precision", "unrecorded")))
+
+
+def code_versions(events: Sequence[dict[str, Any]]) -> str:
+    """The commit of the code of each start of a run, in order without repeats (`unrecorded`
+    for a start that did not record it): which updates ran under which code."""
+    return changes(events, lambda e: str(e.get("code", {}).get("commit", "unrecorded")))
+
+
+def changes(events: Sequence[dict[str, Any]], value: Callable[[dict[str, Any]], str]) -> str:
+    """`value` of each start event, in order without repeats: `a, then b from update N`."""
     parts: list[str] = []
     last = None
     for e in events:
-        precision = e.get("precision", "unrecorded")
-        if e.get("event") == "start" and precision != last:
-            parts.append(
-                precision if last is None else f"then {precision} from update {e['step']:,}"
-            )
-            last = precision
+        if e.get("event") != "start" or value(e) == last:
+            continue
+        last = value(e)
+        parts.append(last if not parts else f"then {last} from update {e['step']:,}")
     return ", ".join(parts)
 
 
@@ -101,6 +110,7 @@ def run_info(model: Path, data: Path) -> dict[str, Any]:
     return {
         "parameters": parameters(model),
         "precision": precisions(events),
+        "code": code_versions(events),
         "updates": flat.get("trained", flat["steps"]),
         "flat_at": flat["steps"],
         "flat": flat["flat"],

@@ -194,3 +194,16 @@ def test_a_run_resumed_in_another_precision_says_from_which_update():
     assert precisions(same) == "bf16"
     changed = [*same, start(2400, "fp32"), start(2800, "fp32"), start(3200, "bf16")]
     assert precisions(changed) == "bf16, then fp32 from update 2,400, then bf16 from update 3,200"
+
+
+def test_the_code_of_each_stretch_of_a_run_is_named_from_its_update():
+    from expt_report import code_versions
+
+    def start(step: int, commit: str | None) -> dict:
+        return {"event": "start", "step": step, **({"code": {"commit": commit}} if commit else {})}
+
+    run = [start(0, None), start(348, None), start(2000, "3c1a4af"), start(2400, "3c1a4af")]
+    assert code_versions(run) == "unrecorded, then 3c1a4af from update 2,000"
+    assert code_versions([*run, start(2800, "5434eb3+dirty")]).endswith(
+        "then 5434eb3+dirty from update 2,800"
+    )

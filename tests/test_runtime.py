@@ -1,12 +1,14 @@
 """Process settings: kernel caches (`nmt train` sizes them for the CPU before torch loads, a user's setting
-wins), the allocator's freed memory, and the quick exit after a command."""
+wins), the allocator's freed memory, the quick exit after a command, and the code a run records."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ from nmt.runtime import (
     AMX_KERNEL_CACHE_CAPACITY,
     KERNEL_CACHE_CAPACITY,
     KERNEL_CACHE_VARIABLES,
+    code_version,
     cpu_flags,
     kernel_cache_capacity,
     size_kernel_caches,
@@ -314,3 +317,43 @@ def test_parse_device_takes_every_spelling_once_for_both_engines():
         with pytest.raises(NmtError) as e:
             parse_device(bad)
         assert str(e.value) == f"--device {bad!r}: expected auto, cpu, cuda, cuda:N or mps"
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+    }
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_code_version_names_the_commit_and_whether_the_package_differs(tmp_path):
+    package = tmp_path / "nmt"
+    package.mkdir()
+    (package / "model.py").write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("outside the package\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "one")
+    head = _git(tmp_path, "rev-parse", "HEAD")
+    from nmt import __version__
+
+    assert code_version(package)["commit"] == head
+    assert code_version(package)["nmt"] == __version__
+    (tmp_path / "notes.txt").write_text("changed, but not the package\n")
+    assert code_version(package)["commit"] == head
+    (package / "model.py").write_text("x = 2\n")  # the package's code changed since the commit
+    assert code_version(package)["commit"] == head + "+dirty"
+
+
+def test_code_version_outside_a_checkout_has_no_commit(tmp_path):
+    package = tmp_path / "nmt"
+    package.mkdir()
+    found = code_version(package)
+    assert "commit" not in found and found["nmt"]

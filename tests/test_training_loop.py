@@ -669,6 +669,7 @@ def test_validation_decodes_in_the_precision_translate_would_use(
     assert (start["precision"], start["valid_precision"]) == (trained, valid)
     # The kernel cache sizes in force are in the run's record (set by train() unless the user did)
     assert start["kernel_caches"] == {k: os.environ[k] for k in KERNEL_CACHE_VARIABLES}
+    assert start["code"]["nmt"] == nmt.__version__ and start["code"]["torch"] == torch.__version__
     assert seen == [valid == "bf16"] * 2  # two validations, each under the validation's autocast
     # Memory is logged with every train event, and the peak at the end
     rss = [r["rss_mb"] for r in rows if r["event"] == "train"]

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from nmt.dirs.model import ModelDir
-from nmt.runtime import rss_mb
+from nmt.runtime import code_version, rss_mb
 from nmt.textio import naming_output
 
 if TYPE_CHECKING:
@@ -277,13 +277,15 @@ class Reporter:
         init: dict[str, Any] | None = None,
         kernel_caches: dict[str, str | None] | None = None,
     ) -> None:
-        """The run's start in metrics.jsonl: where it runs, the precisions `auto` chose, the
-        kernel cache sizes (bf16 on CPU: most of its memory), and the weights it started from
-        (`init`: fine-tuning's initial model, checkpoint and step)."""
+        """The run's start in metrics.jsonl: the code (nmt.runtime.code_version), where it runs,
+        the precisions `auto` chose, the kernel cache sizes (bf16 on CPU: most of its memory),
+        and the weights it started from (`init`: fine-tuning's initial model, checkpoint and
+        step)."""
         self.metrics.write(
             {
                 "event": "start",
                 "step": st.step,
+                "code": code_version(),
                 "device": device,
                 "precision": precision,
                 "precision_config": configured,
