@@ -58,6 +58,8 @@ PAIRS = [
     ("transformer", "bahdanau"),
     ("noattn-512", "noattn"),  # the capacity control: does twice the width rescue the vector?
     ("bahdanau", "noattn-512"),
+    ("noattn-seed2", "noattn"),  # the seed spread: the same run but for its seed
+    ("bahdanau-seed2", "bahdanau"),
 ]
 GROUPS = {
     "core": {"core"},
