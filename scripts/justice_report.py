@@ -2,15 +2,15 @@
 """The Canadian-law experiment's report (scripts/justice_experiment.py), read as Bahdanau et al.'s
 Fig. 2: BLEU against source length.
 
-For every system that translated test: BLEU and chrF whole and in 10-word source-length bins out
-to 70+, with 95% intervals from a bootstrap by document (the test lines come from a few dozen
-documents, so lines are not independent; the whole-test BLEU also gets the line bootstrap's
-interval beside it), the lines and documents in each bin, BLEU relative to the 10-20 bin (0-10 is
-mostly headings and names), the output/reference length ratio and the share of translations cut by
-the length limit per bin, each attentional system's BLEU gain over noattn per bin (paired, on the
-same document resamples), the train/test near-duplicate rate (test lines whose 8-gram set a
-training line holds more than half of) and BLEU by length without those lines, and the run
-(updates, epochs, minutes, flat).
+For every system that translated test: BLEU and chrF whole and in 10-word source-length bins out to
+70+, with 95% intervals from a bootstrap by document (the test lines come from a few dozen
+documents, so lines are not independent; the whole-test BLEU's interval is also drawn over lines
+and, where documents are blocks of lines, over half and twice as many blocks), the lines and
+documents in each bin, BLEU relative to the 10-20 bin (0-10 is mostly headings and names), the
+output/reference length ratio and the share of translations cut by the length limit per bin, each
+attentional system's BLEU gain over noattn per bin (paired, on the same document resamples), the
+train/test near-duplicate rate (test lines whose 8-gram set a training line holds more than half
+of) and BLEU by length without those lines, and the run (updates, epochs, minutes, flat).
 
     python scripts/justice_report.py WORK [--docs DIR]
 
@@ -36,7 +36,14 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import expt_report as rep  # noqa: E402
 from expt_corpus import documents, near_duplicates  # noqa: E402
-from expt_score import bootstrap, cut_flags, document_weights, paired, read  # noqa: E402
+from expt_score import (  # noqa: E402
+    bootstrap,
+    cut_flags,
+    document_weights,
+    line_weights,
+    paired,
+    read,
+)
 from justice_figures import figures  # noqa: E402
 from justice_systems import BASELINE, BUCKETS, DOCUMENTS, RELATIVE_TO, SRC, SYSTEMS, TGT  # noqa: E402
 
@@ -55,6 +62,7 @@ class LawTestSet:
     how: str
     weights: np.ndarray
     near: list[bool]
+    groupings: dict[str, np.ndarray]  # label: resamples, for the whole-test interval's check
 
 
 def train_text(work: Path) -> Path:
@@ -72,7 +80,20 @@ def law_test_set(work: Path, buckets: str) -> LawTestSet:
     docs, how = documents(len(src), work / "corpus" / "test.docs", DOCUMENTS)
     train = train_text(work)
     near = near_duplicates(src, read(train)) if train.exists() else [False] * len(src)
-    return LawTestSet(src, ref, bins, docs, how, document_weights(docs), near)
+    weights = document_weights(docs)
+    return LawTestSet(src, ref, bins, docs, how, weights, near, groupings(len(src), how, weights))
+
+
+def groupings(lines: int, how: str, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """The resamples the whole-test interval is drawn again with, to show how much it depends
+    on the grouping: documents, lines, and where documents are blocks of consecutive lines (no
+    ids), half and twice as many blocks."""
+    out = {how: weights}
+    if "blocks" in how:
+        for n in (DOCUMENTS // 2, DOCUMENTS * 2):
+            out[f"{n} blocks"] = document_weights(documents(lines, None, n)[0])
+    out["lines"] = line_weights(lines)
+    return out
 
 
 def bin_row(ts: LawTestSet, label: str, idx: list[int], hyp: list[str], cut: list[bool]) -> dict:
@@ -99,7 +120,7 @@ def score_system(work: Path, name: str, ts: LawTestSet) -> dict[str, Any] | None
     cut = cut_flags(model, data, ts.src, hyp)
     whole = {
         "bleu": bootstrap(BLEU(), hyp, ts.ref, ts.weights),
-        "bleu_lines": bootstrap(BLEU(), hyp, ts.ref),
+        "by_grouping": {k: bootstrap(BLEU(), hyp, ts.ref, w) for k, w in ts.groupings.items()},
         "chrf": bootstrap(CHRF(), hyp, ts.ref, ts.weights),
         "cut": 100 * sum(cut) / len(hyp),
     }
@@ -179,6 +200,21 @@ def length_tables(results: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     return parts
 
 
+def grouping_table(results: Sequence[dict[str, Any]]) -> tuple[str, str]:
+    """The whole-test BLEU's interval under each grouping of the lines, with its width."""
+    labels = list(results[0]["whole"]["by_grouping"])
+    body = [
+        [r["name"]]
+        + [
+            f"{rep.ci(c)} ({c['hi'] - c['lo']:.1f})"
+            for c in (r["whole"]["by_grouping"][k] for k in labels)
+        ]
+        for r in results
+    ]
+    title = "Whole-test BLEU [95%] resampled by each grouping of the lines (width)"
+    return title, rep.table(["system", *labels], body)
+
+
 def near_table(results: Sequence[dict[str, Any]], ts: LawTestSet) -> tuple[str, str]:
     """BLEU by length on the test lines that are not near-duplicates of a training line."""
     head = bin_head(results[0]["clean_by_length"])
@@ -206,19 +242,19 @@ def markdown(results: Sequence[dict[str, Any]], data: Path, ts: LawTestSet) -> s
         [
             r["name"],
             rep.ci(r["whole"]["bleu"]),
-            rep.ci(r["whole"]["bleu_lines"]),
             rep.ci(r["whole"]["chrf"]),
             f"{r['whole']['bleu']['ratio']:.2f}",
             f"{r['whole']['cut']:.1f}",
         ]
         for r in results
     ]
-    head = ["system", "BLEU [95%, documents]", "BLEU [95%, lines]", "chrF2 [95%, documents]"]
+    head = ["system", "BLEU [95%, documents]", "chrF2 [95%, documents]"]
     head += ["length ratio", "cut by the limit, %"]
     parts = [
         ("Data", rep.table(["split", "lines", "kept", "dropped", "longest (subwords)"], drops)),
         ("Training (one thread each)", rep.table(rep.RUN_HEAD, runs)),
         (f"Test, whole (documents: {ts.how})", rep.table(head, whole)),
+        grouping_table(results),
         *length_tables(results),
         near_table(results, ts),
     ]

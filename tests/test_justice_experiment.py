@@ -21,6 +21,7 @@ from expt_score import paired  # noqa: E402
 from flatrun import Runner, corpus_mirror  # noqa: E402
 from justice_experiment import main, rule_of  # noqa: E402
 from justice_recipe import best_system, markdown, recipe  # noqa: E402
+from justice_report import groupings  # noqa: E402
 from justice_systems import CAPS  # noqa: E402
 
 
@@ -158,3 +159,24 @@ def test_the_gain_over_the_baseline_is_paired():
     gain = paired(BLEU(), refs, worse, refs)
     assert gain["score"] == pytest.approx(100.0 - BLEU().corpus_score(worse, [refs]).score)
     assert 0 < gain["lo"] <= gain["score"] <= gain["hi"]
+
+
+def test_the_whole_test_interval_is_checked_against_other_groupings_of_blocks_only():
+    """Documents found as blocks of lines are drawn again as half and twice as many blocks, and
+    as lines; documents from ids only as lines. Each grouping resamples every line's document
+    whole: within a block, every line is drawn as often."""
+    from expt_corpus import documents
+    from expt_score import document_weights
+
+    docs, how = documents(370, None, 37)
+    found = groupings(370, how, document_weights(docs))
+    assert list(found) == ["37 blocks of consecutive lines", "18 blocks", "74 blocks", "lines"]
+    halves = found["18 blocks"]
+    assert halves.shape == (1000, 370)
+    first = [i for i in range(370) if i * 18 // 370 == 0]
+    assert (halves[:, first] == halves[:, [first[0]]]).all()
+    assert not (found["lines"][:, first] == found["lines"][:, [first[0]]]).all()
+    assert list(groupings(370, "document ids from test.docs", document_weights(docs))) == [
+        "document ids from test.docs",
+        "lines",
+    ]
