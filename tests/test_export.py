@@ -212,6 +212,26 @@ def test_rescore_equals_the_model(exported):
     assert b[7].tokens == ["</s>"] and a[9].log_prob < a[8].log_prob
 
 
+def test_the_ngram_ban_maps_to_ctranslate2s(exported):
+    """`no_repeat_ngram_size` is CTranslate2's: greedy picks the same tokens, and no output of
+    either engine holds an n-gram twice, where the briefly trained model repeats itself."""
+    ours, theirs, _, _ = exported
+
+    def repeats(tokens: list[str], n: int) -> bool:
+        grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+        return len(grams) != len(set(grams))
+
+    plain = ours.translate(TEST_LINES, greedy=True)
+    for n in (2, 3):
+        assert sum(repeats(t.hypotheses[0].tokens, n) for t in plain) >= 3
+        a = ours.translate(TEST_LINES, greedy=True, no_repeat_ngram_size=n)
+        b = theirs.translate(TEST_LINES, greedy=True, no_repeat_ngram_size=n)
+        assert _same_tokens(a, b) >= 0.99 * len(TEST_LINES), n
+        assert not any(repeats(t.hypotheses[0].tokens, n) for t in a + b)
+        beam = theirs.translate(TEST_LINES, beam_size=4, nbest=4, no_repeat_ngram_size=n)
+        assert not any(repeats(h.tokens, n) for t in beam for h in t.hypotheses)
+
+
 def test_length_limits_map_exactly(exported):
     ours, theirs, _, _ = exported
     for opts in ({"max_len_a": 0.0, "max_len_b": 2}, {"max_len_a": 0.5, "max_len_b": 1}):

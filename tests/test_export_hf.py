@@ -90,3 +90,50 @@ def test_inexpressible_is_one_line(tmp_path):
     assert r.exit_code == 2
     assert r.output.strip().count("\n") == 0 and "learned positions" in r.output, r.output
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_generate_bans_ngrams_as_nmt_translate_does(exported, beam, tmp_path):
+    """`--no-repeat-ngram-size 2` is generate's `no_repeat_ngram_size=2`: the same lines."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    norm, model_dir, out, src = exported
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    enc = tok(LINES, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        ids = model.generate(
+            **enc,
+            num_beams=beam,
+            length_penalty=1.0,
+            max_new_tokens=MAX_NEW,
+            no_repeat_ngram_size=2,
+        )
+    theirs = tok.batch_decode(ids, skip_special_tokens=True)
+    flags = ("--stop", "transformers", "--no-repeat-ngram-size", "2")
+    ours = _translate(model_dir, src, tmp_path / "ours.txt", beam, *flags)
+    plain = _translate(model_dir, src, tmp_path / "plain.txt", beam, "--stop", "transformers")
+    assert ours == theirs, f"{norm} beam {beam}"
+    assert sum(a != b for a, b in zip(ours, plain, strict=True)) >= 5  # the ban changed lines
+
+
+def test_an_ngram_ban_travels_through_export_and_import(tmp_path):
+    """A model's `decoding.no_repeat_ngram_size` is its export's generation config's, and an
+    import of that export gets it back."""
+    import json
+
+    import yaml
+
+    model_dir = build_model_dir(tmp_path, ("post", True, "sinusoidal", "gelu", True))
+    config = model_dir / "config.yaml"
+    cfg = yaml.safe_load(config.read_text(encoding="utf-8"))
+    cfg["decoding"]["no_repeat_ngram_size"] = 3
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    out, back = tmp_path / "hf", tmp_path / "back"
+    _cli("export", "--format", "huggingface", "-q", "-m", str(model_dir), "-o", str(out))
+    generation = json.loads((out / "generation_config.json").read_text(encoding="utf-8"))
+    assert generation["no_repeat_ngram_size"] == 3
+    _cli("import", str(out), "-o", str(back), "-q")
+    imported = yaml.safe_load((back / "config.yaml").read_text(encoding="utf-8"))
+    assert imported["decoding"]["no_repeat_ngram_size"] == 3

@@ -164,6 +164,18 @@ def test_a_request_sets_the_length_limit_and_learns_what_it_cut(client, translat
     assert [len(rec["hypotheses"][0]["tokens"]) for rec in records] == [2, 0, 2, 2]
 
 
+def test_a_request_bans_repeated_ngrams_as_nmt_translate_does(client, translator):
+    """`no_repeat_ngram_size` reaches the search: the same records as the library's, and no
+    subword twice in an output where the request bans 1-grams."""
+    plain = client.post("/translate", json={"text": LINES, "beam_size": 2}).json()["translations"]
+    r = client.post("/translate", json={"text": LINES, "beam_size": 2, "no_repeat_ngram_size": 1})
+    records = r.json()["translations"]
+    assert records == expected(translator, LINES, beam_size=2, no_repeat_ngram_size=1)
+    tokens = [rec["hypotheses"][0]["tokens"] for rec in records]
+    assert all(len(t) == len(set(t)) for t in tokens)
+    assert any(len(t) > len(set(t)) for t in (rec["hypotheses"][0]["tokens"] for rec in plain))
+
+
 def test_a_string_is_one_line_and_nbest_is_sorted(client, translator):
     r = client.post("/translate", json={"text": LINES[0], "nbest": 3, "beam_size": 3})
     (record,) = r.json()["translations"]
@@ -187,7 +199,8 @@ ERRORS = [
     (b'{"text": "a\\nb"}', 422, "'text' contains a line break; send one sentence per list item"),
     (b'{"text": "a", "src": "b"}', 422,
      "unknown field 'src' (expected text, beam_size, nbest, length_penalty, max_len_a, "
-     "max_len_b, with_attention, sampling, split_sentences, constraints, glossary, target_lang)"),
+     "max_len_b, no_repeat_ngram_size, with_attention, sampling, split_sentences, constraints, "
+     "glossary, target_lang)"),
     (b'{"text": "a", "constraints": "b"}', 422, "'constraints' must be a list of strings, got string"),
     (b'{"text": "a", "constraints": ["b", ""]}', 422,
      "'constraints'[1] must be a non-empty string, got an empty string"),
@@ -221,6 +234,10 @@ ERRORS = [
      "'length_penalty' must be a finite number in [0, 10], got nan"),
     (b'{"text": "a", "max_len_a": -1}', 422, "'max_len_a' must be a finite number >= 0, got -1.0"),
     (b'{"text": "a", "max_len_b": "2"}', 422, "'max_len_b' must be a number, got string"),
+    (b'{"text": "a", "no_repeat_ngram_size": -1}', 422,
+     "'no_repeat_ngram_size' must be >= 0, got -1"),
+    (b'{"text": "a", "no_repeat_ngram_size": 2.0}', 422,
+     "'no_repeat_ngram_size' must be an integer, got number"),
     (b'{"text": "a", "length_penalty": 5000}', 422,
      "'length_penalty' must be a finite number in [0, 10], got 5000.0"),
     (b'{"text": "a", "length_penalty": 1' + b"0" * 400 + b"}", 422,

@@ -25,6 +25,7 @@ from nmt.cli.flags import (
     ModelDirsOpt,
     NbestOpt,
     NoProgressOpt,
+    NoRepeatNgramOpt,
     PrecisionOpt,
     QuietOpt,
     SamplingOpt,
@@ -66,6 +67,7 @@ def translate_cmd(
     max_len_a: MaxLenAOpt = None,
     max_len_b: MaxLenBOpt = None,
     min_len: MinLenOpt = None,
+    no_repeat_ngram_size: NoRepeatNgramOpt = None,
     batch_tokens: BatchTokensOpt = None,
     fmt: str = typer.Option(
         "text",

@@ -91,6 +91,14 @@ MinLenOpt = Annotated[
     int | None,
     typer.Option("--min-len", help="Minimum output length in subwords (default: model config, 0)."),
 ]
+NoRepeatNgramOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--no-repeat-ngram-size",
+        help="No n-gram of N subwords twice in one output: 3-4 stop a translation that repeats a "
+        "phrase until the length limit (default: model config, 0: off).",
+    ),
+]
 BatchTokensOpt = Annotated[
     int | None,
     typer.Option("--batch-tokens", help="Padded tokens per batch \\[default: model config]."),
@@ -155,6 +163,7 @@ def decode_options(
     max_len_a: float | None = None,
     max_len_b: float | None = None,
     min_len: int | None = None,
+    no_repeat_ngram_size: int | None = None,
     batch_tokens: int | None = None,
     stop: str | None = None,
     with_attention: bool = False,
@@ -178,6 +187,7 @@ def decode_options(
         max_len_a=max_len_a,
         max_len_b=max_len_b,
         min_len=min_len,
+        no_repeat_ngram_size=no_repeat_ngram_size,
         batch_tokens=batch_tokens,
         stop=stop,
         with_attention=with_attention,

@@ -259,6 +259,12 @@ class DecodingConfig:
     max_len_a: float = num(1.2, 0, doc="output length limit: a * source length + b (subwords)")
     max_len_b: int = num(10, 0, doc="output length limit: a * source length + b (subwords)")
     min_len: int = num(0, 0, doc="shortest output in subwords")
+    no_repeat_ngram_size: int = num(
+        0,
+        0,
+        doc="no n-gram of this many subwords twice in one output: the token that would repeat one "
+        "is never chosen (0: off; 3-4 stop a loop that repeats a phrase to the length limit)",
+    )
     batch_tokens: int = num(4096, 1, doc="source tokens per translation batch")
     stop: str = choice(
         "early",

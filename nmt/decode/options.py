@@ -93,6 +93,7 @@ class ResolvedOptions:
     max_len_a: float = DecodingConfig.max_len_a
     max_len_b: float = DecodingConfig.max_len_b
     min_len: int = DecodingConfig.min_len
+    no_repeat_ngram_size: int = DecodingConfig.no_repeat_ngram_size
     batch_tokens: int = DecodingConfig.batch_tokens
     stop: str = DecodingConfig.stop
     forced_eos: bool = DecodingConfig.forced_eos
@@ -130,6 +131,7 @@ class DecodeOptions:
     max_len_a: float | None = None
     max_len_b: float | None = None
     min_len: int | None = None
+    no_repeat_ngram_size: int | None = None
     batch_tokens: int | None = None
     stop: str | None = None
     forced_eos: bool | None = None

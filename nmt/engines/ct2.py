@@ -13,6 +13,10 @@ How the options map (CTranslate2 has no per-sentence maximum and its own length 
   candidates, eos ones included, where ours forces eos on the beam_size best others too).
 - min_len: exact tokens (eos forbidden before `min_len` tokens), but CTranslate2 masks eos before
   its softmax, so log-probs of those first steps are renormalized (ours are not).
+- no_repeat_ngram_size: the same tokens banned (greedy: the same output), but CTranslate2 bans
+  them before its softmax, so the log-probs of those steps are renormalized over the rest (ours
+  are not, as fairseq's and transformers' are not): a step that banned a likely token scores
+  higher, and beam search may rank differently.
 - banned ids: the manifest's `suppress` ids (an imported model's <pad>, its decoder start and bad
   words) are CTranslate2's `suppress_sequences`, masked before its softmax, so every step's
   log-probs are renormalized over the rest (ours are not: about 1e-5 a step for OPUS-MT's <pad>).
@@ -322,6 +326,7 @@ class CT2Translator:
             length_penalty=0.0 if opts.rows == 1 else opts.length_penalty,
             max_decoding_length=max_len,
             min_decoding_length=min(opts.min_len, max_len),
+            no_repeat_ngram_size=opts.no_repeat_ngram_size,
             max_input_length=0,
             max_batch_size=opts.batch_tokens,
             batch_type="tokens",

@@ -160,7 +160,7 @@ def _ids(cfg: Config, vocab: VocabInfo) -> dict[str, Any]:
 def generation_config(cfg: Config, vocab: VocabInfo) -> dict[str, Any]:
     """generation_config.json: the model's decoding defaults that generate expresses: beams,
     length penalty (generate's rule: nmt's `stop: transformers`), the length limit (the model's
-    positions: generate has no limit relative to the source), the banned ids."""
+    positions: generate has no limit relative to the source), the banned ids, the n-gram ban."""
     d, m = cfg.decoding, cfg.model
     gen: dict[str, Any] = {
         **_ids(cfg, vocab),
@@ -172,6 +172,8 @@ def generation_config(cfg: Config, vocab: VocabInfo) -> dict[str, Any]:
     }
     if d.min_len:
         gen["min_length"] = d.min_len + 1  # the decoder's start token counts in generate's length
+    if d.no_repeat_ngram_size:
+        gen["no_repeat_ngram_size"] = d.no_repeat_ngram_size
     return gen
 
 

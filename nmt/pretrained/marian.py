@@ -242,7 +242,8 @@ def special_ids(m: MarianDir, src_size: int, tgt_size: int) -> VocabInfo:
 
 
 def decoding_defaults(m: MarianDir, max_positions: int) -> DecodingConfig:
-    """generate()'s defaults as nmt's: num_beams, max_length (forced eos counted), the rule."""
+    """generate()'s defaults as nmt's: num_beams, max_length (forced eos counted), the rule, the
+    n-gram ban."""
     fe, eos = _setting(m, "forced_eos_token_id"), _setting(m, "eos_token_id")
     if fe not in (None, eos, [eos]):
         raise _refuse(m.path / "config.json", "forced_eos_token_id", fe, f"is not eos ({eos})")
@@ -257,6 +258,7 @@ def decoding_defaults(m: MarianDir, max_positions: int) -> DecodingConfig:
         max_len_b=min(tokens, max_positions - 1),
         stop="transformers",
         forced_eos=forced,
+        no_repeat_ngram_size=int(_setting(m, "no_repeat_ngram_size", 0) or 0),
     )
 
 

@@ -111,6 +111,11 @@ class TranslateBody(Body):
     max_len_b: Annotated[float | None, decoding_number("max_len_b")] = Field(
         None, description="Output limit's constant, in subwords (default: model's)."
     )
+    no_repeat_ngram_size: Annotated[int | None, integer()] = Field(
+        None,
+        description="No n-gram of this many subwords twice in one output; 0: off (default: "
+        "model's).",
+    )
     with_attention: Flag = Field(
         False, description="Add source_tokens and per hypothesis attention (target x source)."
     )
@@ -214,6 +219,9 @@ class TranslateBody(Body):
             length_penalty=penalty,
             max_len_a=defaults.max_len_a if self.max_len_a is None else self.max_len_a,
             max_len_b=defaults.max_len_b if self.max_len_b is None else self.max_len_b,
+            no_repeat_ngram_size=defaults.no_repeat_ngram_size
+            if self.no_repeat_ngram_size is None
+            else self.no_repeat_ngram_size,
             with_attention=self.with_attention,
         )
         if self.sampling is not None:

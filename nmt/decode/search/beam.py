@@ -79,7 +79,7 @@ def beam_search(
         lp, loop.state, attn = model.decode_step(prev, loop.enc, loop.state, need_attn=need_attn)
         if t == 0:
             lp, attn = loop.widen(lp, attn, bsz, k)
-        mask_step(lp, t, opts.min_len, start, rows.at_max(t, k))
+        mask_step(lp, t, opts, start, rows.at_max(t, k), loop.hyps.tokens)
         cands = _rank(lp, rows.scores, k, start.eos, exact=ranked)
         loop.hyps.attn = append_attention(loop.hyps.attn, attn if need_attn else None)
         t += 1

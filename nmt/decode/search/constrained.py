@@ -174,7 +174,7 @@ def constrained_beam_search(
         if t == 0:
             lp, attn = loop.widen(lp, attn, bsz, k)
         at_max = rows.at_max(t, k)
-        mask_step(lp, t, opts.min_len, start, at_max)
+        mask_step(lp, t, opts, start, at_max, loop.hyps.tokens)
         origin = rows.origin.tolist()
         _block_eos(
             lp, [sents[origin[r // k]].done(p) for r, p in enumerate(progress)], at_max, start.eos

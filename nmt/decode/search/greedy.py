@@ -105,9 +105,8 @@ def token_by_token(
     enc, state, prev, src_len, t = start.enc, start.state, start.prev, start.src_len, 0
     while True:
         lp, state, attn = model.decode_step(prev, enc, state, need_attn, normalize=scores)
-        mask_step(
-            lp, t, options.min_len, start, rows.at_max(t, 1)
-        )  # lp: (n, V) log-probs or logits
+        # lp: (n, V) log-probs or logits
+        mask_step(lp, t, options, start, rows.at_max(t, 1), rows.history)
         tok_lp, tok = pick(lp, rows.origin, t)  # (n,), (n,)
         if scores:
             rows.scores = rows.scores + tok_lp

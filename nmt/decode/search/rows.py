@@ -1,6 +1,6 @@
 """What every search shares: its results (`Hypothesis`), the per-sentence state of the sentences
 still in the batch (`ActiveRows` and greedy's and beam search's own), the prologue (encode, limits)
-and the masking of each step (pad, bos, min_len, forced eos)."""
+and the masking of each step (pad, bos, repeated n-grams, min_len, forced eos)."""
 
 from __future__ import annotations
 
@@ -127,12 +127,20 @@ def start_search(
 
 
 def mask_step(
-    lp: torch.Tensor, t: int, min_len: int, start: Start, at_max: torch.Tensor | None
+    lp: torch.Tensor,
+    t: int,
+    opts: ResolvedOptions,
+    start: Start,
+    at_max: torch.Tensor | None,
+    history: torch.Tensor,
 ) -> None:
-    """In place on lp (rows, V): the banned ids never; eos not before min_len; eos forced (with
-    the model's own log-prob, floored, or 0 under transformers' rule) on the rows `at_max`."""
-    eos = start.eos
+    """In place on lp (rows, V), each row continuing its `history` (rows, t): the banned ids
+    never; no token that repeats an n-gram (opts.no_repeat_ngram_size); eos not before
+    opts.min_len; eos forced (with the model's own log-prob, floored, or 0 under transformers'
+    rule) on the rows `at_max`."""
+    eos, min_len = start.eos, opts.min_len
     lp.index_fill_(1, start.banned, NEG_INF)
+    ban_repeats(lp, history, opts.no_repeat_ngram_size)
     eos_lp = None
     if at_max is not None:  # the model's own log-prob (floored), or 0 as transformers forces it
         eos_lp = (
@@ -148,6 +156,23 @@ def mask_step(
     if forced.numel():
         lp.index_fill_(0, forced, NEG_INF)
         lp[forced, eos] = eos_lp[forced]
+
+
+def ban_repeats(lp: torch.Tensor, history: torch.Tensor, n: int) -> None:
+    """In place on lp (rows, V): NEG_INF on every token that would complete an n-gram its row's
+    `history` (rows, t) already holds, i.e. that follows an earlier occurrence of the row's last
+    n - 1 tokens (n = 1: every token already written; n = 0: none). fairseq's, CTranslate2's
+    and transformers' `no_repeat_ngram_size`."""
+    t = history.size(1)
+    if n <= 0 or t < n:
+        return
+    if n == 1:
+        lp.scatter_(1, history, NEG_INF)
+        return
+    grams = history.unfold(1, n, 1)  # (rows, t - n + 1, n): every n-gram written
+    suffix = history[:, t - n + 1 :].unsqueeze(1)  # (rows, 1, n - 1): what the next one starts with
+    row, at = (grams[:, :, :-1] == suffix).all(2).nonzero(as_tuple=True)
+    lp[row, grams[row, at, -1]] = NEG_INF
 
 
 def append_attention(hist: torch.Tensor | None, attn: torch.Tensor | None) -> torch.Tensor | None:
