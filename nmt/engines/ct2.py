@@ -4,19 +4,15 @@ keeps the same command line. Pieces, ids and special tokens are the model's own 
 Marian model's `</s>`, `<unk>` and vocabulary; `nmt.dirs.export`).
 
 How the options map (CTranslate2 has no per-sentence maximum and its own length penalty):
-- max_len_a / max_len_b: exact. Beam search: sentences are grouped by their own maximum
-  floor(a*|src| + b) (capped so the eos position fits max_positions), one
-  `max_decoding_length` per group; greedy: one call, each result cut to its own maximum. At that
-  length our search forces eos and counts its log-prob (0 under transformers' rule); CTranslate2
-  stops without it, so we add that term with `score_batch` (scores exact; inside CTranslate2's
-  beam such a hypothesis still competed without it, and its last step keeps the beam_size best
-  candidates, eos ones included, where ours forces eos on the beam_size best others too).
-- min_len: exact tokens (eos forbidden before `min_len` tokens), but CTranslate2 masks eos before
-  its softmax, so log-probs of those first steps are renormalized (ours are not).
-- no_repeat_ngram_size: the same tokens banned (greedy: the same output), but CTranslate2 bans
-  them before its softmax, so the log-probs of those steps are renormalized over the rest (ours
-  are not, as fairseq's and transformers' are not): a step that banned a likely token scores
-  higher, and beam search may rank differently.
+- max_len_a / max_len_b: exact. Beam search: sentences are grouped by their own maximum floor(a *
+  |src| + b) (capped so the eos position fits max_positions), one `max_decoding_length` per group;
+  greedy: one call, each result cut to its own maximum. At that length our search forces eos and
+  counts its log-prob (0 under transformers' rule); CTranslate2 stops without it, so we add that
+  term with `score_batch` (scores exact; inside CTranslate2's beam such a hypothesis still competed
+  without it, and its last step keeps the beam_size best candidates, eos ones included, where ours
+  forces eos on the beam_size best others too).
+- min_len and no_repeat_ngram_size: the same tokens banned, but before CTranslate2's softmax
+  (after ours, as in fairseq and transformers), so its log-probs of such steps are renormalized.
 - banned ids: the manifest's `suppress` ids (an imported model's <pad>, its decoder start and bad
   words) are CTranslate2's `suppress_sequences`, masked before its softmax, so every step's
   log-probs are renormalized over the rest (ours are not: about 1e-5 a step for OPUS-MT's <pad>).
