@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import expt_outputs  # noqa: E402
 import flatrun  # noqa: E402
 import justice_recipe  # noqa: E402
 import justice_report  # noqa: E402
@@ -61,6 +62,7 @@ class Settings:
     subset: int
     vocab: int = 16000
     smoke: bool = False
+    kept: Path | None = None  # where finished systems' outputs are kept and taken from
     caps: dict[str, int] = dataclasses.field(default_factory=lambda: dict(CAPS))
 
 
@@ -92,14 +94,19 @@ def rule_of(cfg: Settings, name: str) -> FlatRule:
 
 
 def system_job(cfg: Settings, name: str) -> None:
-    """Train one system to flat, then translate test with beam 5."""
+    """Train one system to flat, then translate test with beam 5; with `cfg.kept`, take its
+    outputs from there when they were made under the same rule, and keep them there after."""
     preset, sets = (SMOKE if cfg.smoke else SYSTEMS)[name]
-    model = cfg.work / name
+    model, rule = cfg.work / name, rule_of(cfg, name)
+    if cfg.kept and expt_outputs.restore(cfg.kept / name, model, dataclasses.asdict(rule)):
+        cfg.runner.say(f"   {name}: outputs taken from {cfg.kept / name}, not trained")
     job = Job(name, preset, cfg.work / "data", model, sets)
-    flatrun.train_to_flat(cfg.runner, rule_of(cfg, name), job, cfg.work / f"{name}.log")
+    flatrun.train_to_flat(cfg.runner, rule, job, cfg.work / f"{name}.log")
     src, hyp = cfg.work / "data" / f"test.{SRC}.txt", model / f"test.hyp.{TGT}"
     flatrun.translate(cfg.runner, model, src, hyp, 2 if cfg.smoke else 5, cfg.work / f"{name}.log")
     cfg.runner.say(f"   {name}: translated test")
+    if cfg.kept:
+        expt_outputs.keep(model, cfg.kept / name, [hyp.name])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--max-steps", type=int, default=0, help="most updates any system trains (0: each its cap)"
     )
+    p.add_argument(
+        "--kept",
+        type=Path,
+        default=None,
+        help="keep each finished system's outputs (no weights) in KEPT/NAME, and take them from "
+        "there for a system WORK lacks (the report without training)",
+    )
     p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     p.add_argument("--jobs", type=int, default=2, help="systems trained at once")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per system")
@@ -125,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--prepare-only", action="store_true", help="fetch, sample and preprocess, then stop"
     )
+    p.add_argument("--no-recipe", action="store_true", help="stop after the report")
     p.add_argument(
         "--recipe-threads", type=int, default=2, help="CPU threads for the best model's timings"
     )
@@ -132,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     mirror = flatrun.corpus_mirror(args.mirror, ROOT.parent / "shared/corpora/justice-laws-en-fr")
     rule = FlatRule(valid_every=400, chunk=800, min_steps=4000)
     cfg = Settings(args.work, args.docs, mirror, Runner(args.threads), rule, args.subset)
+    cfg.kept = args.kept
     if args.max_steps:
         cfg.caps = dict.fromkeys(SYSTEMS, args.max_steps)
     if args.smoke:
@@ -149,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     print("== report", flush=True)
     results = justice_report.write_report(cfg.work, cfg.docs, list(SYSTEMS), BUCKETS)
     (cfg.work / "justice_results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    if args.no_recipe:
+        return status
     print("== the best system as a model to use", flush=True)
     best = justice_recipe.recipe(
         cfg.work,

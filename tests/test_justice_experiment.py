@@ -118,7 +118,8 @@ def test_smoke_run_end_to_end(tmp_path):
     r = subprocess.run([*cmd, "--prepare-only"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (work / "data" / "manifest.json").is_file() and not (work / "noattn").exists()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)  # the data is reused
+    kept = ["--kept", str(tmp_path / "kept")]
+    r = subprocess.run([*cmd, *kept], capture_output=True, text=True, timeout=600)  # data reused
     assert r.returncode == 0, r.stdout + r.stderr
     manifest = json.loads((work / "data" / "manifest.json").read_text())
     assert manifest["splits"]["valid"]["sample"] == {"lines": 120, "of": 10197, "seed": 1}
@@ -146,6 +147,15 @@ def test_smoke_run_end_to_end(tmp_path):
     assert [r["row"] for r in exported["rows"]][3:] == ["CTranslate2 float32", "CTranslate2 int8"]
     assert (work / "transformer-ct2-int8" / "model.bin").is_file()
     assert "| CTranslate2 int8 |" in markdown(exported)
+    # the kept outputs (no weights) draw the same report in a new work folder, with no training
+    again = tmp_path / "again"
+    cmd[cmd.index("--work") + 1] = str(again)
+    cmd[cmd.index("--docs") + 1] = str(again / "docs")
+    r = subprocess.run([*cmd, *kept, "--no-recipe"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("not trained") == 3 and not list(again.glob("*/checkpoints"))
+    assert (again / "justice_table.md").read_text() == table
+    assert not (again / "recipe.json").exists()
 
 
 def test_the_gain_over_the_baseline_is_paired():
