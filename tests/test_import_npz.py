@@ -134,6 +134,20 @@ def release(pretrained_root: Path, tmp_path_factory) -> Path:
     return write_release(pretrained_root / "opus-mt-en-mg", tmp_path_factory.mktemp("npz") / "r")
 
 
+TIE = 1e-3  # log-probabilities closer than this are a tie to float rounding
+
+
+def tie_gap(tr, src: list[int], ours: list[str], theirs: list[str], eos: str) -> float:
+    """nmt's log-probability gap between the two tokens where two outputs first differ."""
+    k = next(i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b)
+    prefix = [tr.tgt_tok.piece_to_id(p) for p in ours[:k]]
+    lps = [
+        tr.score_ids([src], [prefix + ([] if tok == eos else [tr.tgt_tok.piece_to_id(tok)])])[0][k]
+        for tok in (ours[k], theirs[k])
+    ]
+    return abs(lps[0] - lps[1])
+
+
 def test_import_translates_as_ctranslate2s_marian_converter(release, repo_root, tmp_path):
     ctranslate2 = require("ctranslate2")
     from ctranslate2.converters import MarianConverter
@@ -147,22 +161,29 @@ def test_import_translates_as_ctranslate2s_marian_converter(release, repo_root, 
     theirs = MarianConverter(str(release / MODEL), [vocab, vocab]).convert(str(tmp_path / "ct2"))
     with Translator.from_dir(ModelDir(model), workers=1) as tr:
         ours = tr.translate(lines, greedy=True, max_len_a=0, max_len_b=NEW_TOKENS, forced_eos=False)
-    eos = "</s>"
-    # nmt's source pieces end in </s>; the converted model adds it itself (add_source_eos)
-    assert all(t.source_tokens[-1] == eos for t in ours)
-    sources = [t.source_tokens[:-1] for t in ours]
-    ct2 = ctranslate2.Translator(theirs, device="cpu", intra_threads=1)
-    results = ct2.translate_batch(
-        sources,
-        beam_size=1,
-        max_decoding_length=NEW_TOKENS,
-        min_decoding_length=0,  # nmt's min_len: an eos first is allowed
-        return_end_token=True,
-    )
-    outputs = [r.hypotheses[0] for r in results]
-    expected = [t.hypotheses[0].tokens + ([] if t.hypotheses[0].at_limit else [eos]) for t in ours]
-    same = sum(a == b for a, b in zip(outputs, expected, strict=True))
-    assert same == len(lines), f"{same}/{len(lines)} identical"
+        eos = "</s>"
+        # nmt's source pieces end in </s>; the converted model adds it itself (add_source_eos)
+        assert all(t.source_tokens[-1] == eos for t in ours)
+        sources = [t.source_tokens[:-1] for t in ours]
+        ct2 = ctranslate2.Translator(theirs, device="cpu", intra_threads=1)
+        results = ct2.translate_batch(
+            sources,
+            beam_size=1,
+            max_decoding_length=NEW_TOKENS,
+            min_decoding_length=0,  # nmt's min_len: an eos first is allowed
+            return_end_token=True,
+        )
+        outputs = [r.hypotheses[0] for r in results]
+        expected = [
+            t.hypotheses[0].tokens + ([] if t.hypotheses[0].at_limit else [eos]) for t in ours
+        ]
+        differ = [i for i, (a, b) in enumerate(zip(outputs, expected, strict=True)) if a != b]
+        src_ids = tr.encode_sources(lines, 1, lambda message: None)
+        gaps = [tie_gap(tr, src_ids[i], expected[i], outputs[i], eos) for i in differ]
+    # identical but where two tokens tie to float rounding (random weights make some steps'
+    # top two logits close, and the two engines' kernels round differently)
+    assert len(differ) <= 0.02 * len(lines), f"{len(differ)}/{len(lines)} differ"
+    assert all(gap < TIE for gap in gaps), f"not ties: nmt's log-prob gaps {gaps}"
     ended = sum(out[-1] == eos for out in outputs)
     assert ended >= 0.4 * len(outputs), f"only {ended} of {len(outputs)} lines ended in eos"
     assert len({tuple(out) for out in outputs}) >= 0.9 * len(outputs)
