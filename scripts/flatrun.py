@@ -122,10 +122,14 @@ class Runner:
 
     @property
     def env(self) -> dict[str, str]:
-        """The environment of a child limited to `threads` CPU threads."""
+        """The environment of a child limited to `threads` CPU threads, with oneDNN's kernel
+        cache bounded unless the caller's environment sets it."""
         env = dict(os.environ)
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = str(self.threads)
+        # oneDNN keeps a compiled kernel for every new batch shape (1,024 by default), which grows
+        # a long CPU run's resident memory by gigabytes; a smaller cache gives the same weights
+        env.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
         return env
 
     def run(self, cmd: Sequence[object], log: Path | None = None) -> None:

@@ -207,3 +207,12 @@ def test_the_code_of_each_stretch_of_a_run_is_named_from_its_update():
     assert code_versions([*run, start(2800, "5434eb3+dirty")]).endswith(
         "then 5434eb3+dirty from update 2,800"
     )
+
+
+def test_children_get_their_threads_and_a_bounded_kernel_cache_unless_set(monkeypatch):
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    env = Runner(3).env
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "3"
+    assert env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
+    assert Runner(1).env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "1024"  # the caller's own choice
