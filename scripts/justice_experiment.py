@@ -7,8 +7,8 @@ trained until its validation curve is flat, scored whole and by source length
     python scripts/justice_experiment.py                  # the three systems, then the report
     python scripts/justice_experiment.py --smoke --work /tmp/jl   # tiny models, a few minutes
     python scripts/justice_experiment.py --prepare-only           # the data alone
-    python scripts/justice_experiment.py --max-steps 3200 --kept docs/results/justice-laws --no-recipe
-                                      # the page's runs: kept outputs, trained only where missing
+    python scripts/justice_experiment.py --max-steps 3200 --kept work/justice-kept --no-recipe
+                                      # the page's runs, their outputs kept; trained only where missing
 
 Data: train is a seeded sample of --subset pairs of the 425,473 (0: all of them), so that a
 system sees several epochs in a few hours of one CPU thread; valid is a seeded sample of 1,000
